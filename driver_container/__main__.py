@@ -1,0 +1,3 @@
+from driver_container.cli import main
+
+main()

@@ -1,0 +1,75 @@
+"""The one exception hierarchy of the project.
+
+Library code raises these; only ``driver_container.cli`` turns them into messages and exit codes.
+Every message names the file (or command), the values found and, where one exists, the fix.
+"""
+
+from __future__ import annotations
+
+
+class DriverContainerError(Exception):
+    """Base of every expected failure. ``fix`` is a one-line remedy shown to the operator."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(DriverContainerError):
+    """Bad command line or environment value."""
+
+    exit_code = 2
+
+
+class HostReadError(DriverContainerError):
+    """A host, procfs or sysfs file could not be read or is malformed."""
+
+
+class SymlinkLoopError(HostReadError):
+    """Too many symlinks while resolving a path inside a root (ELOOP)."""
+
+
+class ModuleFormatError(DriverContainerError):
+    """A kernel module file is not a readable module (bad ELF, compression, signature...)."""
+
+
+class ModuleNotFoundInTreeError(DriverContainerError):
+    """A module name could not be found in a module tree."""
+
+
+class VerificationError(DriverContainerError):
+    """Error-level findings stop the driver from being published."""
+
+
+class UserspaceError(DriverContainerError):
+    """The image's NVIDIA userspace is missing, inconsistent or unsafe to publish."""
+
+
+class PublishError(DriverContainerError):
+    """Writing the driver root failed; the previous root is left intact."""
+
+
+class LockError(DriverContainerError):
+    """Another instance holds the pid-file lock."""
+
+
+class ModuleWaitTimeout(DriverContainerError):
+    """Talos did not load the required modules in time."""
+
+
+class CommandError(DriverContainerError):
+    """An external command failed or may not be run (e.g. modprobe on Talos)."""
+
+
+class ForbiddenCommandError(CommandError):
+    """A command that must never run on this platform was requested."""
+
+
+class KubernetesError(DriverContainerError):
+    """The Kubernetes API refused or failed a request."""

@@ -1,0 +1,35 @@
+"""Logging set-up: human lines by default, one JSON object per line on request."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+HUMAN_FORMAT = "%(asctime)s %(levelname)-7s %(message)s"
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        entry = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+def configure(*, json_format: bool = False, verbose: bool = False) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if json_format:
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter(HUMAN_FORMAT, datefmt="%H:%M:%S"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if verbose else logging.INFO)

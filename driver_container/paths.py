@@ -1,0 +1,250 @@
+"""The host description: every root the entrypoint reads or writes, and chroot-like access inside them.
+
+No other module names an absolute host path. A ``Root`` resolves symlinks the way the kernel would
+after ``chroot(root)``: absolute link targets restart at the root, ``..`` stops at the root, and more
+than 40 links is a loop (Linux ``MAXSYMLINKS``, fs/namei.c). So nothing outside a root is ever read,
+whatever the links in a hostile tree say.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections import deque
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from driver_container.errors import HostReadError, SymlinkLoopError
+
+MAX_SYMLINKS = 40  # Linux MAXSYMLINKS: ELOOP after 40 links in one lookup (fs/namei.c)
+DEFAULT_READ_LIMIT = 1 << 20  # kernel text files and os-release are far below 1 MiB
+
+
+class HostFileNotFound(HostReadError):
+    """The file does not exist inside its root."""
+
+
+def _split(inner: str | PurePosixPath) -> list[str]:
+    return [p for p in str(inner).split("/") if p not in ("", ".")]
+
+
+@dataclass(frozen=True)
+class Root:
+    """A directory seen as ``/`` by the code that reads below it."""
+
+    path: Path
+
+    def resolve(self, inner: str | PurePosixPath, *, follow_last: bool = True) -> Path:
+        """Resolve ``inner`` below the root as chroot would; missing tails are kept verbatim."""
+        pending = deque(_split(inner))
+        done: list[str] = []
+        links = 0
+        while pending:
+            name = pending.popleft()
+            if name == "..":
+                if done:
+                    done.pop()
+                continue
+            candidate = self.path.joinpath(*done, name)
+            try:
+                st = os.lstat(candidate)
+            except FileNotFoundError:
+                return self.path.joinpath(*done, name, *pending)
+            except NotADirectoryError:
+                return self.path.joinpath(*done, name, *pending)
+            except OSError as exc:
+                raise HostReadError(f"{candidate}: {exc.strerror}") from exc
+            if not stat.S_ISLNK(st.st_mode) or (not pending and not follow_last):
+                done.append(name)
+                continue
+            links += 1
+            if links > MAX_SYMLINKS:
+                raise SymlinkLoopError(
+                    f"{self.path / str(inner).lstrip('/')}: too many levels of symbolic links",
+                    fix="remove the symlink loop from the tree",
+                )
+            target = os.readlink(candidate)
+            if target.startswith("/"):
+                done = []
+            pending.extendleft(reversed(_split(target)))
+        return self.path.joinpath(*done)
+
+    def inner_path(self, real: Path) -> PurePosixPath:
+        """The in-root absolute path of a real path below the root."""
+        return PurePosixPath("/") / real.relative_to(self.path)
+
+    def read_bytes(self, inner: str | PurePosixPath, *, limit: int = DEFAULT_READ_LIMIT) -> bytes:
+        real = self.resolve(inner)
+        try:
+            # O_NOFOLLOW: the last component was resolved above; a link swapped in since is refused.
+            fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+        except FileNotFoundError as exc:
+            raise HostFileNotFound(f"{real}: no such file") from exc
+        except OSError as exc:
+            raise HostReadError(f"{real}: cannot open: {exc.strerror}") from exc
+        with os.fdopen(fd, "rb") as handle:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise HostReadError(f"{real}: not a regular file")
+            try:
+                data = handle.read(limit + 1)
+            except OSError as exc:
+                raise HostReadError(f"{real}: cannot read: {exc.strerror}") from exc
+        if len(data) > limit:
+            raise HostReadError(f"{real}: larger than {limit} bytes", fix="check that this is the right file")
+        return data
+
+    def read_text(self, inner: str | PurePosixPath, *, limit: int = DEFAULT_READ_LIMIT) -> str:
+        return self.read_bytes(inner, limit=limit).decode("utf-8", errors="replace")
+
+    def read_text_or_none(self, inner: str | PurePosixPath, *, limit: int = DEFAULT_READ_LIMIT) -> str | None:
+        try:
+            return self.read_text(inner, limit=limit)
+        except HostFileNotFound:
+            return None
+
+    def listdir(self, inner: str | PurePosixPath) -> list[str]:
+        """Sorted entry names of a directory; empty when it does not exist."""
+        real = self.resolve(inner)
+        try:
+            return sorted(os.listdir(real))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise HostReadError(f"{real}: cannot list: {exc.strerror}") from exc
+
+    def lstat(self, inner: str | PurePosixPath) -> os.stat_result | None:
+        try:
+            return os.lstat(self.resolve(inner, follow_last=False))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def stat(self, inner: str | PurePosixPath) -> os.stat_result | None:
+        try:
+            return os.stat(self.resolve(inner), follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def is_dir(self, inner: str | PurePosixPath) -> bool:
+        st = self.stat(inner)
+        return st is not None and stat.S_ISDIR(st.st_mode)
+
+    def is_file(self, inner: str | PurePosixPath) -> bool:
+        st = self.stat(inner)
+        return st is not None and stat.S_ISREG(st.st_mode)
+
+    def exists(self, inner: str | PurePosixPath) -> bool:
+        return self.stat(inner) is not None
+
+    def walk_files(self, inner: str | PurePosixPath) -> Iterator[PurePosixPath]:
+        """In-root paths of regular files and links below ``inner``, without following directory links."""
+        top = self.resolve(inner)
+        for dirpath, _dirs, files in os.walk(top):
+            for name in sorted(files):
+                yield self.inner_path(Path(dirpath) / name)
+
+
+# Environment variable -> field, as documented in docs/configuration.md.
+ENV_NAMES: dict[str, str] = {
+    "HOST_ROOT": "host_root",
+    "PROCFS_ROOT": "procfs_root",
+    "SYSFS_ROOT": "sysfs_root",
+    "RUN_DIR": "run_dir",
+    "DRIVER_ROOT": "driver_root",
+    "HOST_DRIVER_ROOT": "host_driver_root",
+    "USERSPACE_ROOT": "userspace_root",
+    "HOST_OS_RELEASE": "host_os_release",
+    "DRIVERS_CONF_DIR": "drivers_conf_dir",
+}
+
+# The operator mounts the host's /etc/os-release here (assets/state-driver/0500_daemonset.yaml).
+OPERATOR_OS_RELEASE = Path("/host-etc/os-release")
+
+
+@dataclass(frozen=True)
+class HostPaths:
+    """Where everything is. Defaults are the production layout inside the driver pod."""
+
+    host_root: Path = Path("/host")
+    procfs_root: Path = Path("/proc")
+    sysfs_root: Path = Path("/sys")
+    run_dir: Path = Path("/run/nvidia")
+    driver_root_override: Path | None = None
+    host_driver_root_override: Path | None = None
+    userspace_root: Path = Path("/")
+    host_os_release_override: Path | None = None
+    drivers_conf_dir: Path = Path("/drivers")
+    _roots: dict[str, Root] = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, str | Path | None]) -> HostPaths:
+        """Build from ``ENV_NAMES`` keys (environment or CLI options); empty values mean default."""
+        kwargs: dict[str, Path] = {}
+        for env_name, attr in ENV_NAMES.items():
+            value = values.get(env_name)
+            if value is None or str(value) == "":
+                continue
+            if attr in ("driver_root", "host_driver_root", "host_os_release"):
+                attr = f"{attr}_override"
+            kwargs[attr] = Path(value)
+        return cls(**kwargs)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> HostPaths:
+        return cls.from_mapping(os.environ if env is None else env)
+
+    @property
+    def driver_root(self) -> Path:
+        """Where the published driver root is written (container path)."""
+        return self.driver_root_override or self.run_dir / "driver"
+
+    @property
+    def host_driver_root(self) -> Path:
+        """The same directory as the host sees it (for the firmware search path)."""
+        return self.host_driver_root_override or self.driver_root
+
+    @property
+    def host_os_release(self) -> Path:
+        if self.host_os_release_override is not None:
+            return self.host_os_release_override
+        if OPERATOR_OS_RELEASE.exists():
+            return OPERATOR_OS_RELEASE
+        return self.host_root / "etc/os-release"
+
+    def _root(self, key: str, path: Path) -> Root:
+        root = self._roots.get(key)
+        if root is None:
+            root = self._roots[key] = Root(path)
+        return root
+
+    @property
+    def host(self) -> Root:
+        return self._root("host", self.host_root)
+
+    @property
+    def proc(self) -> Root:
+        return self._root("proc", self.procfs_root)
+
+    @property
+    def sys(self) -> Root:
+        return self._root("sys", self.sysfs_root)
+
+    @property
+    def userspace(self) -> Root:
+        return self._root("userspace", self.userspace_root)
+
+    @property
+    def run(self) -> Root:
+        return self._root("run", self.run_dir)
+
+    @property
+    def validations_dir(self) -> Path:
+        return self.run_dir / "validations"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.run_dir / "nvidia-driver.pid"
+
+    @property
+    def state_file(self) -> Path:
+        return self.run_dir / "nvidia-driver.state"

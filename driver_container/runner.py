@@ -1,0 +1,85 @@
+"""The one place that starts processes.
+
+Tools are looked up by name on PATH at call time (so tests and operators can substitute them), never
+through a shell. A runner may carry a set of forbidden tool names: on Talos the lifecycle builds it with
+``MODULE_TOOLS`` so that no code path, not even an error path, can load or unload a module.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from driver_container.errors import CommandError, ForbiddenCommandError
+
+log = logging.getLogger(__name__)
+
+# Talos drops CAP_SYS_MODULE from every pod and loads the nvidia modules itself (machine config).
+MODULE_TOOLS = frozenset({"modprobe", "rmmod", "insmod"})
+
+
+@dataclass(frozen=True)
+class CompletedCommand:
+    argv: tuple[str, ...]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class Runner:
+    def __init__(self, *, forbidden: frozenset[str] = frozenset(), env: Mapping[str, str] | None = None):
+        self.forbidden = forbidden
+        self.env = dict(os.environ if env is None else env)
+
+    def forbid(self, names: frozenset[str]) -> Runner:
+        return Runner(forbidden=self.forbidden | names, env=self.env)
+
+    def which(self, name: str) -> str:
+        if os.path.basename(name) in self.forbidden:
+            raise ForbiddenCommandError(
+                f"refusing to run {name}: this platform owns the kernel modules",
+                fix="load modules through the Talos machine config (machine.kernel.modules)",
+            )
+        found = shutil.which(name, path=self.env.get("PATH", os.defpath))
+        if found is None:
+            raise CommandError(f"{name}: not found on PATH ({self.env.get('PATH', '')})")
+        return found
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float = 120.0,
+        check: bool = True,
+        stdin: str | None = None,
+    ) -> CompletedCommand:
+        args = (self.which(argv[0]), *argv[1:])
+        log.debug("running %s", " ".join(argv))
+        try:
+            proc = subprocess.run(  # noqa: S603 - argv list, no shell
+                args, input=stdin, capture_output=True, text=True, timeout=timeout, env=self.env, check=False
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise CommandError(f"{argv[0]}: timed out after {timeout:g} s") from exc
+        except OSError as exc:
+            raise CommandError(f"{argv[0]}: cannot run: {exc.strerror}") from exc
+        done = CompletedCommand(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+        if check and proc.returncode != 0:
+            detail = (proc.stderr or proc.stdout).strip().splitlines()
+            raise CommandError(
+                f"{' '.join(argv)} exited {proc.returncode}" + (f": {detail[-1]}" if detail else "")
+            )
+        return done
+
+    def spawn(self, argv: Sequence[str]) -> subprocess.Popen[bytes]:
+        """Start a long-running daemon; the caller owns its lifetime."""
+        args = (self.which(argv[0]), *argv[1:])
+        log.info("starting %s", " ".join(argv))
+        try:
+            return subprocess.Popen(args, env=self.env, stdin=subprocess.DEVNULL)  # noqa: S603
+        except OSError as exc:
+            raise CommandError(f"{argv[0]}: cannot start: {exc.strerror}") from exc

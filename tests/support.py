@@ -1,0 +1,27 @@
+"""Shared test helpers: where the real artefacts live, and how a missing prerequisite is reported.
+
+Under CI=true a missing prerequisite is a test FAILURE, never a silent skip (DEVELOPERS.md); on a
+developer machine it is a skip that says which set-up step provides it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures"
+ARTEFACTS = Path(os.environ.get("ARTEFACTS_DIR", REPO / ".cache" / "artefacts"))
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def require(condition: object, what: str, *, how: str = "run scripts/setup.sh") -> None:
+    """Skip (developer) or fail (CI) when a prerequisite is missing."""
+    if condition:
+        return
+    message = f"missing prerequisite: {what} ({how})"
+    if IN_CI:
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
