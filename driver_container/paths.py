@@ -184,9 +184,8 @@ class HostPaths:
             value = values.get(env_name)
             if value is None or str(value) == "":
                 continue
-            if attr in ("driver_root", "host_driver_root", "host_os_release"):
-                attr = f"{attr}_override"
-            kwargs[attr] = Path(value)
+            overridable = attr in ("driver_root", "host_driver_root", "host_os_release")
+            kwargs[f"{attr}_override" if overridable else attr] = Path(value)
         return cls(**kwargs)  # type: ignore[arg-type]
 
     @classmethod

@@ -60,7 +60,7 @@ class Runner:
         args = (self.which(argv[0]), *argv[1:])
         log.debug("running %s", " ".join(argv))
         try:
-            proc = subprocess.run(  # noqa: S603 - argv list, no shell
+            proc = subprocess.run(
                 args, input=stdin, capture_output=True, text=True, timeout=timeout, env=self.env, check=False
             )
         except subprocess.TimeoutExpired as exc:
@@ -70,9 +70,7 @@ class Runner:
         done = CompletedCommand(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
         if check and proc.returncode != 0:
             detail = (proc.stderr or proc.stdout).strip().splitlines()
-            raise CommandError(
-                f"{' '.join(argv)} exited {proc.returncode}" + (f": {detail[-1]}" if detail else "")
-            )
+            raise CommandError(f"{' '.join(argv)} exited {proc.returncode}" + (f": {detail[-1]}" if detail else ""))
         return done
 
     def spawn(self, argv: Sequence[str]) -> subprocess.Popen[bytes]:
@@ -80,6 +78,6 @@ class Runner:
         args = (self.which(argv[0]), *argv[1:])
         log.info("starting %s", " ".join(argv))
         try:
-            return subprocess.Popen(args, env=self.env, stdin=subprocess.DEVNULL)  # noqa: S603
+            return subprocess.Popen(args, env=self.env, stdin=subprocess.DEVNULL)
         except OSError as exc:
             raise CommandError(f"{argv[0]}: cannot start: {exc.strerror}") from exc

@@ -1,4 +1,5 @@
 """`nvidia-driver modinfo` (placeholder; owned by the kmod engine work)."""
+
 from driver_container.cli.app import app
 
 

@@ -1,0 +1,1 @@
+"""Node integration: device nodes, firmware search path, daemons."""

@@ -1,0 +1,1 @@
+"""Select, plan and apply the published driver root."""

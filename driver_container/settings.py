@@ -1,0 +1,85 @@
+"""Behaviour knobs read from the environment (the operator's and the user's ``driver.env``).
+
+Paths live in ``paths.HostPaths``; everything else that changes behaviour lives here, parsed once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from driver_container.errors import UsageError
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off", ""}
+
+
+def parse_bool(name: str, value: str | None, default: bool) -> bool:
+    if value is None:
+        return default
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise UsageError(f"{name}={value!r}: expected true or false")
+
+
+def parse_choice(name: str, value: str | None, choices: tuple[str, ...], default: str) -> str:
+    if value is None or value.strip() == "":
+        return default
+    lowered = value.strip().lower()
+    if lowered not in choices:
+        raise UsageError(f"{name}={value!r}: expected one of {', '.join(choices)}")
+    return lowered
+
+
+def parse_seconds(name: str, value: str | None, default: float) -> float:
+    if value is None or value.strip() == "":
+        return default
+    try:
+        seconds = float(value)
+    except ValueError as exc:
+        raise UsageError(f"{name}={value!r}: expected a number of seconds") from exc
+    if seconds < 0:
+        raise UsageError(f"{name}={value!r}: must not be negative")
+    return seconds
+
+
+@dataclass(frozen=True)
+class Settings:
+    driver_platform: str = "auto"  # DRIVER_PLATFORM: auto|talos|generic
+    driver_version: str | None = None  # DRIVER_VERSION: the version the image claims to ship
+    kernel_module_type: str = "auto"  # KERNEL_MODULE_TYPE: auto|open|proprietary (operator)
+    nvidia_modeset: bool = True  # NVIDIA_MODESET=false: nvidia_modeset not required
+    gpu_direct_rdma: bool = False  # GPU_DIRECT_RDMA_ENABLED (operator)
+    use_host_mofed: bool = False  # USE_HOST_MOFED (operator)
+    gds_enabled: bool = False  # GDS_ENABLED (operator)
+    gdrcopy_enabled: bool = False  # GDRCOPY_ENABLED (operator)
+    module_wait_timeout: float = 300.0  # MODULE_WAIT_TIMEOUT seconds
+    driver_config_digest: str | None = None  # DRIVER_CONFIG_DIGEST (operator)
+    persistenced: str = "auto"  # NVIDIA_PERSISTENCED: auto|true|false
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        e = os.environ if env is None else env
+        return cls(
+            driver_platform=parse_choice(
+                "DRIVER_PLATFORM", e.get("DRIVER_PLATFORM"), ("auto", "talos", "generic"), "auto"
+            ),
+            driver_version=(e.get("DRIVER_VERSION") or "").strip() or None,
+            kernel_module_type=parse_choice(
+                "KERNEL_MODULE_TYPE", e.get("KERNEL_MODULE_TYPE"), ("auto", "open", "proprietary"), "auto"
+            ),
+            nvidia_modeset=parse_bool("NVIDIA_MODESET", e.get("NVIDIA_MODESET"), True),
+            gpu_direct_rdma=parse_bool("GPU_DIRECT_RDMA_ENABLED", e.get("GPU_DIRECT_RDMA_ENABLED"), False),
+            use_host_mofed=parse_bool("USE_HOST_MOFED", e.get("USE_HOST_MOFED"), False),
+            gds_enabled=parse_bool("GDS_ENABLED", e.get("GDS_ENABLED"), False),
+            gdrcopy_enabled=parse_bool("GDRCOPY_ENABLED", e.get("GDRCOPY_ENABLED"), False),
+            module_wait_timeout=parse_seconds("MODULE_WAIT_TIMEOUT", e.get("MODULE_WAIT_TIMEOUT"), 300.0),
+            driver_config_digest=(e.get("DRIVER_CONFIG_DIGEST") or "").strip() or None,
+            persistenced=parse_choice(
+                "NVIDIA_PERSISTENCED", e.get("NVIDIA_PERSISTENCED"), ("auto", "true", "false"), "auto"
+            ),
+        )
