@@ -71,5 +71,21 @@ class ForbiddenCommandError(CommandError):
     """A command that must never run on this platform was requested."""
 
 
+class DriverInUseError(CommandError):
+    """The NVIDIA modules cannot be unloaded: something still holds them ("driver in use by ...")."""
+
+
+class ModuleLoadError(CommandError):
+    """modprobe/rmmod of an NVIDIA module failed, or the modules are not in the expected state after it."""
+
+
 class KubernetesError(DriverContainerError):
     """The Kubernetes API refused or failed a request."""
+
+
+class DaemonError(DriverContainerError):
+    """A daemon the entrypoint supervises (nvidia-persistenced) died; the pod must restart."""
+
+
+class HostDriverPresentError(DriverContainerError):
+    """The host already provides the NVIDIA userspace; the driver container must not run on this node."""

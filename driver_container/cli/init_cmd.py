@@ -1,1 +1,69 @@
-"""Placeholder: commands are added by the module's owner."""
+"""``init``, ``load`` and ``unload``: thin wrappers over driver_container.lifecycle."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from driver_container.cli.app import app, host_paths
+
+log = logging.getLogger(__name__)
+
+
+@app.command("init")
+def init(
+    ctx: typer.Context,
+    no_wait: Annotated[
+        bool, typer.Option("--no-wait", help="return after publishing; start no daemon (tests, demo)")
+    ] = False,
+    accept_license: Annotated[
+        bool, typer.Option("--accept-license", "-a", help="accepted for NVIDIA compatibility; does nothing")
+    ] = False,
+    max_threads: Annotated[
+        int | None, typer.Option("--max-threads", "-m", help="accepted for NVIDIA compatibility; does nothing")
+    ] = None,
+    persistenced_runtime_dir: Annotated[
+        Path | None,
+        typer.Option(envvar="NVIDIA_PERSISTENCED_RUNTIME_DIR", hidden=True,
+                     help="nvidia-persistenced's fixed runtime dir in this container (tests)"),
+    ] = None,
+) -> None:
+    """Verify the loaded driver, publish DRIVER_ROOT, start nvidia-persistenced, wait for a signal."""
+    from driver_container.lifecycle import InitOptions, run_init
+    from driver_container.runner import Runner
+    from driver_container.settings import Settings
+
+    # NVIDIA's script accepts these for its installer (license prompt, build threads); we build nothing.
+    if accept_license:
+        log.info("--accept-license: ignored (nothing is installed or built)")
+    if max_threads is not None:
+        log.info("--max-threads %d: ignored (nothing is built)", max_threads)
+    options = InitOptions(no_wait=no_wait)
+    if persistenced_runtime_dir is not None:
+        options = InitOptions(no_wait=no_wait, persistenced_runtime_dir=persistenced_runtime_dir)
+    run_init(host_paths(ctx), Settings.from_env(), Runner(), options)
+
+
+@app.command("load")
+def load(ctx: typer.Context) -> None:
+    """On Talos: wait for machined's modules and verify them. Elsewhere: load them, then verify."""
+    from driver_container.lifecycle import loaded_version, run_load
+    from driver_container.runner import Runner
+    from driver_container.settings import Settings
+
+    state = run_load(host_paths(ctx), Settings.from_env(), Runner())
+    loaded = [name for name, module in state.modules.items() if module.loaded]
+    typer.echo(f"NVIDIA driver {loaded_version(state)} loaded and matching: {', '.join(loaded)}")
+
+
+@app.command("unload")
+def unload(ctx: typer.Context) -> None:
+    """On Talos: explain that Talos owns the modules (exit 0). Elsewhere: unload them refcount-safely."""
+    from driver_container.lifecycle import run_unload
+    from driver_container.runner import Runner
+    from driver_container.settings import Settings
+
+    typer.echo(run_unload(host_paths(ctx), Settings.from_env(), Runner()))

@@ -1,1 +1,59 @@
-"""Select, plan and apply the published driver root."""
+"""Select, plan and apply the published driver root.
+
+``publish_driver_root`` is the one entry point for the lifecycle: read USERSPACE_ROOT (``scan``), plan
+the canonical layout (``plan``, pure), make DRIVER_ROOT match it (``apply``), refresh and check the
+ld.so.cache (``verify``), then write the manifest last (``manifest``). Nothing is written before the
+whole userspace has been read and planned, so bad input leaves the previous root untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from driver_container.fsutil import atomic_write_text
+from driver_container.paths import HostPaths
+from driver_container.publish.apply import apply_plan
+from driver_container.publish.manifest import MANIFEST_PATH, Manifest, format_manifest, parse_manifest
+from driver_container.publish.model import PublishPlan, PublishReport
+from driver_container.publish.plan import plan_publish
+from driver_container.publish.rootdir import create_driver_root, unmount_leftover
+from driver_container.publish.scan import describe_userspace
+from driver_container.publish.verify import refresh_cache
+from driver_container.runner import Runner
+
+__all__ = ["PublishPlan", "PublishReport", "publish_driver_root"]
+
+log = logging.getLogger(__name__)
+
+
+def publish_driver_root(paths: HostPaths, version: str, runner: Runner) -> PublishReport:
+    """Publish the userspace of ``version`` (the verified loaded driver) into ``paths.driver_root``."""
+    started = time.monotonic()
+    plan = plan_publish(describe_userspace(paths.userspace, version, runner))
+    root = paths.driver_root
+    create_driver_root(root)
+    unmount_leftover(paths, runner)
+    manifest_file = root / MANIFEST_PATH
+    old_text = manifest_file.read_text() if manifest_file.is_file() else ""
+    result = apply_plan(plan, root, parse_manifest(old_text) if old_text else None)
+    ran = refresh_cache(plan, root, runner, changed=bool(result.written or result.removed))
+    new_text = format_manifest(Manifest(version, plan.triplet, result.records))
+    if new_text != old_text:
+        atomic_write_text(manifest_file, new_text, root=root)
+    lib = str(plan.libdir)
+    report = PublishReport(
+        written=result.written,
+        unchanged=result.unchanged,
+        removed=result.removed,
+        libraries=tuple(str(e.path) for e in plan.entries if e.kind == "file" and str(e.path.parent) == lib),
+        binaries=tuple(str(e.path) for e in plan.entries if str(e.path.parent) == "usr/bin"),
+        firmware=tuple(str(e.path) for e in plan.entries if str(e.path).startswith("lib/firmware/")),
+        duration_s=time.monotonic() - started,
+        ldconfig_ran=ran,
+    )
+    log.info(
+        "published %s into %s: %d written, %d unchanged, %d removed in %.2f s",
+        version, root, report.written, report.unchanged, report.removed, report.duration_s,
+    )  # fmt: skip
+    return report

@@ -1,0 +1,161 @@
+# NVIDIA driver container for Talos Linux: the NVIDIA userspace (no kernel modules: Talos loads them from
+# its kmod extension) plus the `nvidia-driver` entrypoint that verifies and publishes it (docs/image.md).
+#
+# Needs BuildKit (`docker buildx build`, or `DOCKER_BUILDKIT=1 docker build` with a 20.10-22.x client):
+# only the userspace stage selected by USERSPACE_SOURCE is built, and TARGETARCH is set by the builder.
+#
+#   USERSPACE_SOURCE=run     (default) NVIDIA's .run installer from NVIDIA's download server, optionally
+#                            checked against NVIDIA_RUN_SHA256; extracted with `-x`, userspace files only.
+#   USERSPACE_SOURCE=tree    the same installer already extracted (`sh NVIDIA-Linux-*.run -x`) at
+#                            NVIDIA_TREE inside the build context (air-gapped builds).
+#   USERSPACE_SOURCE=debian  Debian bookworm's non-free packages (apt over plain http; BASE_IMAGE must be
+#                            Debian bookworm). Gives 535.x, the version Debian ships.
+# Python: wheels found in .cache/image-wheels/ of the context are installed with --no-index (prepare them
+# with `pip wheel . -w .cache/image-wheels`); without them pip installs from the index.
+
+ARG BASE_IMAGE=debian:bookworm-slim
+ARG USERSPACE_SOURCE=run
+
+# ---------------------------------------------------------------------------------------------------
+FROM ${BASE_IMAGE} AS python-base
+# The entrypoint needs only the interpreter (no pip, no venv module) in the final image.
+RUN set -eu; \
+    if ! command -v python3 >/dev/null; then \
+      apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3 \
+      && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt /var/log/dpkg.log; \
+    fi; \
+    python3 -c 'import sys; assert sys.version_info >= (3, 11), sys.version'
+
+# ---------------------------------------------------------------------------------------------------
+FROM python-base AS venv
+RUN apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-venv
+COPY pyproject.toml README.md /src/
+COPY driver_container /src/driver_container
+# The wildcard lets the directory be absent (BuildKit accepts an empty match): then pip uses the index.
+COPY .cache/image-wheel[s] /wheels/
+RUN set -eu; \
+    python3 -m venv /opt/nvidia-driver; \
+    if ls /wheels/*.whl >/dev/null 2>&1; then \
+      /opt/nvidia-driver/bin/pip install -q --no-index --find-links /wheels talos-nvidia-driver-container; \
+    else \
+      /opt/nvidia-driver/bin/pip install -q /src; \
+    fi; \
+    /opt/nvidia-driver/bin/pip uninstall -q -y pip setuptools; \
+    # Byte-code stays compiled (pip does it): the probe commands start faster on a read-only rootfs.
+    /opt/nvidia-driver/bin/python -m compileall -q /opt/nvidia-driver/lib >/dev/null; \
+    /opt/nvidia-driver/bin/python -c 'import driver_container'
+
+# ---------------------------------------------------------------------------------------------------
+# Lay an extracted .run installer out in the standard paths under /staging. 64-bit userspace only (the
+# 32/ compat libraries are not used by containers); kernel module sources (kernel/, kernel-open/), the
+# installer itself, X driver and man pages are left behind. Firmware goes to /usr/share/nvidia/firmware,
+# because at runtime gpu-operator mounts the host's <driver root>/lib/firmware over the container's
+# /lib/firmware (= /usr/lib/firmware on merged-/usr bases), hiding anything baked in there.
+FROM python-base AS nvidia-extracted-installer
+ARG DRIVER_VERSION
+RUN set -eu; mkdir -p /nv /staging
+
+FROM nvidia-extracted-installer AS nvidia-fetch-run
+ARG DRIVER_VERSION
+ARG TARGETARCH
+ARG NVIDIA_RUN_SHA256=""
+ARG NVIDIA_DOWNLOAD_BASE=https://us.download.nvidia.com/tesla
+RUN set -eu; \
+    test -n "${DRIVER_VERSION}" || { echo "DRIVER_VERSION build arg is required" >&2; exit 1; }; \
+    case "${TARGETARCH:-amd64}" in amd64) arch=x86_64 ;; arm64) arch=aarch64 ;; \
+      *) echo "unsupported TARGETARCH ${TARGETARCH}" >&2; exit 1 ;; esac; \
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+      ca-certificates curl xz-utils; \
+    run="NVIDIA-Linux-${arch}-${DRIVER_VERSION}.run"; \
+    curl -fsSL --retry 3 -o "/tmp/${run}" "${NVIDIA_DOWNLOAD_BASE}/${DRIVER_VERSION}/${run}"; \
+    if [ -n "${NVIDIA_RUN_SHA256}" ]; then echo "${NVIDIA_RUN_SHA256}  /tmp/${run}" | sha256sum -c -; fi; \
+    rm -rf /nv; sh "/tmp/${run}" -x --target /nv >/dev/null; rm -f "/tmp/${run}"
+
+FROM nvidia-extracted-installer AS nvidia-fetch-tree
+ARG NVIDIA_TREE=nvidia-tree
+COPY ${NVIDIA_TREE}/ /nv/
+
+FROM nvidia-fetch-${USERSPACE_SOURCE} AS nvidia-layout
+ARG DRIVER_VERSION
+ARG TARGETARCH
+RUN set -eu; \
+    v="${DRIVER_VERSION}"; test -n "$v" || v="$(sed -n 2p /nv/.manifest)"; \
+    case "${TARGETARCH:-amd64}" in amd64) triplet=x86_64-linux-gnu ;; arm64) triplet=aarch64-linux-gnu ;; esac; \
+    cd /nv; s=/staging; lib="$s/usr/lib/$triplet"; \
+    mkdir -p "$lib" "$s/usr/bin" "$s/usr/share/nvidia/firmware/nvidia/$v"; \
+    for f in ./*.so.*; do [ -f "$f" ] && [ ! -L "$f" ] && cp -p "$f" "$lib/"; done; \
+    for b in nvidia-smi nvidia-debugdump nvidia-persistenced nvidia-cuda-mps-control nvidia-cuda-mps-server \
+             nvidia-modprobe nvidia-imex nvidia-imex-ctl; do \
+      [ -f "$b" ] && install -m 0755 "$b" "$s/usr/bin/$b"; done; \
+    [ -d firmware ] && cp -p firmware/*.bin "$s/usr/share/nvidia/firmware/nvidia/$v/"; \
+    conf() { [ -f "$1" ] && install -D -m 0644 "$1" "$s$2"; }; \
+    conf nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json; \
+    conf nvidia_layers.json /etc/vulkan/implicit_layer.d/nvidia_layers.json; \
+    conf 10_nvidia.json /usr/share/glvnd/egl_vendor.d/10_nvidia.json; \
+    conf 15_nvidia_gbm.json /usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json; \
+    conf 10_nvidia_wayland.json /usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json; \
+    conf nvidia.icd /etc/OpenCL/vendors/nvidia.icd; \
+    conf nvoptix.bin /usr/share/nvidia/nvoptix.bin; \
+    conf "nvidia-application-profiles-$v-rc" "/usr/share/nvidia/nvidia-application-profiles-$v-rc"; \
+    [ ! -f "$s/etc/vulkan/icd.d/nvidia_icd.json" ] || \
+      sed -i 's/__NV_VK_ICD__/libGLX_nvidia.so.0/' "$s/etc/vulkan/icd.d/nvidia_icd.json"; \
+    # SONAME links (libcuda.so.1 -> libcuda.so.<v>, ...) exactly as the dynamic linker will look them up.
+    ldconfig -n "$lib"; \
+    echo "$v" >"$s/usr/share/nvidia/driver-version"
+
+FROM python-base AS userspace-run
+COPY --from=nvidia-layout /staging/ /
+
+FROM userspace-run AS userspace-tree
+
+FROM python-base AS userspace-debian
+ARG DRIVER_VERSION=""
+# A separate sources list keeps the base's own list untouched; 535.x updates come through the security
+# suite (bookworm itself lags behind). Recommends are off so nvidia-kernel-dkms, headers and gcc stay out.
+RUN set -eu; \
+    printf '%s\n' \
+      "deb http://deb.debian.org/debian bookworm main contrib non-free non-free-firmware" \
+      "deb http://deb.debian.org/debian bookworm-updates main contrib non-free non-free-firmware" \
+      "deb http://deb.debian.org/debian-security bookworm-security main contrib non-free non-free-firmware" \
+      >/etc/apt/sources.list.d/nvidia-non-free.list; \
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod 0755 /usr/sbin/policy-rc.d; \
+    apt-get update -q; \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+      nvidia-smi libnvidia-ml1 libcuda1 libnvidia-ptxjitcompiler1 libnvidia-nvvm4 libnvidia-cfg1 \
+      firmware-nvidia-gsp nvidia-persistenced nvidia-cuda-mps nvidia-modprobe nvidia-opencl-icd; \
+    v="$(dpkg-query -W -f='${Version}' nvidia-smi | sed 's/-[^-]*$//')"; \
+    if [ -n "${DRIVER_VERSION}" ] && [ "$v" != "${DRIVER_VERSION}" ]; then \
+      echo "Debian ships NVIDIA $v, DRIVER_VERSION is ${DRIVER_VERSION}" >&2; exit 1; fi; \
+    if dpkg-query -W -f='${Package}\n' | grep -Eq '^(nvidia-kernel-dkms|dkms|gcc(-[0-9]+)?|make)$'; then \
+      echo "kernel build packages were pulled in" >&2; exit 1; fi; \
+    mkdir -p /usr/share/nvidia/firmware; mv /usr/lib/firmware/nvidia /usr/share/nvidia/firmware/nvidia; \
+    echo "$v" >/usr/share/nvidia/driver-version; \
+    rm -rf /usr/sbin/policy-rc.d /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt /var/log/dpkg.log
+
+# ---------------------------------------------------------------------------------------------------
+FROM userspace-${USERSPACE_SOURCE} AS final
+ARG DRIVER_VERSION=""
+ARG USERSPACE_SOURCE
+ARG VERSION=0.1.0
+COPY --from=venv /opt/nvidia-driver /opt/nvidia-driver
+RUN set -eu; \
+    ln -sf /opt/nvidia-driver/bin/nvidia-driver /usr/local/bin/nvidia-driver; \
+    ln -sf /opt/nvidia-driver/bin/driver-manager /usr/local/bin/driver-manager; \
+    # The operator's startup probe runs sh, cat, mkdir, mv, rm and nvidia-smi from PATH.
+    for t in sh cat mkdir mv rm nvidia-smi ldconfig; do command -v "$t" >/dev/null || { echo "missing $t" >&2; exit 1; }; done; \
+    # ldconfig runs as `ldconfig -r <driver root>` on a root without libc: it must be static (no PT_INTERP).
+    python3 -c "import struct,sys; d=open('/sbin/ldconfig','rb').read(); o,=struct.unpack_from('<Q',d,32); \
+      e,n=struct.unpack_from('<HH',d,54); sys.exit(any(struct.unpack_from('<I',d,o+i*e)[0]==3 for i in range(n)))" \
+      || { echo "/sbin/ldconfig has an ELF interpreter (PT_INTERP): not static" >&2; exit 1; }; \
+    ldconfig; \
+    nvidia-driver --help >/dev/null
+LABEL org.opencontainers.image.title="talos-nvidia-driver-container" \
+      org.opencontainers.image.description="NVIDIA driver userspace and entrypoint for Talos Linux (gpu-operator driver image)" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      io.nvidia.driver.version="${DRIVER_VERSION}" \
+      io.nvidia.driver.userspace-source="${USERSPACE_SOURCE}"
+ENV NVIDIA_VISIBLE_DEVICES=void \
+    PYTHONDONTWRITEBYTECODE=1
+ENTRYPOINT ["nvidia-driver"]
+CMD ["init"]

@@ -1,0 +1,73 @@
+"""Benchmark publish_driver_root on the real Debian 535.309.01 userspace (.cache/artefacts/debian-nvidia-535).
+
+Measured in the same run, page cache warm for both: baseline = `cp -a` of exactly the files the plan
+publishes + `ldconfig -r`; first publish into an empty DRIVER_ROOT (ratio target <= 1.3); unchanged
+re-publish (target <= 0.1 of the baseline); peak RSS of a process doing the first publish (<= 80 MB).
+Usage: .venv/bin/python bench/publish.py [USERSPACE_ROOT] [VERSION]
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from driver_container.paths import HostPaths
+from driver_container.publish.plan import plan_publish
+from driver_container.publish.scan import describe_userspace
+from driver_container.runner import Runner
+
+REPO = Path(__file__).resolve().parent.parent
+CHILD = """
+import json, resource, sys, time
+from pathlib import Path
+from driver_container.paths import HostPaths
+from driver_container.publish import publish_driver_root
+from driver_container.runner import Runner
+t = time.perf_counter()
+r = publish_driver_root(HostPaths(userspace_root=Path(sys.argv[1]), driver_root_override=Path(sys.argv[2]),
+                        procfs_root=Path("/nonexistent")), sys.argv[3], Runner())
+print(json.dumps({"s": time.perf_counter() - t, "written": r.written,
+                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def publish(userspace: Path, dest: Path, version: str) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-c", CHILD, str(userspace), str(dest), version], check=True,
+                         capture_output=True, text=True).stdout  # fmt: skip
+    return json.loads(out.splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def baseline(userspace: Path, dest: Path, version: str) -> float:
+    plan = plan_publish(describe_userspace(HostPaths(userspace_root=userspace).userspace, version, Runner()))
+    files = [str(e.source.real) for e in plan.entries if e.kind == "file" and e.source is not None]
+    (dest / "etc").mkdir(parents=True)
+    libdir = dest / "usr/lib" / plan.triplet  # one flat dir: ldconfig scans it like the published libdir
+    libdir.mkdir(parents=True)
+    t = time.perf_counter()
+    subprocess.run(["cp", "-a", *files, str(libdir)], check=True)
+    subprocess.run(["ldconfig", "-r", str(dest)], check=True)
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    userspace = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / ".cache/artefacts/debian-nvidia-535"
+    version = sys.argv[2] if len(sys.argv) > 2 else "535.309.01"
+    with tempfile.TemporaryDirectory(prefix="bench-publish-") as tmp:
+        work = Path(tmp)
+        publish(userspace, work / "warm", version)  # warm the page cache for both sides
+        base = baseline(userspace, work / "cp", version)
+        first = publish(userspace, work / "driver", version)
+        again = publish(userspace, work / "driver", version)
+    print(f"baseline cp -a + ldconfig -r: {base:.3f} s")
+    print(f"first publish: {first['s']:.3f} s ({first['written']:.0f} written) ratio {first['s'] / base:.2f} (<= 1.3)")
+    print(f"unchanged re-publish: {again['s']:.3f} s ({again['written']:.0f} written) "
+          f"ratio {again['s'] / base:.3f} (<= 0.1)")  # fmt: skip
+    print(f"peak RSS during first publish: {first['rss_mb']:.1f} MB (<= 80)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""``driver-manager``: a drop-in for the operator's k8s-driver-manager init container, Talos-aware.
+
+The operator runs ``driver-manager uninstall_driver`` with the stock environment (NODE_NAME,
+OPERATOR_NAMESPACE, DRIVER_CONFIG_DIGEST, FORCE_REINSTALL, ENABLE_GPU_POD_EVICTION, ENABLE_AUTO_DRAIN,
+DRAIN_*, KUBECONFIG; gpu-operator-contract.md section 4). Host paths use the same variables as
+``nvidia-driver`` (HostPaths.from_env).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Annotated
+
+import typer
+
+from driver_container.errors import DriverContainerError, UsageError
+from driver_container.manager import ManagerOptions
+from driver_container.settings import parse_bool, parse_seconds
+
+app = typer.Typer(
+    name="driver-manager",
+    help="Talos-aware replacement for NVIDIA's k8s-driver-manager (gpu-operator init container).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+log = logging.getLogger(__name__)
+
+# Stock variables that only steer module unloading and node draining; modules are never unloaded on
+# Talos, so they are accepted and reported as having no effect there.
+IGNORED_ON_TALOS = (
+    "ENABLE_GPU_POD_EVICTION",
+    "ENABLE_AUTO_DRAIN",
+    "DRAIN_USE_FORCE",
+    "DRAIN_POD_SELECTOR_LABEL",
+    "DRAIN_TIMEOUT_SECONDS",
+    "DRAIN_DELETE_EMPTYDIR_DATA",
+    "NODE_LABEL_FOR_GPU_POD_EVICTION",
+)
+# Variables this command reads besides HostPaths' and Settings' (checked by tests/unit/test_manifests.py).
+ENV_NAMES = (
+    "NODE_NAME",
+    "OPERATOR_NAMESPACE",
+    "DRIVER_CONFIG_DIGEST",
+    "FORCE_REINSTALL",
+    "KUBECONFIG",
+    "KUBERNETES_SERVICE_HOST",
+    "KUBERNETES_SERVICE_PORT",
+    "HOST_DRIVER_DELAY",
+    "OPERAND_WAIT_TIMEOUT",
+    "LOG_FORMAT",
+    "VERBOSE",
+    *IGNORED_ON_TALOS,
+)
+
+
+@app.callback()
+def configure(
+    log_format: Annotated[str, typer.Option(envvar="LOG_FORMAT", help="human or json")] = "human",
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", envvar="VERBOSE")] = False,
+) -> None:
+    from driver_container import logs
+
+    logs.configure(json_format=log_format == "json", verbose=verbose)
+
+
+def _options(env: dict[str, str]) -> ManagerOptions:
+    from driver_container.kube import KubeConfig, namespace_of_service_account
+
+    node = env.get("NODE_NAME", "").strip()
+    if not node:
+        raise UsageError("NODE_NAME is not set", fix="set NODE_NAME from the downward API (fieldRef spec.nodeName)")
+    namespace = (
+        env.get("OPERATOR_NAMESPACE", "").strip() or namespace_of_service_account(KubeConfig()) or "gpu-operator"
+    )
+    return ManagerOptions(
+        node_name=node,
+        operator_namespace=namespace,
+        driver_config_digest=(env.get("DRIVER_CONFIG_DIGEST") or "").strip() or None,
+        force_reinstall=parse_bool("FORCE_REINSTALL", env.get("FORCE_REINSTALL"), False),
+        host_driver_delay=parse_seconds("HOST_DRIVER_DELAY", env.get("HOST_DRIVER_DELAY"), 60.0),
+        pod_wait_timeout=parse_seconds("OPERAND_WAIT_TIMEOUT", env.get("OPERAND_WAIT_TIMEOUT"), 300.0),
+    )
+
+
+@app.command("uninstall_driver")
+def uninstall_driver() -> None:
+    """Prepare the node for the driver container (never unloads a module on Talos)."""
+    from driver_container.kube import KubeClient
+    from driver_container.manager import run_uninstall
+    from driver_container.paths import HostPaths
+    from driver_container.runner import Runner
+    from driver_container.settings import Settings
+
+    env = dict(os.environ)
+    options = _options(env)
+    clients: list[KubeClient] = []
+
+    def api_factory() -> KubeClient:
+        clients.append(KubeClient.from_env(env))
+        return clients[-1]
+
+    set_ignored = [name for name in IGNORED_ON_TALOS if env.get(name)]
+    if set_ignored:
+        log.info(
+            "%s: no effect on Talos (modules are never unloaded, so GPU pods need no eviction)", ", ".join(set_ignored)
+        )
+    try:
+        summary = run_uninstall(
+            HostPaths.from_env(env), Settings.from_env(env), options, runner=Runner(), api_factory=api_factory
+        )
+    finally:
+        for client in clients:
+            client.close()
+    typer.echo(f"driver-manager: {summary}")
+
+
+@app.command("preflight_check")
+def preflight_check() -> None:
+    """Accepted for compatibility with the stock manager; nothing to check before a Talos driver."""
+    typer.echo("driver-manager: preflight checks passed")
+
+
+def main(argv: list[str] | None = None) -> None:
+    from driver_container.cli import report_error
+
+    try:
+        app(args=argv)
+    except DriverContainerError as exc:
+        sys.exit(report_error(exc))

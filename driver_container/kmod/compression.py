@@ -1,0 +1,159 @@
+"""Module file compression: detection by magic bytes and decompression under a size cap.
+
+kmod (libkmod-file.c) also decides by magic, not by file name, and decompresses the whole file before
+reading ELF and the signature; so do we. The cap stops decompression bombs: output is produced in
+bounded steps and abandoned as soon as it passes ``max_size``.
+"""
+
+from __future__ import annotations
+
+import io
+import lzma
+import zlib
+
+from driver_container.errors import ModuleFormatError
+
+XZ_MAGIC = b"\xfd7zXZ\x00"
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+GZIP_MAGIC = b"\x1f\x8b"
+_CHUNK = 4 << 20
+
+
+def detect_compression(data: bytes) -> str | None:
+    """"xz", "zstd", "gzip" or None (plain) from the first bytes."""
+    if data.startswith(XZ_MAGIC):
+        return "xz"
+    if data.startswith(ZSTD_MAGIC):
+        return "zstd"
+    if data.startswith(GZIP_MAGIC):
+        return "gzip"
+    return None
+
+
+def _too_big(label: str, kind: str, max_size: int) -> ModuleFormatError:
+    return ModuleFormatError(
+        f"{label}: {kind} data decompresses to more than {max_size} bytes (size cap)",
+        fix="a real module is far smaller; raise max_size only for a file you trust",
+    )
+
+
+def _xz(data: bytes, label: str, max_size: int) -> bytes:
+    out: list[bytes] = []
+    total = 0
+    rest = data
+    # xz files may hold several concatenated streams with NUL padding (xz file format 1.0.4, 2.2).
+    while rest:
+        dec = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+        try:
+            chunk = dec.decompress(rest, max_length=max_size + 1 - total)
+            out.append(chunk)
+            total += len(chunk)
+            while total <= max_size and not dec.eof and not dec.needs_input:
+                chunk = dec.decompress(b"", max_length=max_size + 1 - total)
+                out.append(chunk)
+                total += len(chunk)
+        except lzma.LZMAError as exc:
+            raise ModuleFormatError(f"{label}: corrupt xz stream: {exc}") from exc
+        if total > max_size:
+            raise _too_big(label, "xz", max_size)
+        if not dec.eof:
+            raise ModuleFormatError(f"{label}: truncated xz stream (ends before the end-of-stream marker)")
+        rest = dec.unused_data.lstrip(b"\x00")
+    return b"".join(out)
+
+
+def check_zstd_frames(data: bytes, label: str) -> None:
+    """Walk the frames and blocks (RFC 8878, 3.1) so a truncated stream is an error.
+
+    zstandard's stream reader stops silently at the end of its input, even inside a frame; the walk
+    reads only headers (a 100 MB module has ~800 blocks), the decoder still checks the contents.
+    """
+    truncated = ModuleFormatError(f"{label}: truncated zstd stream (ends inside a frame)")
+    pos, size = 0, len(data)
+    while pos < size:
+        if pos + 5 > size:
+            raise truncated
+        magic = int.from_bytes(data[pos : pos + 4], "little")
+        if magic & 0xFFFFFFF0 == 0x184D2A50:  # skippable frame: magic, 4-byte size, payload
+            pos += 8 + int.from_bytes(data[pos + 4 : pos + 8], "little")
+            if pos > size:
+                raise truncated
+            continue
+        if magic != 0xFD2FB528:
+            raise ModuleFormatError(f"{label}: corrupt zstd stream: no frame magic at offset {pos}")
+        descriptor = data[pos + 4]
+        single_segment = bool(descriptor & 0x20)
+        fcs = (1 if single_segment else 0, 2, 4, 8)[descriptor >> 6]
+        pos += 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[descriptor & 3] + fcs
+        last = False
+        while not last:
+            if pos + 3 > size:
+                raise truncated
+            header = int.from_bytes(data[pos : pos + 3], "little")
+            last, kind, length = bool(header & 1), (header >> 1) & 3, header >> 3
+            if kind == 3:
+                raise ModuleFormatError(f"{label}: corrupt zstd stream: reserved block type at offset {pos}")
+            pos += 3 + (1 if kind == 1 else length)
+        pos += 4 if descriptor & 0x04 else 0
+        if pos > size:
+            raise truncated
+
+
+def _zstd(data: bytes, label: str, max_size: int) -> bytes:
+    import zstandard
+
+    check_zstd_frames(data, label)
+
+    out = bytearray()
+    # A stream reader works for frames with and without a content size (zstd written from a pipe).
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True) as reader:
+            while True:
+                chunk = reader.read(min(_CHUNK, max_size + 1 - len(out)))
+                if not chunk:
+                    break
+                out += chunk
+                if len(out) > max_size:
+                    raise _too_big(label, "zstd", max_size)
+    except zstandard.ZstdError as exc:
+        raise ModuleFormatError(f"{label}: corrupt zstd stream: {exc}") from exc
+    return bytes(out)
+
+
+def _gzip(data: bytes, label: str, max_size: int) -> bytes:
+    out: list[bytes] = []
+    total = 0
+    rest = data
+    while rest:
+        dec = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            chunk = dec.decompress(rest, max_size + 1 - total)
+            out.append(chunk)
+            total += len(chunk)
+            while total <= max_size and dec.unconsumed_tail:
+                chunk = dec.decompress(dec.unconsumed_tail, max_size + 1 - total)
+                out.append(chunk)
+                total += len(chunk)
+        except zlib.error as exc:
+            raise ModuleFormatError(f"{label}: corrupt gzip stream: {exc}") from exc
+        if total > max_size:
+            raise _too_big(label, "gzip", max_size)
+        if not dec.eof:
+            raise ModuleFormatError(f"{label}: truncated gzip stream")
+        rest = dec.unused_data
+    return b"".join(out)
+
+
+def decompress(data: bytes, kind: str | None, label: str, max_size: int) -> bytes:
+    """Return the module bytes; ``label`` names the file in errors."""
+    if kind is None:
+        return data
+    if kind == "xz":
+        result = _xz(data, label, max_size)
+    elif kind == "zstd":
+        result = _zstd(data, label, max_size)
+    else:
+        result = _gzip(data, label, max_size)
+    if not result:
+        raise ModuleFormatError(f"{label}: {kind} stream decompresses to nothing")
+    return result

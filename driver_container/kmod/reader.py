@@ -1,0 +1,124 @@
+"""``read_module``: a module file (path or bytes) to a ``ModuleInfo``.
+
+Order of work follows kmod (libkmod-file.c, libkmod-module.c): decompress by magic, then the
+signature at the end of the decompressed bytes, then ``.modinfo`` from the ELF section table.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import stat
+from pathlib import Path
+from typing import BinaryIO
+
+from driver_container.errors import ModuleFormatError
+from driver_container.kmod.compression import decompress, detect_compression
+from driver_container.kmod.elf import read_sections
+from driver_container.kmod.model import ModuleInfo
+from driver_container.kmod.signature import split_signature
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_SIZE = 1 << 30  # the largest real module (nvidia.ko, ~100 MB) is far below 1 GiB
+
+
+def absolute_name(path: Path) -> str:
+    """The file name kmod prints: made absolute by prefixing the cwd, without normalising."""
+    text = os.fsdecode(path)
+    return text if text.startswith("/") else f"{os.getcwd()}/{text}"
+
+
+def _read_capped(stream: BinaryIO, max_size: int) -> bytes:
+    chunks: list[bytes] = []
+    total = 0
+    while total <= max_size:
+        chunk = stream.read(min(1 << 20, max_size + 1 - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
+
+
+def _read_file(path: Path, label: str, max_size: int) -> bytes:
+    try:
+        with open(path, "rb") as stream:
+            info = os.fstat(stream.fileno())
+            if stat.S_ISDIR(info.st_mode):
+                raise ModuleFormatError(f"{label}: is a directory, not a module file")
+            if stat.S_ISREG(info.st_mode) and info.st_size > max_size:
+                raise ModuleFormatError(f"{label}: file of {info.st_size} bytes is over the {max_size}-byte cap")
+            # read() sized from st_size: read(max_size + 1) would allocate the whole cap every time.
+            data = stream.read() if stat.S_ISREG(info.st_mode) else _read_capped(stream, max_size)
+    except IsADirectoryError as exc:
+        raise ModuleFormatError(f"{label}: is a directory, not a module file") from exc
+    except OSError as exc:
+        reason = exc.strerror or errno.errorcode.get(exc.errno or 0, "I/O error")
+        raise ModuleFormatError(f"{label}: cannot read: {reason}") from exc
+    if len(data) > max_size:
+        raise ModuleFormatError(f"{label}: file is over the {max_size}-byte cap")
+    return data
+
+
+def parse_modinfo(section: bytes, label: str) -> tuple[tuple[str, str], ...]:
+    """NUL-separated ``key=value`` strings; runs of NULs (alignment padding) are skipped like kmod."""
+    if section and not section.endswith(b"\0"):
+        last = section.rsplit(b"\0", 1)[-1][:40]
+        raise ModuleFormatError(
+            f"{label}: .modinfo section does not end with a NUL byte (last entry {last!r} is "
+            "unterminated): truncated or corrupt module"
+        )
+    fields: list[tuple[str, str]] = []
+    for entry in section.split(b"\0"):
+        if not entry:
+            continue
+        key, _, value = entry.decode("utf-8", "surrogateescape").partition("=")
+        fields.append((key, value))
+    return tuple(fields)
+
+
+def _module_name(fields: tuple[tuple[str, str], ...], this_module: bytes | None, filename: str | None) -> str:
+    for key, value in fields:
+        if key == "name":
+            return value
+    if this_module:
+        return this_module.decode("utf-8", "surrogateescape")
+    if filename:
+        # Last resort, what kmod itself does for a path (path_to_modname): basename up to the first '.'.
+        return filename.rsplit("/", 1)[-1].split(".", 1)[0].replace("-", "_")
+    return ""
+
+
+def read_module(
+    source: Path | bytes, *, max_size: int = DEFAULT_MAX_SIZE, filename: str | None = None
+) -> ModuleInfo:
+    """Read one module. Raises ``ModuleFormatError`` naming the file and the problem."""
+    if isinstance(source, bytes | bytearray | memoryview):
+        data = bytes(source)
+        label = filename or "<module bytes>"
+        if len(data) > max_size:
+            raise ModuleFormatError(f"{label}: {len(data)} bytes is over the {max_size}-byte cap")
+    else:
+        path = Path(source)
+        filename = filename or absolute_name(path)
+        label = filename
+        data = _read_file(path, label, max_size)
+    if not data:
+        raise ModuleFormatError(f"{label}: empty file, not a kernel module")
+    kind = detect_compression(data)
+    data = decompress(data, kind, label, max_size)
+    elf_size, signature = split_signature(data, label)
+    sections = read_sections(data, label, elf_size)
+    if sections.modinfo is None:
+        raise ModuleFormatError(f"{label}: no .modinfo section: not a kernel module")
+    fields = parse_modinfo(sections.modinfo, label)
+    log.debug("read %s: %d .modinfo entries, compression %s", label, len(fields), kind)
+    return ModuleInfo(
+        filename=filename,
+        name=_module_name(fields, sections.this_module_name, filename),
+        fields=fields,
+        signature=signature,
+        compression=kind,
+    )

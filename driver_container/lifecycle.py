@@ -1,0 +1,382 @@
+"""The order of ``init`` (and ``load``/``unload``): lock, status files, module wait, verify, publish,
+node steps, daemons, state, wait for a signal.
+
+On Talos the modules belong to machined (talos.md): the runner is narrowed with ``MODULE_TOOLS`` before
+any step, so no path - start, signal or error - can run modprobe, rmmod or insmod. Signals only set a
+flag and wake the waits through a pipe (``signal.set_wakeup_fd``), so a SIGTERM ends a wait at once and
+the cleanup (stop daemons, remove the pid file, keep DRIVER_ROOT) runs in ordinary code.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from driver_container import statusfiles
+from driver_container.errors import (
+    DaemonError,
+    DriverContainerError,
+    HostReadError,
+    ModuleWaitTimeout,
+    VerificationError,
+)
+from driver_container.lock import PidLock
+from driver_container.node import persistenced
+from driver_container.paths import HostPaths
+from driver_container.runner import MODULE_TOOLS, Runner
+from driver_container.settings import Settings
+
+if TYPE_CHECKING:
+    from driver_container.hoststate import HostState
+    from driver_container.platform import PlatformInfo
+
+log = logging.getLogger(__name__)
+
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+POLL_S = 1.0
+PROGRESS_S = 10.0
+SOCKET_WAIT_S = 10.0
+
+
+@dataclass(frozen=True)
+class InitOptions:
+    no_wait: bool = False
+    persistenced_runtime_dir: Path = persistenced.CONTAINER_RUNTIME_DIR
+    poll_s: float = POLL_S
+    progress_s: float = PROGRESS_S
+
+
+class Shutdown:
+    """Records the first termination signal; ``wait`` sleeps until a timeout or a signal."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._pipe: tuple[int, int] | None = None
+        self._previous: dict[int, object] = {}
+        self._previous_fd = -1
+
+    def install(self) -> Shutdown:
+        read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._pipe = (read_fd, write_fd)
+        self._previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        for signum in HANDLED_SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        if self.signum is None:
+            self.signum = signum
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def wait(self, timeout: float) -> bool:
+        """True once a signal arrived (at once if one already did)."""
+        if self._pipe is None or self.requested:
+            return self.requested
+        # A signal during select is written to the pipe by the C handler, so select returns at once.
+        ready, _, _ = select.select([self._pipe[0]], [], [], max(timeout, 0.0))
+        if ready:
+            while True:
+                try:
+                    if not os.read(self._pipe[0], 64):
+                        break
+                except BlockingIOError:
+                    break
+        return self.requested
+
+    def restore(self) -> None:
+        if self._pipe is None:
+            return
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)  # type: ignore[arg-type]
+        signal.set_wakeup_fd(self._previous_fd)
+        for fd in self._pipe:
+            os.close(fd)
+        self._pipe = None
+
+    def describe(self) -> str:
+        return signal.Signals(self.signum).name if self.signum is not None else "no signal"
+
+
+def required_modules(settings: Settings) -> tuple[str, ...]:
+    """What Talos must preload: nvidia_uvm always (the validator needs its device major)."""
+    names = ["nvidia", "nvidia_uvm"]
+    if settings.nvidia_modeset:
+        names.append("nvidia_modeset")
+    if settings.gpu_direct_rdma:
+        names.append("nvidia_peermem")
+    return tuple(names)
+
+
+def machine_config_snippet(names: tuple[str, ...]) -> str:
+    lines = ["machine:", "  kernel:", "    modules:"] + [f"      - name: {n}" for n in names]
+    return "\n".join(lines)
+
+
+def missing_modules(paths: HostPaths, names: tuple[str, ...]) -> list[str]:
+    from driver_container.hoststate import read_loaded_modules
+
+    problems: list[str] = []
+    loaded = read_loaded_modules(paths, problems)
+    for problem in problems:
+        log.debug("%s", problem)
+    missing = []
+    for name in names:
+        module = loaded.get(name)
+        # "Loading"/"coming" is not ready yet; built-in code has no state and counts as loaded.
+        live = module is not None and module.loaded and (module.state or "live").lower() == "live"
+        if not live:
+            missing.append(name)
+    return missing
+
+
+def wait_for_modules(
+    paths: HostPaths, settings: Settings, shutdown: Shutdown, *, talos: bool, poll_s: float = POLL_S,
+    progress_s: float = PROGRESS_S, names: tuple[str, ...] | None = None,
+) -> bool:
+    """Poll until every required module is live; False when a signal came first; ModuleWaitTimeout."""
+    names = names or required_modules(settings)
+    start = time.monotonic()
+    deadline = start + settings.module_wait_timeout
+    next_progress = start + progress_s
+    log.info("waiting up to %g s for modules: %s", settings.module_wait_timeout, ", ".join(names))
+    while True:
+        missing = missing_modules(paths, names)
+        if not missing:
+            log.info("modules loaded: %s", ", ".join(names))
+            return True
+        now = time.monotonic()
+        if now >= deadline:
+            raise _timeout_error(paths, settings, missing, names, talos=talos)
+        if now >= next_progress:
+            log.info("still waiting for %s (%.0f s of %g s)", ", ".join(missing), now - start,
+                     settings.module_wait_timeout)
+            next_progress += progress_s
+        if shutdown.wait(min(poll_s, deadline - now)):
+            return False
+
+
+def _timeout_error(
+    paths: HostPaths, settings: Settings, missing: list[str], names: tuple[str, ...], *, talos: bool
+) -> ModuleWaitTimeout:
+    message = (
+        f"after {settings.module_wait_timeout:g} s these modules are still not loaded: {', '.join(missing)} "
+        f"(read {paths.procfs_root / 'modules'} and {paths.sysfs_root / 'module'})"
+    )
+    if talos:
+        fix = "Talos loads them only from the machine config; add (then reboot or apply):\n" + (
+            machine_config_snippet(names)
+        )
+    else:
+        fix = "check `dmesg` for why modprobe did not load them"
+    return ModuleWaitTimeout(message, fix=fix)
+
+
+def verify(paths: HostPaths, settings: Settings) -> HostState:
+    """Host-inspection findings; any error stops here, before DRIVER_ROOT is touched."""
+    from driver_container.findings import has_errors
+    from driver_container.hoststate import inspect_host
+
+    state = inspect_host(paths, settings)
+    for finding in state.findings:
+        if finding.severity != "error":
+            level = logging.WARNING if finding.severity == "warning" else logging.INFO
+            log.log(level, "%s: %s", finding.code, finding.message)
+    if has_errors(list(state.findings)):
+        errors = [f for f in state.findings if f.severity == "error"]
+        message = "; ".join(f"{f.code}: {f.message}" for f in errors)
+        fixes = "; ".join(dict.fromkeys(f.fix for f in errors if f.fix))
+        raise VerificationError(f"verification failed, {paths.driver_root} left untouched: {message}", fix=fixes)
+    return state
+
+
+def loaded_version(state: HostState) -> str:
+    version = state.nvidia_version.version if state.nvidia_version else state.modules["nvidia"].version
+    if version is None:
+        raise VerificationError(
+            f"cannot tell the loaded driver version ({state.driver_root} left untouched): neither "
+            "/proc/driver/nvidia/version nor /sys/module/nvidia/version is readable",
+            fix="mount the host's /proc and /sys at PROCFS_ROOT and SYSFS_ROOT",
+        )
+    return version
+
+
+def detect(paths: HostPaths, settings: Settings, runner: Runner) -> tuple[PlatformInfo, Runner]:
+    """The platform, and the runner to use on it (module tools forbidden on Talos)."""
+    from driver_container.platform import detect_platform
+
+    info = detect_platform(paths, settings.driver_platform)
+    log.info("platform: %s%s (%s)", info.name, f" {info.talos_version}" if info.talos_version else "", info.evidence)
+    if info.name == "talos":
+        return info, runner.forbid(MODULE_TOOLS)
+    return info, runner
+
+
+def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: InitOptions | None = None) -> None:
+    """The whole ``init``. Returns normally on success and on a termination signal; raises on failure."""
+    opts = options or InitOptions()
+    shutdown = Shutdown().install()
+    lock = PidLock(paths.pid_file)
+    daemon: persistenced.Persistenced | None = None
+    generic_host = False
+    try:
+        lock.acquire()
+        statusfiles.write_daemons_status(paths, ready=False)
+        info, runner = detect(paths, settings, runner)
+        generic_host = info.name != "talos"
+        names = required_modules(settings)
+        if generic_host:
+            names = _prepare_generic(paths, settings, runner, names)
+        if not wait_for_modules(paths, settings, shutdown, talos=not generic_host, poll_s=opts.poll_s,
+                                progress_s=opts.progress_s, names=names):
+            return
+        state = verify(paths, settings)
+        _publish(paths, loaded_version(state), runner)
+        if shutdown.requested:
+            return
+        _node_steps(paths)
+        if opts.no_wait:
+            log.info("--no-wait: starting no daemon (nvidia-persistenced is left to a waiting init)")
+        else:
+            daemon = _start_daemons(paths, settings, runner, opts, shutdown)
+        statusfiles.write_state(paths, settings.driver_config_digest)
+        statusfiles.write_daemons_status(paths, ready=True)
+        if opts.no_wait:
+            log.info("Done (--no-wait): driver root published at %s", paths.driver_root)
+            return
+        log.info("Done, now waiting for signal")
+        _wait_for_signal(paths, shutdown, daemon)
+    finally:
+        if shutdown.requested:
+            log.info("%s received: stopping what init started; %s is kept", shutdown.describe(), paths.driver_root)
+        if daemon is not None:
+            persistenced.stop(daemon)
+        if generic_host and shutdown.requested and lock.held:
+            _unload_generic(paths, settings, runner)
+        lock.release()
+        shutdown.restore()
+
+
+def _publish(paths: HostPaths, version: str, runner: Runner) -> None:
+    from driver_container.publish import publish_driver_root
+
+    publish_driver_root(paths, version, runner)  # logs its own summary
+
+
+def _node_steps(paths: HostPaths) -> None:
+    """Firmware path first: GSP firmware is loaded when a GPU is first opened (persistenced opens them)."""
+    from driver_container.node import devices, firmware
+
+    firmware.set_firmware_search_path(paths)
+    try:
+        nodes = devices.plan_device_nodes(paths)
+    except HostReadError as exc:
+        # Best effort like the firmware path: without nodes the validator falls back to the host's /dev.
+        log.warning("device nodes not created: %s", exc.message)
+        return
+    report = devices.create_device_nodes(paths.driver_root, nodes)
+    log.info(
+        "device nodes in %s: %d created, %d unchanged, %d not permitted",
+        paths.driver_root / "dev", len(report.created), len(report.unchanged), len(report.not_permitted),
+    )
+
+
+def _start_daemons(
+    paths: HostPaths, settings: Settings, runner: Runner, opts: InitOptions, shutdown: Shutdown
+) -> persistenced.Persistenced | None:
+    if not persistenced.should_start(paths, settings.persistenced, runner):
+        return None
+    socket = persistenced.link_runtime_dir(paths.driver_root, opts.persistenced_runtime_dir)
+    daemon = persistenced.start(runner)
+    deadline = time.monotonic() + SOCKET_WAIT_S
+    while not socket.exists():
+        _check_alive(paths, daemon)
+        if time.monotonic() >= deadline:
+            log.warning("%s did not create %s within %g s", persistenced.BINARY, socket, SOCKET_WAIT_S)
+            break
+        if shutdown.wait(0.1):
+            break
+    return daemon
+
+
+def _check_alive(paths: HostPaths, daemon: persistenced.Persistenced) -> None:
+    code = daemon.exited()
+    if code is None:
+        return
+    statusfiles.write_daemons_status(paths, ready=False)
+    raise DaemonError(
+        f"{persistenced.BINARY} (pid {daemon.pid}) exited with status {code}",
+        fix="see its messages above; the pod restarts and init starts it again",
+    )
+
+
+def _wait_for_signal(paths: HostPaths, shutdown: Shutdown, daemon: persistenced.Persistenced | None) -> None:
+    while not shutdown.wait(POLL_S if daemon is not None else 3600.0):
+        if daemon is not None:
+            _check_alive(paths, daemon)
+
+
+def _prepare_generic(
+    paths: HostPaths, settings: Settings, runner: Runner, names: tuple[str, ...]
+) -> tuple[str, ...]:
+    """Generic hosts (issue 8): keep loaded modules when the digest matches, else reload them.
+    Returns the modules to wait for: nvidia_peermem only where a Mellanox device makes it load."""
+    from driver_container import generic
+
+    if "nvidia_peermem" in names and not generic.mellanox_present(paths):
+        names = tuple(n for n in names if n != "nvidia_peermem")
+    digest = settings.driver_config_digest
+    if digest and statusfiles.read_state(paths) == digest and not missing_modules(paths, ("nvidia",)):
+        log.info("modules loaded and %s matches DRIVER_CONFIG_DIGEST: userspace-only publish", paths.state_file)
+        return names
+    generic.unload_modules(paths, settings, runner)
+    generic.load_modules(paths, settings, runner)
+    return names
+
+
+def _unload_generic(paths: HostPaths, settings: Settings, runner: Runner) -> None:
+    from driver_container import generic
+
+    try:
+        generic.unload_modules(paths, settings, runner)
+    except DriverContainerError as exc:
+        log.warning("modules left loaded: %s", exc.message)
+
+
+def run_load(paths: HostPaths, settings: Settings, runner: Runner) -> HostState:
+    """``load``: on Talos wait for machined's modules and verify; on generic hosts load them first."""
+    info, runner = detect(paths, settings, runner)
+    if info.name != "talos":
+        from driver_container import generic
+
+        generic.load_modules(paths, settings, runner)
+    shutdown = Shutdown().install()
+    try:
+        if not wait_for_modules(paths, settings, shutdown, talos=info.name == "talos"):
+            raise ModuleWaitTimeout(f"interrupted by {shutdown.describe()} while waiting for the modules")
+    finally:
+        shutdown.restore()
+    return verify(paths, settings)
+
+
+def run_unload(paths: HostPaths, settings: Settings, runner: Runner) -> str:
+    """``unload``: Talos owns the modules, so this only explains; generic hosts unload (refcount-safe)."""
+    info, runner = detect(paths, settings, runner)
+    if info.name == "talos":
+        return (
+            "Talos owns the NVIDIA kernel modules (loaded by machined from the machine config; pods have no "
+            "CAP_SYS_MODULE): nothing to unload. Remove them from machine.kernel.modules and reboot instead."
+        )
+    from driver_container import generic
+
+    generic.unload_modules(paths, settings, runner)
+    return "NVIDIA modules unloaded"

@@ -1,0 +1,303 @@
+"""The Talos-aware driver manager: what the operator's init container must do before the driver starts.
+
+NVIDIA's k8s-driver-manager (``uninstall_driver``) unloads the modules whenever the driver config
+digest changed; on Talos the pod has no CAP_SYS_MODULE and /run is empty after every reboot, so it
+crash-loops forever (gpu-operator-contract.md section 4). Here the modules belong to Talos: this
+manager never touches them. It keeps the rest of the stock contract: a host driver disables the
+driver pod on the node, operands are paused across a driver change so they restart against the new
+root, and leftovers of a previous driver container (a mount at the driver root, the pid file) go.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any, Protocol
+
+from driver_container.errors import HostDriverPresentError, VerificationError
+from driver_container.paths import HostPaths, Root
+from driver_container.runner import MODULE_TOOLS, Runner
+from driver_container.settings import Settings
+
+log = logging.getLogger(__name__)
+
+PAUSED = "paused-for-driver-upgrade"  # value the stock manager and upgrade controller use
+DRIVER_DEPLOY_LABEL = "nvidia.com/gpu.deploy.driver"
+PRE_INSTALLED = "pre-installed"  # the operator stops scheduling its driver pod on such a node
+# Operand deploy label -> ``app`` label of its pods (the stock manager's list; gpu-operator assets).
+# nvsm has a label but its pods are not waited for by the stock manager either.
+OPERANDS: dict[str, str | None] = {
+    "nvidia.com/gpu.deploy.operator-validator": "nvidia-operator-validator",
+    "nvidia.com/gpu.deploy.container-toolkit": "nvidia-container-toolkit-daemonset",
+    "nvidia.com/gpu.deploy.device-plugin": "nvidia-device-plugin-daemonset",
+    "nvidia.com/gpu.deploy.gpu-feature-discovery": "gpu-feature-discovery",
+    "nvidia.com/gpu.deploy.dcgm-exporter": "nvidia-dcgm-exporter",
+    "nvidia.com/gpu.deploy.dcgm": "nvidia-dcgm",
+    "nvidia.com/gpu.deploy.mig-manager": "nvidia-mig-manager",
+    "nvidia.com/gpu.deploy.nvsm": None,
+    "nvidia.com/gpu.deploy.sandbox-validator": "nvidia-sandbox-validator",
+    "nvidia.com/gpu.deploy.sandbox-device-plugin": "nvidia-sandbox-device-plugin-daemonset",
+    "nvidia.com/gpu.deploy.vgpu-device-manager": "nvidia-vgpu-device-manager",
+}
+# The validator's host-driver probe: a regular executable nvidia-smi in these host directories
+# (cmd/nvidia-validator, gpu-operator-contract.md section 5). In-root paths, resolved through Root.
+HOST_SMI_DIRS = ("/usr/bin", "/usr/sbin", "/bin", "/sbin", "/opt/bin")
+
+
+@dataclass(frozen=True)
+class ManagerOptions:
+    node_name: str
+    operator_namespace: str = "gpu-operator"  # stock default of OPERATOR_NAMESPACE
+    driver_config_digest: str | None = None
+    force_reinstall: bool = False
+    host_driver_delay: float = 60.0  # stock: sleep 60 s before failing, while the pod is replaced
+    pod_wait_timeout: float = 300.0  # stock grace period per operand: 5 minutes
+    poll_interval: float = 5.0
+
+
+class NodeApi(Protocol):
+    """The calls of ``kube.KubeClient`` the manager uses (tests pass an in-memory fake)."""
+
+    def node_labels(self, name: str) -> dict[str, str]: ...
+
+    def patch_node_labels(self, name: str, labels: Mapping[str, str | None]) -> dict[str, str]: ...
+
+    def list_pods(self, namespace: str | None, *, node: str, label_selector: str = "") -> list[dict[str, Any]]: ...
+
+    def wait_for_pods_gone(
+        self, namespace: str | None, *, node: str, label_selector: str, timeout: float, poll: float = 5.0
+    ) -> None: ...
+
+
+@dataclass(frozen=True)
+class NodeFacts:
+    platform: str  # "talos" | "generic"
+    platform_evidence: str
+    talos_version: str | None
+    host_smi: PurePosixPath | None  # host nvidia-smi found by the validator's rule
+    nvidia_version: str | None  # version of the loaded nvidia module; None when not loaded
+    nvidia_loaded: bool
+    image_version: str | None  # NVIDIA userspace version in this image
+    state_digest: str | None  # RUN_DIR/nvidia-driver.state
+    driver_mounts: tuple[str, ...]  # mount points at or below DRIVER_ROOT
+    pid_file_stale: bool  # pid file present and its process gone
+
+
+# -- pure helpers ---------------------------------------------------------------------------------
+
+
+def paused_value(value: str) -> str:
+    """The stock manager's rule: true -> paused; false stays; other values get the suffix once."""
+    if value in ("true", PAUSED):
+        return PAUSED
+    if value == "false" or PAUSED in value:
+        return value
+    return f"{value}_{PAUSED}"
+
+
+def restored_value(value: str) -> str:
+    if value == PAUSED:
+        return "true"
+    return value.replace(f"_{PAUSED}", "").replace(PAUSED, "").strip("_")
+
+
+def pause_patch(labels: Mapping[str, str]) -> dict[str, str]:
+    return {k: paused_value(v) for k, v in labels.items() if k in OPERANDS and paused_value(v) != v}
+
+
+def restore_patch(labels: Mapping[str, str]) -> dict[str, str]:
+    """Undo our pause, including one left behind by an interrupted earlier run."""
+    return {k: restored_value(v) for k, v in labels.items() if k in OPERANDS and PAUSED in v}
+
+
+def operand_selector() -> str:
+    apps = sorted(app for app in OPERANDS.values() if app)
+    return f"app in ({','.join(apps)})"
+
+
+def _unescape_mountinfo(field: str) -> str:
+    # The kernel escapes space, tab, newline and backslash as \ooo in mountinfo (fs/proc_namespace.c).
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1 : i + 4].isdigit() and len(field[i + 1 : i + 4]) == 3:
+            out.append(chr(int(field[i + 1 : i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def mounts_at_or_below(mountinfo: str, path: str) -> tuple[str, ...]:
+    """Mount points (field 5 of /proc/<pid>/mountinfo, proc(5)) equal to or below ``path``."""
+    top = path.rstrip("/") or "/"
+    found: list[str] = []
+    for line in mountinfo.splitlines():
+        fields = line.split(" ")
+        if len(fields) < 5:
+            continue
+        point = _unescape_mountinfo(fields[4])
+        if point == top or point.startswith(top + "/"):
+            found.append(point)
+    return tuple(found)
+
+
+def find_host_smi(host: Root) -> PurePosixPath | None:
+    for directory in HOST_SMI_DIRS:
+        inner = PurePosixPath(directory) / "nvidia-smi"
+        st = host.stat(inner)  # follows links inside the host root, as chroot would
+        if st is not None and stat.S_ISREG(st.st_mode) and st.st_mode & 0o111:
+            return inner
+    return None
+
+
+# -- reading the node -----------------------------------------------------------------------------
+
+
+def _pid_file_stale(paths: HostPaths) -> bool:
+    try:
+        text = paths.pid_file.read_text(encoding="utf-8", errors="replace").strip()
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        log.warning("%s: cannot read: %s", paths.pid_file, exc.strerror)
+        return False
+    # The driver pod runs with hostPID (0500_daemonset.yaml), so the pid is a host pid visible in /proc.
+    return not (text.isdigit() and paths.proc.is_dir(text))
+
+
+def gather_facts(paths: HostPaths, settings: Settings) -> NodeFacts:
+    from driver_container.hoststate import read_loaded_modules
+    from driver_container.platform import detect_platform
+    from driver_container.userspace import find_userspace
+
+    platform = detect_platform(paths, settings.driver_platform)
+    nvidia = read_loaded_modules(paths).get("nvidia")
+    loaded = nvidia is not None and nvidia.loaded
+    mountinfo = paths.proc.read_text_or_none("self/mountinfo") or ""
+    state = paths.run.read_text_or_none(paths.state_file.name)
+    return NodeFacts(
+        platform=platform.name,
+        platform_evidence=platform.evidence,
+        talos_version=platform.talos_version,
+        host_smi=find_host_smi(paths.host),
+        nvidia_version=nvidia.version if nvidia is not None and loaded else None,
+        nvidia_loaded=loaded,
+        image_version=find_userspace(paths).version if loaded else None,
+        state_digest=state.strip() if state is not None else None,
+        driver_mounts=mounts_at_or_below(mountinfo, str(paths.driver_root)),
+        pid_file_stale=_pid_file_stale(paths),
+    )
+
+
+# -- the command ----------------------------------------------------------------------------------
+
+
+def check_versions(facts: NodeFacts) -> None:
+    if not facts.nvidia_version or not facts.image_version or facts.nvidia_version == facts.image_version:
+        return
+    talos = facts.talos_version or "<Talos version>"
+    raise VerificationError(
+        f"the loaded nvidia module is version {facts.nvidia_version} but this image ships NVIDIA userspace "
+        f"{facts.image_version}; they must be identical",
+        fix=f"use the driver image {facts.nvidia_version}-talos{talos} (driver.version), or install the Talos "
+        f"kmod extension of version {facts.image_version} and reboot (docs/talos.md)",
+    )
+
+
+def disable_container_driver(
+    api: NodeApi, options: ManagerOptions, facts: NodeFacts, sleep: Callable[[float], None]
+) -> None:
+    log.warning(
+        "the host provides NVIDIA userspace (%s exists and is executable): the driver is pre-installed, "
+        "most likely by the Talos nvidia-container-toolkit extension; labelling node %s %s=%s so the operator "
+        "stops running the driver container here",
+        facts.host_smi,
+        options.node_name,
+        DRIVER_DEPLOY_LABEL,
+        PRE_INSTALLED,
+    )
+    api.patch_node_labels(options.node_name, {DRIVER_DEPLOY_LABEL: PRE_INSTALLED})
+    sleep(options.host_driver_delay)  # stock behaviour: give the operator time to delete this pod
+    raise HostDriverPresentError(
+        f"host nvidia-smi {facts.host_smi} found: the node has a pre-installed driver; "
+        f"node {options.node_name} labelled {DRIVER_DEPLOY_LABEL}={PRE_INSTALLED}",
+        fix="to use this driver container, remove the NVIDIA userspace (nvidia-container-toolkit) extension "
+        "and keep only the kmod extension (docs/talos.md)",
+    )
+
+
+def clean_leftovers(paths: HostPaths, facts: NodeFacts, runner: Runner) -> list[str]:
+    done: list[str] = []
+    if facts.driver_mounts:
+        # A stale rbind of a previous (stock) driver container: lazy and recursive, as NVIDIA's script does.
+        runner.run(["umount", "-l", "-R", str(paths.driver_root)])
+        done.append(f"unmounted {paths.driver_root}")
+    if facts.pid_file_stale:
+        try:
+            os.unlink(paths.pid_file)
+            done.append(f"removed stale {paths.pid_file}")
+        except FileNotFoundError:
+            pass
+    return done
+
+
+def _pause_needed(api: NodeApi, options: ManagerOptions, facts: NodeFacts) -> bool:
+    digest = options.driver_config_digest
+    changed = options.force_reinstall or digest is None or facts.state_digest != digest
+    if not (facts.nvidia_loaded and changed):
+        return False
+    running = api.list_pods(options.operator_namespace, node=options.node_name, label_selector=operand_selector())
+    return bool(running)
+
+
+def run_uninstall(
+    paths: HostPaths,
+    settings: Settings,
+    options: ManagerOptions,
+    *,
+    runner: Runner,
+    api_factory: Callable[[], NodeApi],
+    sleep: Callable[[float], None] = time.sleep,
+    facts: NodeFacts | None = None,
+) -> str:
+    """``driver-manager uninstall_driver`` on Talos; returns a one-line summary for the CLI."""
+    facts = facts or gather_facts(paths, settings)
+    if facts.platform != "talos":
+        return f"not a Talos node ({facts.platform_evidence}): the stock k8s-driver-manager applies here; nothing to do"
+    runner = runner.forbid(MODULE_TOOLS)  # Talos owns the modules: no code path may unload one
+    api = api_factory()
+    if facts.host_smi is not None:
+        disable_container_driver(api, options, facts, sleep)
+    check_versions(facts)
+    pause = pause_patch(api.node_labels(options.node_name)) if _pause_needed(api, options, facts) else {}
+    try:
+        if pause:
+            log.info(
+                "driver config changed (%s -> %s): pausing operands %s",
+                facts.state_digest,
+                options.driver_config_digest,
+                ", ".join(sorted(pause)),
+            )
+            api.patch_node_labels(options.node_name, dict(pause))
+            api.wait_for_pods_gone(
+                options.operator_namespace,
+                node=options.node_name,
+                label_selector=operand_selector(),
+                timeout=options.pod_wait_timeout,
+                poll=options.poll_interval,
+            )
+        done = clean_leftovers(paths, facts, runner)
+    finally:
+        restore = restore_patch(api.node_labels(options.node_name))
+        if restore:
+            log.info("restoring operand labels %s", ", ".join(f"{k}={v}" for k, v in sorted(restore.items())))
+            api.patch_node_labels(options.node_name, dict(restore))
+    state = f"nvidia {facts.nvidia_version} loaded" if facts.nvidia_loaded else "nvidia not loaded yet (Talos loads it)"
+    actions = ([f"paused {len(pause)} operand label(s)"] if pause else []) + done
+    return f"Talos {facts.talos_version or ''}: {state}; " + ("; ".join(actions) if actions else "nothing to clean")

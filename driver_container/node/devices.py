@@ -1,0 +1,145 @@
+"""Device nodes in DRIVER_ROOT/dev, which gpu-operator's validator uses as its device root.
+
+The list follows what ``nvidia-ctk system create-device-nodes`` creates (nvidia-container-toolkit):
+``nvidiactl`` 195:255 and ``nvidia-modeset`` 195:254 on the major of ``nvidia`` (``nvidia-frontend``
+before ~550), ``nvidia-uvm``/``nvidia-uvm-tools`` minors 0/1 on the dynamic ``nvidia-uvm`` major,
+``nvidiaN`` with N = "Device Minor" of each GPU, and ``nvidia-caps/nvidia-capN`` from the MIG minors on
+the ``nvidia-caps`` major. Mode 0666, as NVIDIA's udev-less setup (nvidia-modprobe) uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from driver_container.errors import HostReadError, PublishError
+from driver_container.fsutil import contained
+from driver_container.kernel.devices import parse_mig_minors, parse_proc_devices
+from driver_container.kernel.nvidia_proc import read_gpus
+from driver_container.paths import HostPaths
+
+log = logging.getLogger(__name__)
+
+NODE_MODE = 0o666
+CTL_MINOR = 255  # NV_CONTROL_DEVICE_MINOR (kernel-open/common/inc/nv.h)
+MODESET_MINOR = 254  # NV_MODESET_MINOR_DEVICE_NUM (nvidia-modeset)
+NVIDIA_MAJOR_NAMES = ("nvidia", "nvidia-frontend", "nvidiactl")  # frontend: drivers before ~550
+
+
+@dataclass(frozen=True)
+class DeviceNode:
+    name: str  # relative to DRIVER_ROOT/dev, e.g. "nvidia0" or "nvidia-caps/nvidia-cap1"
+    major: int
+    minor: int
+    mode: int = NODE_MODE
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    created: tuple[str, ...]
+    unchanged: tuple[str, ...]
+    not_permitted: tuple[str, ...]
+
+
+def plan_device_nodes(paths: HostPaths) -> tuple[DeviceNode, ...]:
+    """The nodes the loaded driver provides, read from PROCFS_ROOT (no writes)."""
+    text = paths.proc.read_text_or_none("devices")
+    if text is None:
+        raise HostReadError(
+            f"{paths.procfs_root / 'devices'}: missing; cannot learn the NVIDIA device majors",
+            fix="mount the host's /proc at PROCFS_ROOT",
+        )
+    devices = parse_proc_devices(text)
+    nodes: list[DeviceNode] = []
+    nvidia = next((m for m in map(devices.major, NVIDIA_MAJOR_NAMES) if m is not None), None)
+    if nvidia is None:
+        log.warning("%s: no nvidia major registered; no control or GPU nodes", paths.procfs_root / "devices")
+    else:
+        nodes += [DeviceNode("nvidiactl", nvidia, CTL_MINOR), DeviceNode("nvidia-modeset", nvidia, MODESET_MINOR)]
+        nodes += [DeviceNode(f"nvidia{minor}", nvidia, minor) for minor in _gpu_minors(paths)]
+    uvm = devices.major("nvidia-uvm")
+    if uvm is not None:
+        nodes += [DeviceNode("nvidia-uvm", uvm, 0), DeviceNode("nvidia-uvm-tools", uvm, 1)]
+    caps = devices.major("nvidia-caps")
+    mig_text = paths.proc.read_text_or_none("driver/nvidia-caps/mig-minors")
+    if caps is not None and mig_text is not None:
+        minors = sorted({entry.minor for entry in parse_mig_minors(mig_text)})
+        nodes += [DeviceNode(f"nvidia-caps/nvidia-cap{minor}", caps, minor) for minor in minors]
+    return tuple(nodes)
+
+
+def _gpu_minors(paths: HostPaths) -> list[int]:
+    minors: set[int] = set()
+    problems: list[str] = []
+    for gpu in read_gpus(paths.proc, problems):
+        if gpu.device_minor is None:
+            log.warning("GPU %s: no Device Minor in its information file; no node for it", gpu.pci_id)
+            continue
+        minors.add(gpu.device_minor)
+    for problem in problems:
+        log.warning("%s", problem)
+    return sorted(minors)
+
+
+def create_device_nodes(driver_root: Path, nodes: tuple[DeviceNode, ...]) -> NodeReport:
+    """Create each node under DRIVER_ROOT/dev; an identical existing node is left alone."""
+    created: list[str] = []
+    unchanged: list[str] = []
+    refused: list[str] = []
+    for node in nodes:
+        target = contained(driver_root, driver_root / "dev" / node.name)
+        if _matches(target, node):
+            unchanged.append(node.name)
+            continue
+        if _make_node(target, node):
+            created.append(node.name)
+        else:
+            refused.append(node.name)
+    if refused:
+        log.warning(
+            "mknod not permitted (no CAP_MKNOD?): device nodes not created in %s: %s",
+            driver_root / "dev",
+            ", ".join(refused),
+        )
+    return NodeReport(tuple(created), tuple(unchanged), tuple(refused))
+
+
+def _matches(target: Path, node: DeviceNode) -> bool:
+    try:
+        st = os.lstat(target)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise PublishError(f"{target}: cannot stat: {exc.strerror}") from exc
+    return (
+        stat.S_ISCHR(st.st_mode)
+        and st.st_rdev == os.makedev(node.major, node.minor)
+        and stat.S_IMODE(st.st_mode) == node.mode
+    )
+
+
+def _make_node(target: Path, node: DeviceNode) -> bool:
+    """mknod at a temporary name, chmod (umask), rename over the target: readers see old or new."""
+    tmp = target.with_name(f".{target.name}.tmp")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        os.mknod(tmp, stat.S_IFCHR | node.mode, os.makedev(node.major, node.minor))
+    except OSError as exc:
+        if exc.errno in (errno.EPERM, errno.EACCES):
+            return False
+        raise PublishError(f"{target}: cannot create device node: {exc.strerror}") from exc
+    try:
+        os.chmod(tmp, node.mode)
+        os.replace(tmp, target)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise PublishError(f"{target}: cannot install device node: {exc.strerror}") from exc
+    return True

@@ -1,0 +1,100 @@
+"""The kernel's custom firmware search path, so open modules find GSP firmware in the driver root.
+
+The kernel's firmware loader tries ``firmware_class.path`` before /lib/firmware/updates/<uname -r>,
+/lib/firmware/updates, /lib/firmware/<uname -r> and /lib/firmware (drivers/base/firmware_loader/main.c).
+Talos' kmod extensions ship no GSP firmware and /usr is read-only, so the only way for the kernel to see
+DRIVER_ROOT/lib/firmware/nvidia/<v>/gsp_*.bin is this parameter, written with the HOST's path of the
+driver root. It must be set before the GPU is first opened (GSP boots on first open). Best effort:
+in SELinux-enforcing Talos /sys/module is read-only, and an operator may have set another path.
+"""
+
+from __future__ import annotations
+
+import enum
+import errno
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+from driver_container.errors import HostReadError
+from driver_container.paths import HostPaths
+
+log = logging.getLogger(__name__)
+
+PARAM = PurePosixPath("module/firmware_class/parameters/path")
+# fw_path_para is a 256-byte buffer (module_param_string, firmware_loader/main.c): longer is refused.
+MAX_PATH_LEN = 255
+
+
+class FirmwarePathResult(enum.Enum):
+    SET = "set"  # we wrote our path
+    ALREADY = "already"  # it already held our path
+    OTHER = "other"  # it holds another path: left alone
+    READ_ONLY = "read-only"  # not writable (SELinux enforcing, ro mount)
+    MISSING = "missing"  # no firmware_class parameter (not mounted, or loader built without it)
+    TOO_LONG = "too-long"
+
+
+@dataclass(frozen=True)
+class FirmwarePathReport:
+    result: FirmwarePathResult
+    wanted: str
+    found: str | None
+
+
+def wanted_firmware_path(paths: HostPaths) -> str:
+    """The host path of DRIVER_ROOT/lib/firmware (HOST_DRIVER_ROOT, default DRIVER_ROOT)."""
+    return str(paths.host_driver_root / "lib/firmware")
+
+
+def set_firmware_search_path(paths: HostPaths) -> FirmwarePathReport:
+    wanted = wanted_firmware_path(paths)
+    param_file = paths.sysfs_root / PARAM
+    try:
+        current_text = paths.sys.read_text_or_none(PARAM)
+    except HostReadError as exc:
+        log.warning("%s; firmware search path not set", exc.message)
+        return FirmwarePathReport(FirmwarePathResult.READ_ONLY, wanted, None)
+    if current_text is None:
+        log.warning("%s: missing; cannot point the kernel at %s (GSP firmware)", param_file, wanted)
+        return FirmwarePathReport(FirmwarePathResult.MISSING, wanted, None)
+    current = current_text.strip("\n")
+    if current == wanted:
+        log.info("firmware search path already %s", wanted)
+        return FirmwarePathReport(FirmwarePathResult.ALREADY, wanted, current)
+    if current:
+        log.warning(
+            "%s holds %r, not %s: left alone; GSP firmware must then be found there or in /lib/firmware "
+            "(fix: clear it or set it to %s)",
+            param_file, current, wanted, wanted,
+        )
+        return FirmwarePathReport(FirmwarePathResult.OTHER, wanted, current)
+    if len(wanted.encode()) > MAX_PATH_LEN:
+        log.warning("%s: %s is longer than the kernel's %d bytes; not set", param_file, wanted, MAX_PATH_LEN)
+        return FirmwarePathReport(FirmwarePathResult.TOO_LONG, wanted, current)
+    return _write(paths, param_file.as_posix(), wanted)
+
+
+def _write(paths: HostPaths, param_file: str, wanted: str) -> FirmwarePathReport:
+    # A sysfs attribute cannot be replaced by rename (fsutil's atomic write): it is written in place,
+    # in one write(2), as NVIDIA's script does with `echo -n`. The kernel stores it whole or refuses it.
+    real = paths.sys.resolve(PARAM)
+    try:
+        fd = os.open(real, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.write(fd, wanted.encode())
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            log.warning(
+                "%s: not writable (%s); firmware search path not set: GSP firmware in %s is not visible to the "
+                "kernel unless Talos provides it (fix: run permissive SELinux or set firmware_class.path)",
+                param_file, exc.strerror, wanted,
+            )
+            return FirmwarePathReport(FirmwarePathResult.READ_ONLY, wanted, "")
+        log.warning("%s: cannot write: %s; firmware search path not set", param_file, exc.strerror)
+        return FirmwarePathReport(FirmwarePathResult.READ_ONLY, wanted, "")
+    log.info("firmware search path set to %s (%s)", wanted, param_file)
+    return FirmwarePathReport(FirmwarePathResult.SET, wanted, "")

@@ -1,0 +1,107 @@
+"""The peermem sidecar's two commands (gpu-operator runs them in ``nvidia-peermem-ctr``).
+
+``probe`` is its startup and liveness probe (every 30 s, failureThreshold 1): NVIDIA's semantics are
+"fail only when mlx5_core is loaded and nvidia_peermem is not". It must be fast and never flaky, so this
+module imports only the stdlib, paths and the /proc/modules parser at top level; ``reload`` imports the
+lifecycle lazily.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from driver_container.errors import HostReadError
+from driver_container.kernel.modules import parse_proc_modules
+from driver_container.paths import HostPaths
+
+if TYPE_CHECKING:
+    from driver_container.lifecycle import Shutdown
+    from driver_container.runner import Runner
+    from driver_container.settings import Settings
+
+log = logging.getLogger(__name__)
+
+MLX5 = "mlx5_core"
+PEERMEM = "nvidia_peermem"
+CTR_READY = ".driver-ctr-ready"  # written by the driver pod's startup probe
+
+
+def probe(paths: HostPaths) -> tuple[bool, str]:
+    """(healthy, reason). Unhealthy only when mlx5_core is loaded and nvidia_peermem is not."""
+    try:
+        text = paths.proc.read_text_or_none("modules", limit=4 << 20)
+    except HostReadError as exc:
+        # An unreadable /proc/modules cannot show mlx5_core loaded: NVIDIA's `lsmod | grep` passes too.
+        return True, f"{exc.message}: cannot tell, not failing the probe"
+    if text is None:
+        return True, f"{paths.procfs_root / 'modules'} missing: no loadable modules"
+    names = {m.name for m in parse_proc_modules(text)}
+    if MLX5 in names and PEERMEM not in names:
+        return False, f"{MLX5} is loaded but {PEERMEM} is not ({paths.procfs_root / 'modules'})"
+    return True, f"{PEERMEM} {'loaded' if PEERMEM in names else 'not needed (no ' + MLX5 + ')'}"
+
+
+def run_reload(paths: HostPaths, settings: Settings, runner: Runner) -> None:
+    """Wait (bounded) for nvidia_peermem and the driver pod's readiness, then wait for a signal.
+
+    On Talos machined loads nvidia_peermem (machine config) and the runner forbids modprobe; on generic
+    hosts it is loaded here through the runner when missing, as NVIDIA's script does.
+    """
+    from driver_container import lifecycle
+    from driver_container.errors import ModuleWaitTimeout
+
+    info, runner = lifecycle.detect(paths, settings, runner)
+    talos = info.name == "talos"
+    shutdown = lifecycle.Shutdown().install()
+    try:
+        if not _wait_ready_file(paths, settings, shutdown):
+            return
+        if not talos and lifecycle.missing_modules(paths, (PEERMEM,)):
+            from driver_container import generic
+
+            params = generic.read_module_params(paths, "nvidia-peermem")
+            runner.run(generic.build_modprobe_argv("nvidia-peermem", params, settings.driver_version))
+        peermem_settings = _only_peermem(settings)
+        try:
+            if not lifecycle.wait_for_modules(paths, peermem_settings, shutdown, talos=talos):
+                return
+        except ModuleWaitTimeout as exc:
+            if talos:
+                exc.fix = "Talos loads nvidia_peermem only from the machine config; add:\n" + (
+                    lifecycle.machine_config_snippet(("nvidia_peermem",))
+                )
+            raise
+        log.info("%s loaded; waiting for a signal", PEERMEM)
+        while not shutdown.wait(3600.0):
+            pass
+        log.info("%s received: exiting (modules stay loaded)", shutdown.describe())
+    finally:
+        shutdown.restore()
+
+
+def _only_peermem(settings: Settings) -> Settings:
+    from dataclasses import replace
+
+    # required_modules() always includes nvidia and nvidia_uvm; they are loaded before peermem anyway.
+    return replace(settings, gpu_direct_rdma=True, nvidia_modeset=False)
+
+
+def _wait_ready_file(paths: HostPaths, settings: Settings, shutdown: Shutdown) -> bool:
+    import time
+
+    from driver_container.errors import ModuleWaitTimeout
+
+    target = paths.validations_dir / CTR_READY
+    deadline = time.monotonic() + settings.module_wait_timeout
+    log.info("waiting up to %g s for %s", settings.module_wait_timeout, target)
+    while not target.exists():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise ModuleWaitTimeout(
+                f"{target} did not appear within {settings.module_wait_timeout:g} s",
+                fix="check that the driver pod (nvidia-driver-ctr) became ready",
+            )
+        if shutdown.wait(min(1.0, remaining)):
+            return False
+    return True

@@ -1,0 +1,156 @@
+"""Which platform the entrypoint runs on: Talos or a generic Linux host.
+
+Talos is recognised first by the host's os-release (``ID=talos``, ``VERSION_ID=v1.13.6``, leading ``v``
+kept as Talos writes it), then by kernel evidence: the release ends ``-talos`` (Talos builds with
+``CONFIG_LOCALVERSION="-talos"``), ``/proc/version`` names such a release, or ``/proc/cmdline`` carries
+``talos.platform=`` (set by every Talos boot loader entry). See docs/status.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from driver_container.errors import HostReadError
+from driver_container.kernel.sysfs import read_text_or_none
+from driver_container.paths import HostPaths, Root
+
+log = logging.getLogger(__name__)
+
+OS_RELEASE_LIMIT = 1 << 20  # os-release(5) files are a few hundred bytes; more is not an os-release
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PROC_VERSION_TALOS = re.compile(r"^Linux version \S+-talos\s")
+
+
+@dataclass(frozen=True)
+class PlatformInfo:
+    name: str  # "talos" | "generic"
+    talos_version: str | None
+    evidence: str
+    kernel_release: str | None
+    os_id: str | None
+    pretty_name: str | None
+    problems: tuple[str, ...] = field(default=())  # unreadable or malformed inputs, for findings
+
+
+def _unquote(value: str) -> str:
+    """Shell-like unquoting as os-release(5) specifies: one quoted string, backslash escapes in quotes."""
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        inner = value[1:-1]
+        if value[0] == '"':
+            inner = re.sub(r"\\([\\$\"`])", r"\1", inner)
+        return inner
+    return value
+
+
+def parse_os_release(text: str) -> dict[str, str]:
+    """``KEY=value`` assignments of an os-release file; other lines (comments, garbage) are ignored."""
+    result: dict[str, str] = {}
+    for raw in text.replace("\x00", "").splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        key = key.strip()
+        if not _KEY.fullmatch(key):
+            continue
+        result[key] = _unquote(value)
+    return result
+
+
+def _read_os_release(paths: HostPaths) -> tuple[dict[str, str] | None, str | None]:
+    """(fields, problem). The file is read inside the host root when it lies below it, so its
+    symlinks (Ubuntu: ``/etc/os-release -> ../usr/lib/os-release``) resolve as on the host."""
+    location = paths.host_os_release
+    try:
+        inner = location.relative_to(paths.host_root)
+        root = paths.host
+    except ValueError:
+        root, inner = Root(location.parent), Path(location.name)
+    try:
+        text = read_text_or_none(root, str(inner), limit=OS_RELEASE_LIMIT)
+    except HostReadError as exc:
+        return None, f"os-release: {exc.message}"
+    if text is None:
+        return None, None
+    fields = parse_os_release(text)
+    if "ID" not in fields:
+        return fields, f"{location}: no ID= line (not an os-release file?)"
+    return fields, None
+
+
+def read_kernel_release(paths: HostPaths) -> str | None:
+    """``uname -r`` of the running kernel, from procfs (the container's uname is the host's too)."""
+    text = read_text_or_none(paths.proc, "sys/kernel/osrelease", limit=4096)
+    if text is None:
+        return None
+    release = text.strip()
+    return release if release and release.isprintable() and " " not in release else None
+
+
+def is_talos_proc_version(text: str) -> bool:
+    return bool(_PROC_VERSION_TALOS.match(text))
+
+
+def is_talos_cmdline(text: str) -> bool:
+    return any(word.startswith("talos.platform=") for word in text.split())
+
+
+def _kernel_evidence(paths: HostPaths, release: str | None, problems: list[str]) -> str | None:
+    if release and release.endswith("-talos"):
+        return f"kernel release {release} ends with -talos"
+    checks = (
+        ("version", is_talos_proc_version, "/proc/version names a -talos kernel"),
+        ("cmdline", is_talos_cmdline, "talos.platform= in /proc/cmdline"),
+    )
+    for inner, test, what in checks:
+        try:
+            text = read_text_or_none(paths.proc, inner, limit=65536)
+        except HostReadError as exc:
+            problems.append(exc.message)
+            continue
+        if text is not None and test(text):
+            return what
+    return None
+
+
+def detect_platform(paths: HostPaths, override: str = "auto") -> PlatformInfo:
+    """Decide talos/generic and say which evidence decided (``DRIVER_PLATFORM`` ``override`` wins)."""
+    problems: list[str] = []
+    try:
+        release = read_kernel_release(paths)
+    except HostReadError as exc:
+        release = None
+        problems.append(exc.message)
+    fields, problem = _read_os_release(paths)
+    if problem:
+        problems.append(problem)
+    fields = fields or {}
+    os_id = fields.get("ID")
+    is_talos_release = os_id == "talos"
+    talos_version = fields.get("VERSION_ID") if is_talos_release else None
+    if override in ("talos", "generic"):
+        name = override
+        evidence = f"DRIVER_PLATFORM={override}"
+    elif is_talos_release:
+        name, evidence = "talos", "os-release ID=talos"
+    else:
+        kernel = _kernel_evidence(paths, release, problems)
+        if kernel is not None:
+            name, evidence = "talos", kernel
+        else:
+            name = "generic"
+            evidence = f"os-release ID={os_id}, no Talos kernel evidence" if os_id else "no Talos evidence"
+    log.debug("platform %s (%s)", name, evidence)
+    return PlatformInfo(
+        name=name,
+        talos_version=talos_version if name == "talos" else None,
+        evidence=evidence,
+        kernel_release=release,
+        os_id=os_id,
+        pretty_name=fields.get("PRETTY_NAME"),
+        problems=tuple(problems),
+    )

@@ -1,0 +1,73 @@
+"""Data passed between the publish stages: userspace description -> plan -> report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from driver_container.elfdeps import ElfDeps
+
+TRIPLETS = {"EM_X86_64": "x86_64-linux-gnu", "EM_AARCH64": "aarch64-linux-gnu"}
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A regular file to publish: where it really is and what it is."""
+
+    real: Path  # resolved host path (inside USERSPACE_ROOT, or the ldconfig found on PATH)
+    shown: str  # how errors and logs name it, e.g. "USERSPACE_ROOT/usr/bin/nvidia-smi"
+    size: int
+    mtime_ns: int
+    mode: int
+    elf: ElfDeps | None = None
+
+
+@dataclass(frozen=True)
+class Userspace:
+    """What the image offers, already resolved and read (the input of the pure planner)."""
+
+    version: str
+    triplet: str
+    libraries: tuple[tuple[str, SourceFile], ...]  # NVIDIA *.so.<version>, by published file name
+    binaries: tuple[tuple[str, SourceFile], ...]
+    firmware: tuple[tuple[str, SourceFile], ...]
+    configs: tuple[tuple[PurePosixPath, SourceFile], ...]  # at their in-root path
+    dependencies: tuple[tuple[str, SourceFile], ...]  # DT_NEEDED name -> file, closure minus NVIDIA libs
+    interpreter: tuple[PurePosixPath, SourceFile] | None
+    ldconfig: SourceFile
+
+
+@dataclass(frozen=True)
+class PlannedEntry:
+    path: PurePosixPath  # relative to DRIVER_ROOT
+    kind: str  # "file" (copied from source), "text" (generated data) or "link"
+    mode: int = 0o644
+    source: SourceFile | None = None
+    data: bytes | None = None
+    target: str | None = None  # relative link target
+
+
+@dataclass(frozen=True)
+class PublishPlan:
+    version: str
+    triplet: str
+    entries: tuple[PlannedEntry, ...]
+    # SONAME -> published path of the file ld.so must find for it (after `ldconfig -r`).
+    sonames: dict[str, PurePosixPath] = field(default_factory=dict)
+    nvidia_sonames: frozenset[str] = frozenset()
+
+    @property
+    def libdir(self) -> PurePosixPath:
+        return PurePosixPath("usr/lib") / self.triplet
+
+
+@dataclass(frozen=True)
+class PublishReport:
+    written: int
+    unchanged: int
+    removed: int
+    libraries: tuple[str, ...]
+    binaries: tuple[str, ...]
+    firmware: tuple[str, ...]
+    duration_s: float
+    ldconfig_ran: bool

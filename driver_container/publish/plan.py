@@ -1,0 +1,95 @@
+"""The canonical layout (pure: a ``Userspace`` in, the list of intended entries out).
+
+Whatever the image's layout: libraries in usr/lib/<triplet>/, binaries in usr/bin/, the interpreter at
+its PT_INTERP path, firmware in lib/firmware/nvidia/<version>/, configs at their standard paths, a static
+ldconfig at sbin/ldconfig.real with sbin/ldconfig beside it. Links are relative and never leave the
+root, because the toolkit resolves only relative links inside a driver root (contract section 6).
+Modes drop setuid/setgid/sticky and group/world write: the root is shared with every GPU container.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from pathlib import PurePosixPath
+
+from driver_container.errors import UserspaceError
+from driver_container.publish.model import PlannedEntry, PublishPlan, SourceFile, Userspace
+
+SAFE_MODE_MASK = 0o755  # no setuid/setgid/sticky, no group/world write
+MANIFEST_DIR = PurePosixPath(".driver-container")
+
+
+def safe_mode(mode: int, *, executable: bool) -> int:
+    return (mode & SAFE_MODE_MASK) | (0o755 if executable else 0o444)
+
+
+def relative_target(link: PurePosixPath, dest: PurePosixPath) -> str:
+    """Target for a link at ``link`` pointing to ``dest`` (both relative to the root)."""
+    target = posixpath.relpath(str(dest), str(link.parent))
+    resolved = posixpath.normpath(posixpath.join(str(link.parent), target))
+    if resolved.startswith(".."):
+        raise UserspaceError(f"link {link} -> {target} would leave the driver root")
+    return target
+
+
+class _Layout:
+    def __init__(self) -> None:
+        self.entries: dict[PurePosixPath, PlannedEntry] = {}
+        self.placed: dict[str, PurePosixPath] = {}  # real source path -> where its content went
+
+    def add(self, entry: PlannedEntry) -> None:
+        old = self.entries.get(entry.path)
+        if old is not None and old != entry:
+            raise UserspaceError(
+                f"two different files would be published at {entry.path}: "
+                f"{old.source.shown if old.source else old.target} and "
+                f"{entry.source.shown if entry.source else entry.target}",
+                fix="remove one of them from the image",
+            )
+        self.entries[entry.path] = entry
+
+    def file(self, path: PurePosixPath, src: SourceFile, *, executable: bool) -> PurePosixPath:
+        """Publish ``src`` at ``path``, or link there if its content is already published elsewhere."""
+        first = self.placed.get(str(src.real))
+        if first is not None and first != path:
+            self.link(path, first)
+            return first
+        self.placed[str(src.real)] = path
+        self.add(PlannedEntry(path, "file", safe_mode(src.mode, executable=executable), source=src))
+        return path
+
+    def link(self, path: PurePosixPath, dest: PurePosixPath) -> None:
+        if path != dest:
+            self.add(PlannedEntry(path, "link", 0o777, target=relative_target(path, dest)))
+
+
+def plan_publish(space: Userspace) -> PublishPlan:
+    layout = _Layout()
+    libdir = PurePosixPath("usr/lib") / space.triplet
+    sonames: dict[str, PurePosixPath] = {}
+    if space.interpreter is not None:
+        interp, src = space.interpreter
+        layout.file(PurePosixPath(str(interp).lstrip("/")), src, executable=True)
+    for name, src in space.libraries:
+        dest = layout.file(libdir / name, src, executable=False)
+        soname = src.elf.soname if src.elf and src.elf.soname else name
+        layout.link(libdir / soname, libdir / name)
+        sonames.setdefault(soname, dest)
+    nvidia = frozenset(sonames)
+    for needed, src in space.dependencies:
+        dest = layout.file(libdir / src.real.name, src, executable=False)
+        layout.link(libdir / needed, dest)
+        soname = src.elf.soname if src.elf and src.elf.soname else needed
+        sonames.setdefault(soname, dest)
+    for name, src in space.binaries:
+        layout.file(PurePosixPath("usr/bin") / name, src, executable=True)
+    for name, src in space.firmware:
+        layout.file(PurePosixPath("lib/firmware/nvidia") / space.version / name, src, executable=False)
+    for inner, src in space.configs:
+        layout.file(PurePosixPath(str(inner).lstrip("/")), src, executable=False)
+    ldconfig = layout.file(PurePosixPath("sbin/ldconfig.real"), space.ldconfig, executable=True)
+    layout.link(PurePosixPath("sbin/ldconfig"), ldconfig)
+    conf = f"# written by nvidia-driver: the published NVIDIA libraries\n/{libdir}\n".encode()
+    layout.add(PlannedEntry(PurePosixPath("etc/ld.so.conf"), "text", 0o644, data=conf))
+    entries = tuple(sorted(layout.entries.values(), key=lambda e: str(e.path)))
+    return PublishPlan(space.version, space.triplet, entries, sonames, nvidia)

@@ -1,0 +1,193 @@
+"""Read the image's NVIDIA userspace (USERSPACE_ROOT) into a ``Userspace`` description.
+
+Everything is looked up through ``Root``: symlinks resolve as under ``chroot USERSPACE_ROOT`` (Debian
+reaches nvidia-smi through ABSOLUTE /etc/alternatives links), so nothing outside the root is ever read.
+Selection follows what consumers look for (gpu-operator-contract.md section 6): every ``*.so.<version>``
+in the library dirs and ld.so.cache, the NVIDIA binaries, ``firmware/nvidia/<version>/*``, vendor configs.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import stat
+from pathlib import Path, PurePosixPath
+
+from driver_container.elfdeps import ElfDeps, read_elf_deps
+from driver_container.errors import PublishError, UserspaceError
+from driver_container.ldcache import FLAGS_BY_MACHINE, CacheEntry, LdCacheFormatError, parse_ld_cache
+from driver_container.paths import Root
+from driver_container.publish.closure import resolve_closure
+from driver_container.publish.model import TRIPLETS, SourceFile, Userspace
+from driver_container.publish.sources import source_file
+from driver_container.runner import Runner
+
+log = logging.getLogger(__name__)
+
+NVIDIA_BINARIES = (
+    "nvidia-smi",
+    "nvidia-debugdump",
+    "nvidia-persistenced",
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+    "nvidia-modprobe",
+    "nvidia-imex",
+    "nvidia-imex-ctl",
+)
+BIN_DIRS = ("usr/bin", "usr/sbin", "bin", "sbin", "usr/local/bin", "usr/local/sbin")
+# Vendor files looked up by the toolkit, Vulkan/GLVND/OpenCL loaders and OptiX (contract section 6).
+CONFIG_FILES = (
+    "etc/vulkan/icd.d/nvidia_icd.json",
+    "usr/share/vulkan/icd.d/nvidia_icd.json",
+    "etc/vulkan/implicit_layer.d/nvidia_layers.json",
+    "usr/share/vulkan/implicit_layer.d/nvidia_layers.json",
+    "etc/glvnd/egl_vendor.d/10_nvidia.json",
+    "usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+    "etc/OpenCL/vendors/nvidia.icd",
+    "usr/share/nvidia/nvoptix.bin",
+)
+CONFIG_GLOB_DIRS = ("usr/share/egl/egl_external_platform.d", "etc/egl/egl_external_platform.d")
+LDCONFIG_CANDIDATES = ("sbin/ldconfig.real", "sbin/ldconfig", "usr/sbin/ldconfig.real", "usr/sbin/ldconfig")
+CACHE_PATH = "etc/ld.so.cache"
+
+
+def lib_dirs(triplet: str | None = None) -> list[str]:
+    """Library dirs the toolkit searches (and Debian's nvidia/current), most specific first."""
+    triplets = [triplet] if triplet else list(TRIPLETS.values())
+    dirs = []
+    for t in triplets:
+        dirs += [f"usr/lib/{t}/nvidia/current", f"usr/lib/{t}", f"lib/{t}/nvidia/current", f"lib/{t}"]
+    return [*dirs, "usr/lib64", "lib64", "usr/lib", "lib"]
+
+
+def read_cache(root: Root) -> list[CacheEntry]:
+    data = root.read_bytes(CACHE_PATH, limit=64 << 20) if root.is_file(CACHE_PATH) else b""
+    if not data:
+        return []
+    try:
+        return parse_ld_cache(data, source=f"USERSPACE_ROOT/{CACHE_PATH}")
+    except LdCacheFormatError as exc:
+        log.warning("ignoring %s (fix: %s)", exc.message, exc.fix)
+        return []
+
+
+def _select_libraries(root: Root, version: str, cache: list[CacheEntry]) -> dict[str, SourceFile]:
+    pattern = re.compile(rf"lib.+\.so\.{re.escape(version)}")
+    found: dict[str, SourceFile] = {}
+    seen_dirs: set[Path] = set()
+    listed: list[PurePosixPath] = []
+    for d in lib_dirs():
+        real_dir = root.resolve(d)
+        if real_dir in seen_dirs:
+            continue
+        seen_dirs.add(real_dir)
+        listed += [PurePosixPath("/", d, n) for n in root.listdir(d) if pattern.fullmatch(n)]
+    listed_set = set(listed)
+    cached = [PurePosixPath(e.value) for e in cache if e.flags in FLAGS_BY_MACHINE.values()]
+    for inner in [*listed, *cached]:
+        if inner not in listed_set and not pattern.fullmatch(root.resolve(inner).name):
+            continue  # cache entries are only candidates when they end in the version
+        src = source_file(root, inner, with_elf=True)  # dangling, looping or unreadable: a clear error
+        real_name = src.real.name
+        if not pattern.fullmatch(real_name):
+            log.warning("skipping %s: resolves to %s, not a *.so.%s file", src.shown, real_name, version)
+            continue
+        if real_name in found:
+            continue
+        if src.elf is None or src.elf.elf_class != 64:
+            log.debug("skipping %s: not a 64-bit library", src.shown)
+            continue
+        if not src.elf.soname:
+            raise UserspaceError(
+                f"{src.shown}: has no DT_SONAME, so ld.so and ldconfig cannot find it by name",
+                fix="use the library files shipped by NVIDIA's packages unmodified",
+            )
+        found[real_name] = src
+    return found
+
+
+def _versions_present(root: Root) -> list[str]:
+    names = {n for d in lib_dirs() for n in root.listdir(d) if n.startswith(("libcuda.so.", "libnvidia-ml.so."))}
+    return sorted({n.split(".so.", 1)[1] for n in names} - {"1"})
+
+
+def _triplet(libraries: dict[str, SourceFile], root: Root, version: str) -> str:
+    if not libraries:
+        others = _versions_present(root)
+        raise UserspaceError(
+            f"USERSPACE_ROOT ({root.path}): no library named lib*.so.{version} for the loaded driver {version}"
+            + (f"; found versions {', '.join(others)}" if others else ""),
+            fix=f"use a driver image whose userspace is exactly {version}",
+        )
+    machines = {src.elf.machine for src in libraries.values() if src.elf}
+    usable = sorted(m for m in machines if m in TRIPLETS)
+    if len(usable) != 1:
+        raise UserspaceError(f"USERSPACE_ROOT: libraries for machines {sorted(machines)}; expected one of {TRIPLETS}")
+    return TRIPLETS[usable[0]]
+
+
+def _select_binaries(root: Root) -> dict[str, SourceFile]:
+    found = {}
+    for name in NVIDIA_BINARIES:
+        for d in BIN_DIRS:
+            if root.lstat(f"{d}/{name}") is not None:
+                found[name] = source_file(root, f"{d}/{name}", with_elf=True)
+                break
+    return found
+
+
+def _select_firmware(root: Root, version: str) -> dict[str, SourceFile]:
+    base = f"lib/firmware/nvidia/{version}"
+    return {n: source_file(root, f"{base}/{n}") for n in root.listdir(base) if root.is_file(f"{base}/{n}")}
+
+
+def _select_configs(root: Root) -> dict[PurePosixPath, SourceFile]:
+    inner = [PurePosixPath(p) for p in CONFIG_FILES if root.lstat(p) is not None]
+    inner += [PurePosixPath(d, n) for d in CONFIG_GLOB_DIRS for n in root.listdir(d) if "nvidia" in n]
+    return {p: source_file(root, p) for p in inner}
+
+
+def find_ldconfig(root: Root, runner: Runner) -> SourceFile:
+    """A static ldconfig (no PT_INTERP): the toolkit runs it inside workload containers (contract section 6)."""
+    for inner in LDCONFIG_CANDIDATES:
+        if root.is_file(inner):
+            src = source_file(root, inner)
+            if _is_static_elf(src.real):
+                return src
+            log.debug("%s is not a static ELF ldconfig", src.shown)
+    on_path = Path(runner.which("ldconfig")).resolve()
+    if _is_static_elf(on_path):
+        st = on_path.stat()
+        return SourceFile(on_path, str(on_path), st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode))
+    raise PublishError(
+        f"no static ldconfig: not in USERSPACE_ROOT ({', '.join(LDCONFIG_CANDIDATES)}) and {on_path} is dynamic",
+        fix="install glibc's ldconfig (libc-bin) in the driver image",
+    )
+
+
+def _is_static_elf(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        if handle.read(4) != b"\x7fELF":
+            return False
+    deps: ElfDeps = read_elf_deps(path)
+    return deps.is_static
+
+
+def describe_userspace(root: Root, version: str, runner: Runner) -> Userspace:
+    """Select and read everything to publish for ``version`` (reads only; writes nothing)."""
+    cache = read_cache(root)
+    libraries = _select_libraries(root, version, cache)
+    triplet = _triplet(libraries, root, version)
+    binaries = _select_binaries(root)
+    interpreter, dependencies = resolve_closure(root, triplet, cache, libraries, binaries)
+    return Userspace(
+        version=version,
+        triplet=triplet,
+        libraries=tuple(sorted(libraries.items())),
+        binaries=tuple(sorted(binaries.items())),
+        firmware=tuple(sorted(_select_firmware(root, version).items())),
+        configs=tuple(sorted(_select_configs(root).items())),
+        dependencies=tuple(sorted(dependencies.items())),
+        interpreter=interpreter,
+        ldconfig=find_ldconfig(root, runner),
+    )

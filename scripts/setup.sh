@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Prepare a fresh Debian 12 machine (as root) for the whole test suite; safe to run again, and fast then
+# (every step is skipped when its result is already there; caches live under .cache/).
+#
+#   1. apt packages: kmod (the modinfo oracle), compressors, debootstrap, kbuild prerequisites, docker.io
+#   2. .venv with `pip install -e .[test]` (Python >= 3.11)
+#   3. artefacts: real kernel modules (scripts/fetch-kernel-modules.sh) and the Debian NVIDIA 535
+#      userspace chroot (scripts/make-nvidia-userspace.sh)
+#   4. container tests: a Docker engine (scripts/dockerd.sh start; left running, stop it with
+#      `scripts/dockerd.sh stop`), the local base image, host-built wheels and the test image
+#
+# Environment: SKIP_CONTAINER=1 skips step 4; IMAGE (default talos-nvidia-driver:535.309.01-debian).
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+CACHE="$REPO/.cache"
+STAMPS="$CACHE/setup"
+IMAGE="${IMAGE:-talos-nvidia-driver:535.309.01-debian}"
+mkdir -p "$STAMPS"
+
+step() { printf '\n== setup: %s\n' "$*" >&2; }
+die() { printf 'setup: ERROR: %s\n' "$*" >&2; exit 1; }
+
+[[ $EUID -eq 0 ]] || die "run as root (apt, debootstrap, chroot and dockerd need it)"
+
+APT_PACKAGES=(
+  kmod xz-utils zstd gzip debootstrap binutils gcc make libc6-dev linux-headers-amd64 openssl
+  python3 python3-venv python3-dev docker.io ca-certificates file util-linux
+)
+step "apt packages"
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+# A fresh machine may have no package lists at all; scripts/fetch-kernel-modules.sh needs them too.
+if ((${#missing[@]})) || ! compgen -G "/var/lib/apt/lists/*_Packages*" >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+fi
+if ((${#missing[@]})); then
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "all ${#APT_PACKAGES[@]} present" >&2
+fi
+
+step "python venv (.venv)"
+PY="$(command -v python3.11 || command -v python3)"
+"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || die "$PY is older than 3.11"
+venv_key="$(cat pyproject.toml | sha256sum | cut -d' ' -f1)"
+if [[ -x .venv/bin/python && "$(cat "$STAMPS/venv" 2>/dev/null)" == "$venv_key" ]] \
+  && .venv/bin/python -c 'import driver_container, pytest, testcontainers' 2>/dev/null; then
+  echo "up to date" >&2
+else
+  [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
+  .venv/bin/python -m pip install -q --upgrade pip
+  .venv/bin/python -m pip install -q -e '.[test]'
+  echo "$venv_key" >"$STAMPS/venv"
+fi
+
+step "artefacts: kernel modules"
+if [[ -f scripts/fetch-kernel-modules.sh ]]; then
+  bash scripts/fetch-kernel-modules.sh
+else
+  echo "scripts/fetch-kernel-modules.sh not present; skipped" >&2
+fi
+
+step "artefacts: Debian NVIDIA 535 userspace"
+bash scripts/make-nvidia-userspace.sh >/dev/null
+
+if [[ -n "${SKIP_CONTAINER:-}" ]]; then
+  step "container images skipped (SKIP_CONTAINER set)"
+  exit 0
+fi
+
+step "docker engine"
+bash scripts/dockerd.sh start
+
+step "base image"
+bash scripts/make-base-image.sh
+
+# BuildKit is required by the Dockerfile (stage selection by USERSPACE_SOURCE, TARGETARCH). A Docker 23+
+# client without the buildx plugin only has the legacy builder, while Debian's docker.io 20.10 client
+# still has BuildKit built in: use whichever can.
+docker_build() {
+  if docker buildx version >/dev/null 2>&1; then
+    docker buildx build --load "$@"
+  elif [[ -x /usr/bin/docker ]] && /usr/bin/docker version -f '{{.Client.Version}}' 2>/dev/null | grep -Eq '^(19|20|21|22)\.'; then
+    DOCKER_BUILDKIT=1 /usr/bin/docker build "$@"
+  else
+    die "no BuildKit-capable docker client (install docker-buildx or Debian's docker.io)"
+  fi
+}
+
+step "wheels for the image (pip cannot reach PyPI inside build containers)"
+rm -f "$CACHE"/image-wheels/talos_nvidia_driver_container-*.whl
+.venv/bin/python -m pip wheel -q . -w "$CACHE/image-wheels"
+
+step "image $IMAGE (USERSPACE_SOURCE=debian, offline route)"
+started=$SECONDS
+docker_build --network host --progress plain \
+  --build-arg USERSPACE_SOURCE=debian --build-arg DRIVER_VERSION=535.309.01 \
+  -t "$IMAGE" . >"$CACHE/image-build.log" 2>&1 \
+  || { tail -40 "$CACHE/image-build.log" >&2; die "image build failed (log: $CACHE/image-build.log)"; }
+echo "built in $((SECONDS - started)) s; $(docker image inspect -f '{{.Size}}' "$IMAGE") bytes" >&2
+echo "docker engine left running: stop it with scripts/dockerd.sh stop" >&2

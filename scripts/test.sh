@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The project's test command (README): set up, then the whole pytest suite, ruff and mypy.
+# Fails when any of them fails; stops the Docker engine that setup started, whatever happens.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+trap 'bash scripts/dockerd.sh stop || true' EXIT
+
+bash scripts/setup.sh
+
+failed=()
+echo "== pytest" >&2
+rc=0
+.venv/bin/python -m pytest "$@" || rc=$?
+case $rc in
+  0) ;;
+  5) echo "pytest collected no tests: the suite is missing or filtered away" >&2; failed+=("pytest(no tests)") ;;
+  *) failed+=("pytest($rc)") ;;
+esac
+
+echo "== ruff" >&2
+.venv/bin/ruff check . || failed+=(ruff)
+echo "== mypy" >&2
+.venv/bin/mypy || failed+=(mypy)
+
+if ((${#failed[@]})); then
+  echo "FAILED: ${failed[*]}" >&2
+  exit 1
+fi
+echo "all checks passed" >&2

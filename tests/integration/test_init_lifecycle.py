@@ -1,0 +1,287 @@
+"""``nvidia-driver init`` end to end on fixture Talos hosts, as a real process receiving real signals.
+
+Fake modprobe/rmmod/insmod first on PATH record every call: on Talos there must be none, ever.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from support import FIXTURES, REPO
+
+HOSTS = FIXTURES / "hosts"
+USERSPACE = FIXTURES / "userspace" / "debian-595.91.07"
+FAKE_PERSISTENCED = REPO / "tests" / "unit" / "node" / "fake_persistenced.py"
+MODULE_TOOLS = ("modprobe", "rmmod", "insmod")
+
+
+@dataclass
+class Host:
+    root: Path
+    env: dict[str, str]
+    calls: Path
+
+    @property
+    def run(self) -> Path:
+        return Path(self.env["RUN_DIR"])
+
+    @property
+    def driver_root(self) -> Path:
+        return self.run / "driver"
+
+    def module_tool_calls(self) -> list[str]:
+        return self.calls.read_text().splitlines() if self.calls.exists() else []
+
+    def start(self, *args: str, **extra: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "driver_container", *args], env={**self.env, **extra}, cwd=self.root,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+
+    def init(self, *args: str, timeout: float = 120, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "driver_container", *args], env={**self.env, **extra}, cwd=self.root,
+            capture_output=True, text=True, timeout=timeout, check=False,
+        )
+
+
+def _fake_tools(bindir: Path, calls: Path) -> None:
+    bindir.mkdir()
+    for tool in MODULE_TOOLS:
+        script = bindir / tool
+        script.write_text(f'#!/bin/sh\necho "{tool} $*" >> "{calls}"\nexit 0\n')
+        script.chmod(0o755)
+    persistenced = bindir / "nvidia-persistenced"
+    persistenced.write_text(f"#!{sys.executable}\n" + FAKE_PERSISTENCED.read_text())
+    persistenced.chmod(0o755)
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Callable[..., Host]:
+    """A fresh copy of a scenario per call, each with its own bin/, run/ and call log."""
+    count = iter(range(1000))
+
+    def make(scenario: str = "talos-1.13-open-595", userspace: Path | None = USERSPACE) -> Host:
+        base = tmp_path / f"h{next(count)}"
+        root = base / scenario
+        shutil.copytree(HOSTS / scenario, root, symlinks=True)
+        calls = base / "calls.log"
+        _fake_tools(base / "bin", calls)
+        env = {k: v for k, v in os.environ.items() if k != "DRIVER_CONFIG_DIGEST"}
+        for line in (root / "env").read_text().splitlines():
+            if "=" in line and not line.startswith("#"):
+                key, _, value = line.partition("=")
+                env[key.strip()] = value.strip()
+        runtime_dir = str(base / "container/var/run/nvidia-persistenced")
+        env.update(
+            PATH=f"{base / 'bin'}:{os.environ['PATH']}",
+            HOST_ROOT=str(root / "host"), PROCFS_ROOT=str(root / "proc"), SYSFS_ROOT=str(root / "sys"),
+            DRIVERS_CONF_DIR=str(root / "drivers"), RUN_DIR=str(base / "run"),
+            USERSPACE_ROOT=str(userspace or root / "userspace"), HOST_OS_RELEASE=str(root / "host/etc/os-release"),
+            FAKE_LOG=str(base / "persistenced.log"), FAKE_PERSISTENCED_DIR=runtime_dir,
+            NVIDIA_PERSISTENCED_RUNTIME_DIR=runtime_dir,
+        )
+        return Host(root, env, calls)
+
+    return make
+
+
+def _wait_until(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _pid_file_names(h: Host, proc: subprocess.Popen[str]) -> Callable[[], bool]:
+    pid_file = h.run / "nvidia-driver.pid"
+    return lambda: pid_file.exists() and pid_file.read_text().strip() == str(proc.pid)
+
+
+def _status(h: Host) -> str:
+    return (h.run / "validations/.driver-daemons-status").read_text()
+
+
+def test_no_wait_publishes_and_writes_state(host: Callable[..., Host]) -> None:
+    h = host()
+    done = h.init("init", "--no-wait", DRIVER_CONFIG_DIGEST="sha256-abc")
+    assert done.returncode == 0, done.stderr
+    assert (h.run / "nvidia-driver.state").read_text() == "sha256-abc"
+    assert _status(h) == "Ready"
+    assert not (h.run / "nvidia-driver.pid").exists()
+    assert (h.driver_root / ".driver-container/manifest.json").is_file()
+    assert (h.driver_root / "usr/lib/x86_64-linux-gnu/libcuda.so.595.91.07").is_file()
+    assert "starting no daemon" in done.stderr
+    assert not (h.run.parent / "persistenced.log").exists()  # --no-wait leaves no process behind
+    assert h.module_tool_calls() == []
+
+
+def test_nvidia_compat_flags_are_ignored_and_unknown_ones_refused(host: Callable[..., Host]) -> None:
+    h = host()
+    bad = h.init("init", "--bogus-flag")
+    assert bad.returncode == 2
+    assert "--bogus-flag" in bad.stderr
+    assert not h.run.exists()  # refused before anything is written
+    done = h.init("init", "-a", "--max-threads", "8", "--no-wait")
+    assert done.returncode == 0, done.stderr
+    assert "--accept-license: ignored" in done.stderr and "--max-threads 8: ignored" in done.stderr
+
+
+def test_sigterm_while_waiting_for_modules(host: Callable[..., Host]) -> None:
+    h = host("talos-1.13-uvm-missing")
+    proc = h.start("init")
+    _wait_until(_pid_file_names(h, proc), "the pid file")
+    _wait_until(lambda: _status(h) == "NotReady", "NotReady")
+    time.sleep(0.3)  # inside the wait loop
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=10)
+    assert proc.returncode == 0, stderr
+    assert time.monotonic() - sent < 2.0
+    assert "SIGTERM received" in stderr
+    assert not (h.run / "nvidia-driver.pid").exists()
+    assert not h.driver_root.exists()
+    assert h.module_tool_calls() == []
+
+
+def test_module_wait_timeout_gives_machine_config(host: Callable[..., Host]) -> None:
+    h = host("talos-1.13-uvm-missing")
+    done = h.init("init", MODULE_WAIT_TIMEOUT="1")
+    assert done.returncode == 1
+    assert "still not loaded: nvidia_uvm" in done.stderr
+    assert "machine:\n  kernel:\n    modules:\n      - name: nvidia\n      - name: nvidia_uvm" in done.stderr
+    assert not h.driver_root.exists() and not (h.run / "nvidia-driver.pid").exists()
+    assert h.module_tool_calls() == []
+
+
+def test_version_mismatch_stops_before_driver_root(host: Callable[..., Host]) -> None:
+    h = host("talos-1.13-lts-580-vs-595", userspace=None)
+    done = h.init("init", "--no-wait")
+    assert done.returncode == 1
+    assert "verification failed" in done.stderr and "580.178.04" in done.stderr
+    assert not h.driver_root.exists()
+    assert _status(h) == "NotReady"
+
+
+def test_mismatch_keeps_previous_root_intact(host: Callable[..., Host]) -> None:
+    good = host()
+    assert good.init("init", "--no-wait").returncode == 0
+    before = _tree(good.driver_root)
+    bad = host("talos-1.13-lts-580-vs-595", userspace=None)
+    done = bad.init("init", "--no-wait", RUN_DIR=good.env["RUN_DIR"])
+    assert done.returncode == 1
+    assert _tree(good.driver_root) == before
+
+
+def test_two_concurrent_inits_exactly_one_proceeds(host: Callable[..., Host]) -> None:
+    h = host("talos-1.13-uvm-missing")
+    first = h.start("init")
+    _wait_until(_pid_file_names(h, first), "the first pid file")
+    second = h.init("init", "--no-wait")
+    assert second.returncode == 1
+    assert f"already running (pid {first.pid})" in second.stderr
+    first.send_signal(signal.SIGTERM)
+    first.communicate(timeout=10)
+    assert first.returncode == 0
+
+
+def test_stale_pid_file_does_not_block(host: Callable[..., Host]) -> None:
+    h = host()
+    h.run.mkdir(parents=True)
+    (h.run / "nvidia-driver.pid").write_text("999999\n")  # left by a SIGKILLed instance
+    done = h.init("init", "--no-wait")
+    assert done.returncode == 0, done.stderr
+
+
+def test_waits_with_persistenced_then_stops_it_on_sigterm(host: Callable[..., Host]) -> None:
+    h = host()
+    proc = h.start("init", DRIVER_CONFIG_DIGEST="d1")
+    _wait_until(lambda: (h.run / "validations/.driver-daemons-status").exists() and _status(h) == "Ready", "Ready")
+    socket = h.driver_root / "run/nvidia-persistenced/socket"
+    assert socket.exists()  # where the toolkit looks, through the runtime-dir link
+    log = h.run.parent / "persistenced.log"
+    assert log.read_text() == "nvidia-persistenced --persistence-mode --foreground\n"
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=10)
+    assert proc.returncode == 0, stderr
+    assert "Done, now waiting for signal" in stderr
+    assert "nvidia-persistenced stopped" in stderr
+    assert not socket.exists()  # the daemon removed it on SIGTERM: it was running until then
+    assert not (h.run / "nvidia-driver.pid").exists()
+    assert (h.driver_root / ".driver-container/manifest.json").is_file()  # root kept
+    assert h.module_tool_calls() == []
+
+
+def test_persistenced_death_exits_non_zero(host: Callable[..., Host]) -> None:
+    h = host()
+    done = h.init("init", FAKE_PERSISTENCED_MODE="die-later", timeout=60)
+    assert done.returncode == 1
+    assert "nvidia-persistenced (pid" in done.stderr and "exited with status 4" in done.stderr
+    assert _status(h) == "NotReady"
+    assert not (h.run / "nvidia-driver.pid").exists()
+
+
+def test_persistenced_false_starts_nothing(host: Callable[..., Host]) -> None:
+    h = host()
+    proc = h.start("init", NVIDIA_PERSISTENCED="false")
+    _wait_until(lambda: (h.run / "validations/.driver-daemons-status").exists() and _status(h) == "Ready", "Ready")
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=10)
+    assert proc.returncode == 0
+    assert not (h.run.parent / "persistenced.log").exists()
+
+
+def test_load_and_unload_on_talos(host: Callable[..., Host]) -> None:
+    h = host()
+    load = h.init("load")
+    assert load.returncode == 0, load.stderr
+    assert "595.91.07 loaded and matching" in load.stdout
+    unload = h.init("unload")
+    assert unload.returncode == 0
+    assert "Talos owns the NVIDIA kernel modules" in unload.stdout
+    assert h.module_tool_calls() == []
+
+
+def _tree(root: Path) -> dict[str, tuple[str, int, bytes]]:
+    """Every entry below root: kind, mode and content (or link target)."""
+    result: dict[str, tuple[str, int, bytes]] = {}
+    for path in sorted(root.rglob("*")):
+        st = path.lstat()
+        rel = str(path.relative_to(root))
+        if path.is_symlink():
+            result[rel] = ("link", st.st_mode, os.readlink(path).encode())
+        elif path.is_dir():
+            result[rel] = ("dir", st.st_mode, b"")
+        else:
+            result[rel] = ("file", st.st_mode, path.read_bytes())
+    return result
+
+
+def test_sigkill_during_publish_then_rerun_gives_a_clean_root(host: Callable[..., Host], tmp_path: Path) -> None:
+    clean = host()
+    assert clean.init("init", "--no-wait", RUN_DIR=str(tmp_path / "clean-run")).returncode == 0
+    # A slow ldconfig holds init inside publish (files staged, manifest not yet written) for the kill.
+    slow = tmp_path / "slow-bin"
+    slow.mkdir()
+    real = shutil.which("ldconfig", path=os.environ["PATH"] + ":/sbin:/usr/sbin")
+    assert real is not None
+    (slow / "ldconfig").write_text(f'#!/bin/sh\ntouch "{tmp_path}/in-ldconfig"\nsleep 30\nexec {real} "$@"\n')
+    (slow / "ldconfig").chmod(0o755)
+    h = host()
+    proc = h.start("init", "--no-wait", PATH=f"{slow}:{h.env['PATH']}")
+    _wait_until((tmp_path / "in-ldconfig").exists, "publish to reach ldconfig")
+    proc.kill()
+    proc.communicate(timeout=10)
+    assert not (h.driver_root / ".driver-container/manifest.json").exists()
+    rerun = h.init("init", "--no-wait")
+    assert rerun.returncode == 0, rerun.stderr
+    assert _tree(h.driver_root) == _tree(tmp_path / "clean-run/driver")

@@ -1,0 +1,58 @@
+"""Publish Debian's real NVIDIA 535.309.01 userspace (debootstrap chroot) and run its nvidia-smi.
+
+Without a GPU, an nvidia-smi that finds all its libraries prints "couldn't communicate with the NVIDIA
+driver" and exits 9; a missing library gives a loader error and exit 127 (test-environment.md).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from support import ARTEFACTS, require
+
+from driver_container.paths import HostPaths
+from driver_container.publish import publish_driver_root
+from driver_container.runner import Runner
+
+V = "535.309.01"
+USERSPACE = ARTEFACTS / "debian-nvidia-535"
+MESSAGE = "couldn't communicate with the NVIDIA driver"
+
+pytestmark = pytest.mark.artefact
+
+
+@pytest.fixture(scope="module")
+def driver_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    require((USERSPACE / "usr/bin/nvidia-smi").is_symlink(), f"Debian NVIDIA {V} chroot at {USERSPACE}")
+    require(os.geteuid() == 0, "root (chroot)")
+    dr = tmp_path_factory.mktemp("real") / "driver"
+    paths = HostPaths(userspace_root=USERSPACE, driver_root_override=dr, procfs_root=Path("/nonexistent"))
+    report = publish_driver_root(paths, V, Runner())
+    assert "usr/bin/nvidia-smi" in report.binaries
+    return dr
+
+
+def test_chrooted_nvidia_smi_reaches_the_driver_check(driver_root: Path) -> None:
+    done = subprocess.run(
+        ["chroot", str(driver_root), "/usr/bin/nvidia-smi"], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 9, done.stdout + done.stderr
+    assert MESSAGE in done.stdout
+
+
+def test_validator_style_ld_preload(driver_root: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "LD_PRELOAD": str(driver_root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")}
+    done = subprocess.run(
+        [str(driver_root / "usr/bin/nvidia-smi")], capture_output=True, text=True, env=env, check=False
+    )
+    assert done.returncode == 9, done.stdout + done.stderr
+    assert MESSAGE in done.stdout
+
+
+def test_restart_is_a_no_op(driver_root: Path) -> None:
+    paths = HostPaths(userspace_root=USERSPACE, driver_root_override=driver_root, procfs_root=Path("/nonexistent"))
+    report = publish_driver_root(paths, V, Runner())
+    assert (report.written, report.removed, report.ldconfig_ran) == (0, 0, False)

@@ -1,0 +1,114 @@
+"""platform.py: os-release parsing and Talos evidence, on fixture trees and hostile copies of them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from support import FIXTURES
+
+from driver_container.paths import HostPaths
+from driver_container.platform import detect_platform, parse_os_release
+
+HOSTS = FIXTURES / "hosts"
+
+
+def paths_for(tree: Path) -> HostPaths:
+    return HostPaths(
+        host_root=tree / "host",
+        procfs_root=tree / "proc",
+        sysfs_root=tree / "sys",
+        host_os_release_override=tree / "host/etc/os-release",
+    )
+
+
+@pytest.fixture
+def talos_copy(tmp_path: Path) -> Path:
+    tree = tmp_path / "tree"
+    shutil.copytree(HOSTS / "talos-1.13-open-595", tree, symlinks=True)
+    return tree
+
+
+def test_parse_os_release_quotes_comments_and_garbage() -> None:
+    text = '# c\nNAME="Talos"\nID=talos\nVERSION_ID=v1.13.6\nX=\'single q\'\nBAD LINE\n=novalue\nE="a\\"b"\n\x00\n'
+    assert parse_os_release(text) == {
+        "NAME": "Talos", "ID": "talos", "VERSION_ID": "v1.13.6", "X": "single q", "E": 'a"b',
+    }  # fmt: skip
+
+
+@given(st.text(max_size=400))
+def test_parse_os_release_never_raises(text: str) -> None:
+    for key in parse_os_release(text):
+        assert key and "=" not in key
+
+
+@pytest.mark.parametrize(
+    ("tree", "name", "version", "evidence"),
+    [
+        ("talos-1.13-open-595", "talos", "v1.13.6", "os-release ID=talos"),
+        ("talos-1.9-open-550", "talos", "v1.9.5", "os-release ID=talos"),
+        ("ubuntu-24.04-dkms", "generic", None, "os-release ID=ubuntu, no Talos kernel evidence"),
+    ],
+)
+def test_fixture_platforms(tree: str, name: str, version: str | None, evidence: str) -> None:
+    info = detect_platform(paths_for(HOSTS / tree))
+    assert (info.name, info.talos_version, info.evidence, info.problems) == (name, version, evidence, ())
+
+
+def test_ubuntu_os_release_relative_link_resolves_in_host_root() -> None:
+    info = detect_platform(paths_for(HOSTS / "ubuntu-24.04-dkms"))
+    assert info.pretty_name == "Ubuntu 24.04.3 LTS" and info.kernel_release == "6.8.0-87-generic"
+
+
+def test_override_wins() -> None:
+    info = detect_platform(paths_for(HOSTS / "ubuntu-24.04-dkms"), "talos")
+    assert (info.name, info.evidence, info.talos_version) == ("talos", "DRIVER_PLATFORM=talos", None)
+    assert detect_platform(paths_for(HOSTS / "talos-1.13-open-595"), "generic").name == "generic"
+
+
+def test_kernel_evidence_order_without_os_release(talos_copy: Path) -> None:
+    (talos_copy / "host/etc/os-release").unlink()
+    paths = paths_for(talos_copy)
+    assert detect_platform(paths).evidence == "kernel release 6.18.24-talos ends with -talos"
+    (talos_copy / "proc/sys/kernel/osrelease").write_text("6.18.24\n")
+    assert detect_platform(paths).evidence == "/proc/version names a -talos kernel"
+    (talos_copy / "proc/version").write_text("Linux version 6.18.24 (gcc) #1\n")
+    info = detect_platform(paths)
+    assert (info.name, info.evidence, info.talos_version) == ("talos", "talos.platform= in /proc/cmdline", None)
+    (talos_copy / "proc/cmdline").write_text("root=/dev/sda ro\n")
+    assert (detect_platform(paths).name, detect_platform(paths).evidence) == ("generic", "no Talos evidence")
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"", "no ID= line"),
+        (b"\x7fELF\x02\x01\x01\x00\xff\xfe\x00\x00garbage", "no ID= line"),
+        (b"x" * ((1 << 20) + 1), "larger than 1048576 bytes"),
+    ],
+)
+def test_bad_os_release_falls_back_to_kernel_evidence(talos_copy: Path, content: bytes, problem: str) -> None:
+    (talos_copy / "host/etc/os-release").write_bytes(content)
+    info = detect_platform(paths_for(talos_copy))
+    assert info.name == "talos" and info.evidence.startswith("kernel release")
+    assert any(problem in p for p in info.problems), info.problems
+
+
+def test_os_release_directory_symlink_loop_and_escape(talos_copy: Path, tmp_path: Path) -> None:
+    os_release = talos_copy / "host/etc/os-release"
+    os_release.unlink()
+    os_release.mkdir()  # unreadable as a file
+    assert any("not a regular file" in p for p in detect_platform(paths_for(talos_copy)).problems)
+    os_release.rmdir()
+    os.symlink("os-release", os_release)  # a link to itself: ELOOP
+    assert any("too many levels" in p for p in detect_platform(paths_for(talos_copy)).problems)
+    os_release.unlink()
+    outside = tmp_path / "outside-os-release"
+    outside.write_text("ID=ubuntu\n")
+    os.symlink(str(outside), os_release)  # absolute: must restart at the host root, not leave it
+    info = detect_platform(paths_for(talos_copy))
+    assert info.os_id is None and info.name == "talos"

@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from support import require
+
+from driver_container.errors import HostReadError
+from driver_container.node.devices import DeviceNode, create_device_nodes, plan_device_nodes
+from driver_container.paths import HostPaths
+
+
+def _names(nodes: tuple[DeviceNode, ...]) -> dict[str, tuple[int, int, int]]:
+    return {n.name: (n.major, n.minor, n.mode) for n in nodes}
+
+
+def test_two_gpus_and_mig_caps(node_host: Callable[[str], HostPaths]) -> None:
+    nodes = _names(plan_device_nodes(node_host("h100x2-mig")))
+    assert nodes == {
+        "nvidiactl": (195, 255, 0o666),
+        "nvidia-modeset": (195, 254, 0o666),
+        "nvidia0": (195, 0, 0o666),
+        "nvidia1": (195, 1, 0o666),
+        "nvidia-uvm": (237, 0, 0o666),
+        "nvidia-uvm-tools": (237, 1, 0o666),
+        "nvidia-caps/nvidia-cap1": (236, 1, 0o666),
+        "nvidia-caps/nvidia-cap2": (236, 2, 0o666),
+        "nvidia-caps/nvidia-cap3": (236, 3, 0o666),
+        "nvidia-caps/nvidia-cap4": (236, 4, 0o666),
+        "nvidia-caps/nvidia-cap12": (236, 12, 0o666),
+        "nvidia-caps/nvidia-cap13": (236, 13, 0o666),
+        "nvidia-caps/nvidia-cap138": (236, 138, 0o666),
+    }
+
+
+def test_old_frontend_major_and_sparse_minor(node_host: Callable[[str], HostPaths]) -> None:
+    nodes = _names(plan_device_nodes(node_host("frontend-535")))
+    assert nodes == {
+        "nvidiactl": (195, 255, 0o666),
+        "nvidia-modeset": (195, 254, 0o666),
+        "nvidia3": (195, 3, 0o666),
+        "nvidia-uvm": (240, 0, 0o666),
+        "nvidia-uvm-tools": (240, 1, 0o666),
+    }
+
+
+def test_no_driver_loaded_means_no_nodes(node_host: Callable[[str], HostPaths]) -> None:
+    assert plan_device_nodes(node_host("no-nvidia")) == ()
+
+
+def test_missing_proc_devices_names_the_file(tmp_path: Path) -> None:
+    with pytest.raises(HostReadError, match=r"proc/devices: missing"):
+        plan_device_nodes(HostPaths(procfs_root=tmp_path / "proc", run_dir=tmp_path / "run"))
+
+
+def test_created_nodes_have_real_type_numbers_and_mode(node_host: Callable[[str], HostPaths]) -> None:
+    require(os.geteuid() == 0, "root (CAP_MKNOD) to create device nodes", how="run the tests as root")
+    paths = node_host("h100x2-mig")
+    old_umask = os.umask(0o077)  # the mode must not depend on the umask
+    try:
+        report = create_device_nodes(paths.driver_root, plan_device_nodes(paths))
+    finally:
+        os.umask(old_umask)
+    assert report.not_permitted == ()
+    assert len(report.created) == 13
+    st_cap = os.lstat(paths.driver_root / "dev/nvidia-caps/nvidia-cap138")
+    st_uvm = os.lstat(paths.driver_root / "dev/nvidia-uvm-tools")
+    for st_node, major, minor in ((st_cap, 236, 138), (st_uvm, 237, 1)):
+        assert stat.S_ISCHR(st_node.st_mode)
+        assert (os.major(st_node.st_rdev), os.minor(st_node.st_rdev)) == (major, minor)
+        assert stat.S_IMODE(st_node.st_mode) == 0o666
+    before = os.lstat(paths.driver_root / "dev/nvidia0").st_ino
+    again = create_device_nodes(paths.driver_root, plan_device_nodes(paths))
+    assert again.created == () and len(again.unchanged) == 13
+    assert os.lstat(paths.driver_root / "dev/nvidia0").st_ino == before  # idempotent: not recreated
+
+
+def test_wrong_existing_node_is_replaced(node_host: Callable[[str], HostPaths]) -> None:
+    require(os.geteuid() == 0, "root (CAP_MKNOD) to create device nodes", how="run the tests as root")
+    paths = node_host("frontend-535")
+    (paths.driver_root / "dev").mkdir(parents=True)
+    os.mknod(paths.driver_root / "dev/nvidia-uvm", stat.S_IFCHR | 0o600, os.makedev(511, 0))
+    report = create_device_nodes(paths.driver_root, plan_device_nodes(paths))
+    assert "nvidia-uvm" in report.created
+    st_uvm = os.lstat(paths.driver_root / "dev/nvidia-uvm")
+    assert os.major(st_uvm.st_rdev) == 240 and stat.S_IMODE(st_uvm.st_mode) == 0o666
+
+
+_NO_MKNOD = """
+import logging, sys
+from pathlib import Path
+from driver_container.node.devices import DeviceNode, create_device_nodes
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+r = create_device_nodes(Path(sys.argv[1]), (DeviceNode("nvidiactl", 195, 255), DeviceNode("nvidia0", 195, 0)))
+print(",".join(r.not_permitted))
+"""
+
+
+def test_mknod_not_permitted_is_a_warning_listing_the_nodes(tmp_path: Path) -> None:
+    argv = [sys.executable, "-c", _NO_MKNOD, str(tmp_path / "driver")]
+    if os.geteuid() == 0:  # root: drop CAP_MKNOD for real, as in an unprivileged container
+        argv = ["setpriv", "--bounding-set=-mknod", "--inh-caps=-mknod", "--", *argv]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60)
+    assert done.stdout.strip() == "nvidiactl,nvidia0"
+    assert "device nodes not created" in done.stderr and "nvidiactl, nvidia0" in done.stderr
+    assert not (tmp_path / "driver/dev/nvidiactl").exists()

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+from unit.node.conftest import NODE_FIXTURES
+
+from driver_container.kernel.devices import CharDevices, MigMinor, parse_mig_minors, parse_proc_devices
+
+
+def test_char_section_only_and_shared_major() -> None:
+    devices = parse_proc_devices((NODE_FIXTURES / "h100x2-mig/proc/devices").read_text())
+    assert devices.major("nvidia") == 195
+    assert devices.major("nvidiactl") == 195
+    assert devices.major("nvidia-uvm") == 237
+    assert devices.major("nvidia-caps") == 236
+    assert devices.major("loop") is None  # a block device
+    assert devices.names_starting("nvidia-caps") == ("nvidia-caps-imex-channels", "nvidia-caps")
+
+
+def test_frontend_name_of_old_drivers() -> None:
+    devices = parse_proc_devices((NODE_FIXTURES / "frontend-535/proc/devices").read_text())
+    assert devices.major("nvidia") is None
+    assert devices.major("nvidia-frontend") == 195
+
+
+def test_odd_lines_skipped() -> None:
+    text = "Character devices:\n195 nvidia\nx nvidia-uvm\n999999 huge\n 12 two words\n\nBlock devices:\n 8 sd\n"
+    assert parse_proc_devices(text) == CharDevices((("nvidia", 195),))
+
+
+def test_mig_minors() -> None:
+    entries = parse_mig_minors((NODE_FIXTURES / "h100x2-mig/proc/driver/nvidia-caps/mig-minors").read_text())
+    assert entries[0] == MigMinor("config", 1)
+    assert MigMinor("gpu0/gi1/ci0/access", 13) in entries
+    assert parse_mig_minors("gpu0/gi0/access x\nonly\n\nconfig 1 extra\n") == ()
+
+
+@given(st.text(max_size=400))
+def test_parsers_never_raise(text: str) -> None:
+    parse_proc_devices(text)
+    parse_mig_minors(text)

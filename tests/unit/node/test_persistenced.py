@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from driver_container.errors import CommandError
+from driver_container.node import persistenced
+from driver_container.paths import HostPaths
+from driver_container.runner import Runner
+
+FAKE = Path(__file__).resolve().parent / "fake_persistenced.py"
+
+
+def _runner(tmp_path: Path, mode: str = "normal", *, with_binary: bool = True) -> Runner:
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    if with_binary:
+        tool = bindir / "nvidia-persistenced"
+        tool.write_text(f"#!{sys.executable}\n" + FAKE.read_text())
+        tool.chmod(0o755)
+    return Runner(env={
+        "PATH": str(bindir),
+        "FAKE_LOG": str(tmp_path / "calls.log"),
+        "FAKE_PERSISTENCED_DIR": str(tmp_path / "container/var/run/nvidia-persistenced"),
+        "FAKE_PERSISTENCED_MODE": mode,
+    })
+
+
+def _wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_mode_false_never_starts(node_host: Callable[[str], HostPaths], tmp_path: Path) -> None:
+    assert not persistenced.should_start(node_host("no-nvidia"), "false", _runner(tmp_path))
+
+
+def test_auto_without_binary_skips_but_true_fails(node_host: Callable[[str], HostPaths], tmp_path: Path) -> None:
+    paths = node_host("no-nvidia")
+    runner = _runner(tmp_path, with_binary=False)
+    assert not persistenced.should_start(paths, "auto", runner)
+    with pytest.raises(CommandError, match="nvidia-persistenced: not found on PATH"):
+        persistenced.should_start(paths, "true", runner)
+
+
+def test_host_daemon_alive_blocks_stale_does_not(node_host: Callable[[str], HostPaths], tmp_path: Path) -> None:
+    paths = node_host("no-nvidia")
+    pid_file = paths.host_root / persistenced.HOST_PID_FILE
+    pid_file.parent.mkdir(parents=True)
+    pid_file.write_text("4242\n")
+    assert persistenced.should_start(paths, "auto", _runner(tmp_path))  # pid 4242 not in fixture /proc
+    (paths.procfs_root / "4242").mkdir()
+    assert persistenced.host_daemon_pid(paths) == 4242
+    assert not persistenced.should_start(paths, "true", _runner(tmp_path))
+
+
+def test_start_socket_visible_in_driver_root_then_stop(node_host: Callable[[str], HostPaths], tmp_path: Path) -> None:
+    paths = node_host("no-nvidia")
+    runtime = tmp_path / "container/var/run/nvidia-persistenced"
+    runtime.mkdir(parents=True)
+    (runtime / "stale.pid").write_text("1")  # an image-baked dir is replaced by the link
+    socket = persistenced.link_runtime_dir(paths.driver_root, runtime)
+    assert socket == paths.driver_root / "run/nvidia-persistenced/socket"
+    assert os.readlink(runtime) == str(paths.driver_root / "run/nvidia-persistenced")
+    assert persistenced.link_runtime_dir(paths.driver_root, runtime) == socket  # idempotent
+    daemon = persistenced.start(_runner(tmp_path))
+    _wait_for(socket.exists)
+    assert (tmp_path / "calls.log").read_text() == "nvidia-persistenced --persistence-mode --foreground\n"
+    assert daemon.exited() is None
+    assert persistenced.stop(daemon) == 0
+    assert not socket.exists()
+
+
+def test_stop_kills_a_daemon_ignoring_sigterm(node_host: Callable[[str], HostPaths], tmp_path: Path) -> None:
+    paths = node_host("no-nvidia")
+    socket = persistenced.link_runtime_dir(paths.driver_root, tmp_path / "container/var/run/nvidia-persistenced")
+    daemon = persistenced.start(_runner(tmp_path, "ignore-term"))
+    _wait_for(socket.exists)
+    started = time.monotonic()
+    assert persistenced.stop(daemon, grace_s=0.5) == -9
+    assert time.monotonic() - started < 3
+
+
+def test_death_is_seen(node_host: Callable[[str], HostPaths], tmp_path: Path) -> None:
+    paths = node_host("no-nvidia")
+    persistenced.link_runtime_dir(paths.driver_root, tmp_path / "container/var/run/nvidia-persistenced")
+    daemon = persistenced.start(_runner(tmp_path, "die"))
+    _wait_for(lambda: daemon.exited() is not None)
+    assert daemon.exited() == 3
+    assert persistenced.stop(daemon) == 3  # stopping a dead daemon is harmless
