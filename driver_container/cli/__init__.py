@@ -20,12 +20,31 @@ def report_error(exc: DriverContainerError) -> int:
     return exc.exit_code
 
 
+def _probe_fast_path(args: list[str]) -> int | None:
+    """``probe_nvidia_peermem`` without typer: it is a liveness probe run every 30 s on every GPU node,
+    and typer's import plus its per-call set-up cost more than the probe itself (bench/probe.py)."""
+    if args != ["probe_nvidia_peermem"]:
+        return None
+    from driver_container.node.peermem import probe
+    from driver_container.paths import HostPaths
+
+    healthy, reason = probe(HostPaths.from_env())
+    if not healthy:
+        sys.stderr.write(f"probe_nvidia_peermem: {reason}\n")
+    return 0 if healthy else 1
+
+
 def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    fast = _probe_fast_path(args)
+    if fast is not None:
+        sys.exit(fast)
+
     from driver_container.cli.app import app
 
     _register_commands()
     try:
         # Standalone mode: typer prints usage errors (exit 2) and turns typer.Exit into sys.exit.
-        app(args=argv)
+        app(args=args)
     except DriverContainerError as exc:
         sys.exit(report_error(exc))

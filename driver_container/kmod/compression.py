@@ -7,8 +7,8 @@ bounded steps and abandoned as soon as it passes ``max_size``.
 
 from __future__ import annotations
 
-import io
 import lzma
+import mmap
 import zlib
 
 from driver_container.errors import ModuleFormatError
@@ -18,14 +18,19 @@ ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 4 << 20
 
+# File contents: bytes, or a read-only map of a large file (only slicing, indexing, len and the
+# buffer protocol are used on it, so both behave the same).
+Buffer = bytes | mmap.mmap
 
-def detect_compression(data: bytes) -> str | None:
-    """"xz", "zstd", "gzip" or None (plain) from the first bytes."""
-    if data.startswith(XZ_MAGIC):
+
+def detect_compression(data: Buffer) -> str | None:
+    """The compression ("xz", "zstd", "gzip") from the first bytes; None for a plain file."""
+    head = data[:6]
+    if head == XZ_MAGIC:
         return "xz"
-    if data.startswith(ZSTD_MAGIC):
+    if head[:4] == ZSTD_MAGIC:
         return "zstd"
-    if data.startswith(GZIP_MAGIC):
+    if head[:2] == GZIP_MAGIC:
         return "gzip"
     return None
 
@@ -37,7 +42,7 @@ def _too_big(label: str, kind: str, max_size: int) -> ModuleFormatError:
     )
 
 
-def _xz(data: bytes, label: str, max_size: int) -> bytes:
+def _xz(data: Buffer, label: str, max_size: int) -> bytes:
     out: list[bytes] = []
     total = 0
     rest = data
@@ -62,7 +67,7 @@ def _xz(data: bytes, label: str, max_size: int) -> bytes:
     return b"".join(out)
 
 
-def check_zstd_frames(data: bytes, label: str) -> None:
+def check_zstd_frames(data: Buffer, label: str) -> None:
     """Walk the frames and blocks (RFC 8878, 3.1) so a truncated stream is an error.
 
     zstandard's stream reader stops silently at the end of its input, even inside a frame; the walk
@@ -99,15 +104,19 @@ def check_zstd_frames(data: bytes, label: str) -> None:
             raise truncated
 
 
-def _zstd(data: bytes, label: str, max_size: int) -> bytes:
+def _zstd(data: Buffer, label: str, max_size: int) -> bytes:
     import zstandard
 
     check_zstd_frames(data, label)
 
     out = bytearray()
     # A stream reader works for frames with and without a content size (zstd written from a pipe).
+    # The view is released before returning: a map with a live export cannot be closed.
     try:
-        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True) as reader:
+        with (
+            memoryview(data) as view,
+            zstandard.ZstdDecompressor().stream_reader(view, read_across_frames=True) as reader,
+        ):
             while True:
                 chunk = reader.read(min(_CHUNK, max_size + 1 - len(out)))
                 if not chunk:
@@ -120,7 +129,7 @@ def _zstd(data: bytes, label: str, max_size: int) -> bytes:
     return bytes(out)
 
 
-def _gzip(data: bytes, label: str, max_size: int) -> bytes:
+def _gzip(data: Buffer, label: str, max_size: int) -> bytes:
     out: list[bytes] = []
     total = 0
     rest = data
@@ -144,7 +153,7 @@ def _gzip(data: bytes, label: str, max_size: int) -> bytes:
     return b"".join(out)
 
 
-def decompress(data: bytes, kind: str | None, label: str, max_size: int) -> bytes:
+def decompress(data: Buffer, kind: str | None, label: str, max_size: int) -> Buffer:
     """Return the module bytes; ``label`` names the file in errors."""
     if kind is None:
         return data

@@ -14,6 +14,7 @@ import struct
 from dataclasses import dataclass
 
 from driver_container.errors import ModuleFormatError
+from driver_container.kmod.compression import Buffer
 
 ELF_MAGIC = b"\x7fELF"
 SHT_NOBITS = 8
@@ -37,8 +38,8 @@ class ElfSections:
     little_endian: bool
 
 
-def _header(data: bytes, size: int, label: str) -> tuple[str, int, int, int, int, str, int]:
-    if not data.startswith(ELF_MAGIC):
+def _header(data: Buffer, size: int, label: str) -> tuple[str, int, int, int, int, str, int]:
+    if data[:4] != ELF_MAGIC:
         found = f"starts with {data[:4].hex()}" if data else "empty file"
         raise ModuleFormatError(f"{label}: not an ELF file ({found})")
     if len(data) < 6 or data[4] not in _LAYOUT or data[5] not in (1, 2):
@@ -63,7 +64,7 @@ def _header(data: bytes, size: int, label: str) -> tuple[str, int, int, int, int
     return end, shoff, shentsize, shnum, shstrndx, shdr_fmt, data[4]
 
 
-def _contents(shdr: tuple[int, ...], data: bytes, size: int, label: str, what: str) -> bytes:
+def _contents(shdr: tuple[int, ...], data: Buffer, size: int, label: str, what: str) -> bytes:
     # Shdr fields: name, type, flags, addr, offset, size, ... (same order in ELF32 and ELF64)
     if shdr[1] == SHT_NOBITS:
         return b""
@@ -75,7 +76,7 @@ def _contents(shdr: tuple[int, ...], data: bytes, size: int, label: str, what: s
     return data[offset : offset + length]
 
 
-def read_sections(data: bytes, label: str, size: int | None = None) -> ElfSections:
+def read_sections(data: Buffer, label: str, size: int | None = None) -> ElfSections:
     """Find ``.modinfo`` and the module name section by name (first match, like kmod).
 
     ``size`` is the length of the ELF part of ``data`` (the bytes before an appended signature).

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import errno
 import logging
+import mmap
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
 from driver_container.errors import ModuleFormatError
-from driver_container.kmod.compression import decompress, detect_compression
+from driver_container.kmod.compression import Buffer, decompress, detect_compression
 from driver_container.kmod.elf import read_sections
 from driver_container.kmod.model import ModuleInfo
 from driver_container.kmod.signature import split_signature
@@ -22,6 +25,11 @@ from driver_container.kmod.signature import split_signature
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_SIZE = 1 << 30  # the largest real module (nvidia.ko, ~100 MB) is far below 1 GiB
+# Files this large are mapped, not read: a plain nvidia.ko is ~100 MB and only its headers,
+# .modinfo and signature are needed (kmod maps uncompressed files for the same reason). Module trees
+# are not rewritten in place (Talos: read-only image; depmod/dpkg replace files by rename), so the
+# map cannot shrink under us.
+MMAP_THRESHOLD = 1 << 20
 
 
 def absolute_name(path: Path) -> str:
@@ -42,24 +50,37 @@ def _read_capped(stream: BinaryIO, max_size: int) -> bytes:
     return b"".join(chunks)
 
 
-def _read_file(path: Path, label: str, max_size: int) -> bytes:
+def _too_big(label: str, size: int, max_size: int) -> ModuleFormatError:
+    return ModuleFormatError(f"{label}: file of {size} bytes is over the {max_size}-byte cap")
+
+
+@contextmanager
+def _contents(path: Path, label: str, max_size: int) -> Iterator[Buffer]:
+    """The file's bytes; a large regular file is mapped instead of read (see MMAP_THRESHOLD)."""
     try:
         with open(path, "rb") as stream:
             info = os.fstat(stream.fileno())
             if stat.S_ISDIR(info.st_mode):
                 raise ModuleFormatError(f"{label}: is a directory, not a module file")
-            if stat.S_ISREG(info.st_mode) and info.st_size > max_size:
-                raise ModuleFormatError(f"{label}: file of {info.st_size} bytes is over the {max_size}-byte cap")
-            # read() sized from st_size: read(max_size + 1) would allocate the whole cap every time.
-            data = stream.read() if stat.S_ISREG(info.st_mode) else _read_capped(stream, max_size)
+            if not stat.S_ISREG(info.st_mode):
+                data = _read_capped(stream, max_size)  # a FIFO or device: no size to trust
+                if len(data) > max_size:
+                    raise _too_big(label, len(data), max_size)
+            elif info.st_size > max_size:
+                raise _too_big(label, info.st_size, max_size)
+            elif info.st_size >= MMAP_THRESHOLD:
+                with mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                    yield mapped
+                    return
+            else:
+                # read() sized from st_size: read(max_size + 1) would allocate the whole cap every time.
+                data = stream.read()
     except IsADirectoryError as exc:
         raise ModuleFormatError(f"{label}: is a directory, not a module file") from exc
     except OSError as exc:
         reason = exc.strerror or errno.errorcode.get(exc.errno or 0, "I/O error")
         raise ModuleFormatError(f"{label}: cannot read: {reason}") from exc
-    if len(data) > max_size:
-        raise ModuleFormatError(f"{label}: file is over the {max_size}-byte cap")
-    return data
+    yield data
 
 
 def parse_modinfo(section: bytes, label: str) -> tuple[tuple[str, str], ...]:
@@ -91,20 +112,21 @@ def _module_name(fields: tuple[tuple[str, str], ...], this_module: bytes | None,
     return ""
 
 
-def read_module(
-    source: Path | bytes, *, max_size: int = DEFAULT_MAX_SIZE, filename: str | None = None
-) -> ModuleInfo:
+def read_module(source: Path | bytes, *, max_size: int = DEFAULT_MAX_SIZE, filename: str | None = None) -> ModuleInfo:
     """Read one module. Raises ``ModuleFormatError`` naming the file and the problem."""
     if isinstance(source, bytes | bytearray | memoryview):
         data = bytes(source)
         label = filename or "<module bytes>"
         if len(data) > max_size:
             raise ModuleFormatError(f"{label}: {len(data)} bytes is over the {max_size}-byte cap")
-    else:
-        path = Path(source)
-        filename = filename or absolute_name(path)
-        label = filename
-        data = _read_file(path, label, max_size)
+        return _parse(data, label, filename, max_size)
+    path = Path(source)
+    filename = filename or absolute_name(path)
+    with _contents(path, filename, max_size) as contents:
+        return _parse(contents, filename, filename, max_size)
+
+
+def _parse(data: Buffer, label: str, filename: str | None, max_size: int) -> ModuleInfo:
     if not data:
         raise ModuleFormatError(f"{label}: empty file, not a kernel module")
     kind = detect_compression(data)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import struct
 
 from driver_container.errors import ModuleFormatError
+from driver_container.kmod.compression import Buffer
 from driver_container.kmod.der import DerError, Tlv, children, oid_text, parse_one
 from driver_container.kmod.model import Signature
 
@@ -41,21 +42,19 @@ _OID_SIGNED_DATA = "1.2.840.113549.1.7.2"
 _OID_COMMON_NAME = "2.5.4.3"
 
 
-def split_signature(data: bytes, label: str) -> tuple[int, Signature | None]:
+def split_signature(data: Buffer, label: str) -> tuple[int, Signature | None]:
     """Return (length of the module without the signature, signature or None when unsigned).
 
     A length, not a slice: copying a 100 MB module only to drop its last kilobyte is measurable.
     """
-    if not data.endswith(MAGIC):
+    if len(data) < len(MAGIC) or data[-len(MAGIC) :] != MAGIC:
         return len(data), None
     end = len(data) - len(MAGIC) - _TRAILER.size
     if end < 0:
         raise ModuleFormatError(f"{label}: signature marker present but the file is too short for its trailer")
     algo, hash_, id_type, signer_len, key_id_len, sig_len = _TRAILER.unpack_from(data, end)
     if algo >= len(ALGOS) or hash_ >= len(HASHES) or id_type >= len(ID_TYPES):
-        raise ModuleFormatError(
-            f"{label}: invalid signature trailer (algo {algo}, hash {hash_}, id_type {id_type})"
-        )
+        raise ModuleFormatError(f"{label}: invalid signature trailer (algo {algo}, hash {hash_}, id_type {id_type})")
     payload = sig_len + signer_len + key_id_len
     if sig_len == 0 or payload > end:
         raise ModuleFormatError(

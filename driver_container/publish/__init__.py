@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 from driver_container.fsutil import atomic_write_text
 from driver_container.paths import HostPaths
@@ -30,13 +31,17 @@ log = logging.getLogger(__name__)
 def publish_driver_root(paths: HostPaths, version: str, runner: Runner) -> PublishReport:
     """Publish the userspace of ``version`` (the verified loaded driver) into ``paths.driver_root``."""
     started = time.monotonic()
-    plan = plan_publish(describe_userspace(paths.userspace, version, runner))
     root = paths.driver_root
-    create_driver_root(root)
-    unmount_leftover(paths, runner)
     manifest_file = root / MANIFEST_PATH
-    old_text = manifest_file.read_text() if manifest_file.is_file() else ""
-    result = apply_plan(plan, root, parse_manifest(old_text) if old_text else None)
+    old_text = _read_manifest(manifest_file)
+    previous = parse_manifest(old_text) if old_text else None
+    known_elf = previous.elf_facts() if previous else None
+    plan = plan_publish(describe_userspace(paths.userspace, version, runner, known_elf=known_elf))
+    create_driver_root(root)
+    if unmount_leftover(paths, runner):  # what we read before was the mount's content, not ours
+        old_text = _read_manifest(manifest_file)
+        previous = parse_manifest(old_text) if old_text else None
+    result = apply_plan(plan, root, previous)
     ran = refresh_cache(plan, root, runner, changed=bool(result.written or result.removed))
     new_text = format_manifest(Manifest(version, plan.triplet, result.records))
     if new_text != old_text:
@@ -57,3 +62,7 @@ def publish_driver_root(paths: HostPaths, version: str, runner: Runner) -> Publi
         version, root, report.written, report.unchanged, report.removed, report.duration_s,
     )  # fmt: skip
     return report
+
+
+def _read_manifest(manifest_file: Path) -> str:
+    return manifest_file.read_text() if manifest_file.is_file() else ""

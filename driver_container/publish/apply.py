@@ -17,19 +17,17 @@ import logging
 import os
 import shutil
 import stat
-import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from driver_container.errors import PublishError
-from driver_container.fsutil import contained
+from driver_container.fsutil import StagedFile, contained, stage_copy, stage_write
 from driver_container.publish.manifest import Manifest, Record
 from driver_container.publish.model import PlannedEntry, PublishPlan
 
 log = logging.getLogger(__name__)
 
 TMP_SUFFIX = ".dc-tmp"
-CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -84,60 +82,36 @@ def _matches(entry: PlannedEntry, rec: Record | None, st: os.stat_result | None)
     )
 
 
-def _stage_link(dest: Path, target: str) -> Path:
+def _stage_link(dest: Path, target: str) -> StagedFile:
     for attempt in range(100):
         tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{attempt}{TMP_SUFFIX}")
         try:
             os.symlink(target, tmp)
-            return tmp
+            return StagedFile(tmp, dest, "", 0, 0)
         except FileExistsError:
             continue
     raise PublishError(f"{dest}: cannot create a temporary link")
 
 
-def _stage_content(entry: PlannedEntry, dest: Path) -> tuple[Path, Record]:
-    fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=TMP_SUFFIX, dir=dest.parent)
-    tmp = Path(name)
-    try:
-        return tmp, _fill(entry, fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def _fill(entry: PlannedEntry, fd: int) -> Record:
-    digest = hashlib.sha256()
-    with os.fdopen(fd, "wb", buffering=0) as out:
-        src = entry.source
-        if entry.data is not None:
-            digest.update(entry.data)
-            out.write(entry.data)
-        elif src is not None:
-            _copy(src.real, out, digest, src.size, src.shown)
-        os.fchmod(out.fileno(), entry.mode)
-        if src is not None:  # keep the source's mtime, as cp -a does
-            os.utime(out.fileno(), ns=(src.mtime_ns, src.mtime_ns))
-        st = os.fstat(out.fileno())
-    return Record(
-        str(entry.path), "file", entry.mode, st.st_size, digest.hexdigest(), mtime_ns=st.st_mtime_ns,
+def _stage_content(entry: PlannedEntry, dest: Path, root: Path) -> tuple[StagedFile, Record]:
+    src = entry.source
+    if entry.data is not None:
+        staged = stage_write(dest, entry.data, mode=entry.mode, root=root, suffix=TMP_SUFFIX)
+    elif src is not None:  # keep the source's mtime, as cp -a does
+        staged = stage_copy(src.real, dest, mode=entry.mode, root=root, mtime_ns=src.mtime_ns, suffix=TMP_SUFFIX)
+        if staged.size != src.size:
+            staged.discard()
+            raise PublishError(
+                f"{src.shown}: changed while being published ({src.size} -> {staged.size} bytes)", fix="retry"
+            )
+    else:
+        raise PublishError(f"{entry.path}: planned file has neither data nor source")  # plan_publish never does this
+    record = Record(
+        str(entry.path), "file", entry.mode, staged.size, staged.sha256, mtime_ns=staged.mtime_ns,
         source=str(src.real) if src else "", source_size=src.size if src else 0,
-        source_mtime_ns=src.mtime_ns if src else 0,
+        source_mtime_ns=src.mtime_ns if src else 0, elf=src.elf if src else None,
     )  # fmt: skip
-
-
-def _copy(real: Path, out: object, digest: hashlib._Hash, size: int, shown: str) -> None:
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
-    total = 0
-    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb", buffering=0) as handle:
-        while n := handle.readinto(buf):
-            digest.update(view[:n])
-            out.write(view[:n])  # type: ignore[attr-defined]
-            total += n
-    if total != size:
-        raise PublishError(f"{shown}: changed while being published ({size} -> {total} bytes)", fix="retry")
+    return staged, record
 
 
 def _sweep_temporaries(root: Path, dirs: set[PurePosixPath]) -> None:
@@ -150,8 +124,8 @@ def _sweep_temporaries(root: Path, dirs: set[PurePosixPath]) -> None:
                     os.unlink(root / rel / name)
 
 
-def _stage(plan: PublishPlan, root: Path, old: dict[str, Record]) -> tuple[list[tuple[Path, Path]], list[Record], int]:
-    staged: list[tuple[Path, Path]] = []
+def _stage(plan: PublishPlan, root: Path, old: dict[str, Record]) -> tuple[list[StagedFile], list[Record], int]:
+    staged: list[StagedFile] = []
     records: list[Record] = []
     unchanged = 0
     try:
@@ -164,14 +138,14 @@ def _stage(plan: PublishPlan, root: Path, old: dict[str, Record]) -> tuple[list[
                 if _matches(entry, rec, st) and rec == new and os.readlink(dest) == entry.target:
                     unchanged += 1
                 else:
-                    staged.append((_stage_link(dest, entry.target or ""), dest))
+                    staged.append(_stage_link(dest, entry.target or ""))
                 records.append(new)
             elif _matches(entry, rec, st) and rec is not None:
-                unchanged += 1
-                records.append(rec)
+                unchanged += 1  # same source identity, so the ELF facts just read (or reused) are its facts
+                records.append(replace(rec, elf=entry.source.elf if entry.source else None))
             else:
-                tmp, new = _stage_content(entry, dest)
-                staged.append((tmp, dest))
+                content, new = _stage_content(entry, dest, root)
+                staged.append(content)
                 records.append(new)
     except OSError as exc:
         _discard(staged)
@@ -180,9 +154,9 @@ def _stage(plan: PublishPlan, root: Path, old: dict[str, Record]) -> tuple[list[
             f"{where}: cannot write the driver root: {exc.strerror}; the previous root is intact",
             fix=f"free space or fix permissions on the filesystem holding {root}",
         ) from exc
-    except PublishError:
+    except PublishError as exc:
         _discard(staged)
-        raise
+        raise PublishError(f"{exc.message}; the previous root is intact", fix=exc.fix) from exc
     return staged, records, unchanged
 
 
@@ -193,10 +167,9 @@ def _lstat(path: Path) -> os.stat_result | None:
         return None
 
 
-def _discard(staged: list[tuple[Path, Path]]) -> None:
-    for tmp, _dest in staged:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+def _discard(staged: list[StagedFile]) -> None:
+    for content in staged:
+        content.discard()
 
 
 def apply_plan(plan: PublishPlan, root: Path, previous: Manifest | None) -> ApplyResult:
@@ -204,10 +177,10 @@ def apply_plan(plan: PublishPlan, root: Path, previous: Manifest | None) -> Appl
     old = previous.by_path() if previous else {}
     _sweep_temporaries(root, {e.path.parent for e in plan.entries})
     staged, records, unchanged = _stage(plan, root, old)
-    for tmp, dest in staged:
-        if os.path.isdir(dest) and not os.path.islink(dest):
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
+    for content in staged:
+        if os.path.isdir(content.target) and not os.path.islink(content.target):
+            shutil.rmtree(content.target)
+        content.commit()
     planned = {str(e.path) for e in plan.entries}
     removed = 0
     for path in sorted(set(old) - planned):

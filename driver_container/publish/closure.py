@@ -16,7 +16,7 @@ from driver_container.errors import UserspaceError
 from driver_container.ldcache import FLAGS_BY_MACHINE, CacheEntry, lookup
 from driver_container.paths import Root
 from driver_container.publish.model import SourceFile
-from driver_container.publish.sources import source_file
+from driver_container.publish.sources import ElfFacts, source_file
 
 
 def _system_dirs(triplet: str) -> list[str]:
@@ -27,7 +27,9 @@ def _compatible(src: SourceFile, want: ElfDeps) -> bool:
     return src.elf is not None and src.elf.machine == want.machine and src.elf.elf_class == want.elf_class
 
 
-def _resolve_needed(root: Root, triplet: str, cache: list[CacheEntry], name: str, user: SourceFile) -> SourceFile:
+def _resolve_needed(
+    root: Root, triplet: str, cache: list[CacheEntry], name: str, user: SourceFile, elf: ElfFacts
+) -> SourceFile:
     assert user.elf is not None
     candidates: list[str] = []
     hit = lookup(cache, name, FLAGS_BY_MACHINE[triplet.split("-", 1)[0]])
@@ -38,7 +40,7 @@ def _resolve_needed(root: Root, triplet: str, cache: list[CacheEntry], name: str
     for inner in candidates:
         if root.lstat(inner) is None:
             continue
-        src = source_file(root, inner, with_elf=True)
+        src = source_file(root, inner, elf=elf)
         if _compatible(src, user.elf):
             return src
     raise UserspaceError(
@@ -54,6 +56,7 @@ def resolve_closure(
     cache: list[CacheEntry],
     libraries: dict[str, SourceFile],
     binaries: dict[str, SourceFile],
+    elf: ElfFacts,
 ) -> tuple[tuple[PurePosixPath, SourceFile] | None, dict[str, SourceFile]]:
     """(interpreter path and file, {DT_NEEDED name: file}) for everything the published objects load."""
     provided = {src.elf.soname for src in libraries.values() if src.elf and src.elf.soname}
@@ -66,7 +69,7 @@ def resolve_closure(
             continue
         if user.elf.interpreter and interpreter is None:
             interp = PurePosixPath(user.elf.interpreter)
-            interpreter = (interp, source_file(root, interp, with_elf=True))
+            interpreter = (interp, source_file(root, interp, elf=elf))
         elif user.elf.interpreter and interpreter is not None and str(interpreter[0]) != user.elf.interpreter:
             raise UserspaceError(
                 f"{user.shown} uses interpreter {user.elf.interpreter}, others {interpreter[0]}",
@@ -75,6 +78,6 @@ def resolve_closure(
         for name in user.elf.needed:
             if name in provided or name in deps:
                 continue
-            deps[name] = _resolve_needed(root, triplet, cache, name, user)
+            deps[name] = _resolve_needed(root, triplet, cache, name, user, elf)
             queue.append(deps[name])
     return interpreter, deps

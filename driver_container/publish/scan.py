@@ -11,15 +11,18 @@ from __future__ import annotations
 import logging
 import re
 import stat
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
-from driver_container.elfdeps import ElfDeps, read_elf_deps
+from driver_container.elfdeps import ElfDeps
 from driver_container.errors import PublishError, UserspaceError
 from driver_container.ldcache import FLAGS_BY_MACHINE, CacheEntry, LdCacheFormatError, parse_ld_cache
 from driver_container.paths import Root
 from driver_container.publish.closure import resolve_closure
+from driver_container.publish.manifest import SourceKey
 from driver_container.publish.model import TRIPLETS, SourceFile, Userspace
-from driver_container.publish.sources import source_file
+from driver_container.publish.sources import ElfFacts, source_file
 from driver_container.runner import Runner
 
 log = logging.getLogger(__name__)
@@ -71,7 +74,7 @@ def read_cache(root: Root) -> list[CacheEntry]:
         return []
 
 
-def _select_libraries(root: Root, version: str, cache: list[CacheEntry]) -> dict[str, SourceFile]:
+def _select_libraries(root: Root, version: str, cache: list[CacheEntry], elf: ElfFacts) -> dict[str, SourceFile]:
     pattern = re.compile(rf"lib.+\.so\.{re.escape(version)}")
     found: dict[str, SourceFile] = {}
     seen_dirs: set[Path] = set()
@@ -87,7 +90,7 @@ def _select_libraries(root: Root, version: str, cache: list[CacheEntry]) -> dict
     for inner in [*listed, *cached]:
         if inner not in listed_set and not pattern.fullmatch(root.resolve(inner).name):
             continue  # cache entries are only candidates when they end in the version
-        src = source_file(root, inner, with_elf=True)  # dangling, looping or unreadable: a clear error
+        src = source_file(root, inner, elf=elf)  # dangling, looping or unreadable: a clear error
         real_name = src.real.name
         if not pattern.fullmatch(real_name):
             log.warning("skipping %s: resolves to %s, not a *.so.%s file", src.shown, real_name, version)
@@ -126,12 +129,12 @@ def _triplet(libraries: dict[str, SourceFile], root: Root, version: str) -> str:
     return TRIPLETS[usable[0]]
 
 
-def _select_binaries(root: Root) -> dict[str, SourceFile]:
+def _select_binaries(root: Root, elf: ElfFacts) -> dict[str, SourceFile]:
     found = {}
     for name in NVIDIA_BINARIES:
         for d in BIN_DIRS:
             if root.lstat(f"{d}/{name}") is not None:
-                found[name] = source_file(root, f"{d}/{name}", with_elf=True)
+                found[name] = source_file(root, f"{d}/{name}", elf=elf)
                 break
     return found
 
@@ -147,39 +150,43 @@ def _select_configs(root: Root) -> dict[PurePosixPath, SourceFile]:
     return {p: source_file(root, p) for p in inner}
 
 
-def find_ldconfig(root: Root, runner: Runner) -> SourceFile:
+def find_ldconfig(root: Root, runner: Runner, elf: ElfFacts | None = None) -> SourceFile:
     """A static ldconfig (no PT_INTERP): the toolkit runs it inside workload containers (contract section 6)."""
+    elf = elf or ElfFacts()
     for inner in LDCONFIG_CANDIDATES:
         if root.is_file(inner):
             src = source_file(root, inner)
-            if _is_static_elf(src.real):
-                return src
+            facts = elf.get_if_elf(src.real, src.shown, src.size, src.mtime_ns)  # Debian's sbin/ldconfig is a script
+            if facts is not None and facts.is_static:
+                return replace(src, elf=facts)
             log.debug("%s is not a static ELF ldconfig", src.shown)
     on_path = Path(runner.which("ldconfig")).resolve()
-    if _is_static_elf(on_path):
-        st = on_path.stat()
-        return SourceFile(on_path, str(on_path), st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode))
+    st = on_path.stat()
+    facts = elf.get_if_elf(on_path, str(on_path), st.st_size, st.st_mtime_ns)
+    if facts is not None and facts.is_static:
+        return SourceFile(on_path, str(on_path), st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode), facts)
     raise PublishError(
         f"no static ldconfig: not in USERSPACE_ROOT ({', '.join(LDCONFIG_CANDIDATES)}) and {on_path} is dynamic",
         fix="install glibc's ldconfig (libc-bin) in the driver image",
     )
 
 
-def _is_static_elf(path: Path) -> bool:
-    with open(path, "rb") as handle:
-        if handle.read(4) != b"\x7fELF":
-            return False
-    deps: ElfDeps = read_elf_deps(path)
-    return deps.is_static
+def describe_userspace(
+    root: Root, version: str, runner: Runner, *, known_elf: Mapping[SourceKey, ElfDeps] | None = None
+) -> Userspace:
+    """Select and read everything to publish for ``version`` (reads only; writes nothing).
 
-
-def describe_userspace(root: Root, version: str, runner: Runner) -> Userspace:
-    """Select and read everything to publish for ``version`` (reads only; writes nothing)."""
+    ``known_elf``: ELF facts recorded by the last publish (``Manifest.elf_facts``), reused for sources
+    whose identity is unchanged so that a restart parses no ELF header.
+    """
+    elf = ElfFacts(known_elf)
     cache = read_cache(root)
-    libraries = _select_libraries(root, version, cache)
+    libraries = _select_libraries(root, version, cache, elf)
     triplet = _triplet(libraries, root, version)
-    binaries = _select_binaries(root)
-    interpreter, dependencies = resolve_closure(root, triplet, cache, libraries, binaries)
+    binaries = _select_binaries(root, elf)
+    interpreter, dependencies = resolve_closure(root, triplet, cache, libraries, binaries, elf)
+    ldconfig = find_ldconfig(root, runner, elf)
+    log.debug("ELF headers: %d read, %d reused from the manifest", elf.read, elf.reused)
     return Userspace(
         version=version,
         triplet=triplet,
@@ -189,5 +196,5 @@ def describe_userspace(root: Root, version: str, runner: Runner) -> Userspace:
         configs=tuple(sorted(_select_configs(root).items())),
         dependencies=tuple(sorted(dependencies.items())),
         interpreter=interpreter,
-        ldconfig=find_ldconfig(root, runner),
+        ldconfig=ldconfig,
     )

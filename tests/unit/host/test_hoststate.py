@@ -150,12 +150,24 @@ def test_userspace_from_ld_so_cache(tmp_path: Path) -> None:
     src = tmp_path / "x.c"
     src.write_text("int cuInit(unsigned f) { return (int)f; }\n")
     subprocess.run(
-        [str(gcc), "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(libdir / "libcuda.so.595.91.07"), str(src)],
+        [
+            str(gcc),
+            "-shared",
+            "-fPIC",
+            "-Wl,-soname,libcuda.so.1",
+            "-o",
+            str(libdir / "libcuda.so.595.91.07"),
+            str(src),
+        ],
         check=True,
     )
     subprocess.run([ldconfig, "-r", str(root)], check=True)
     us = find_userspace(HostPaths(userspace_root=root))
-    assert (us.version, us.source, str(us.libcuda)) == ("595.91.07", "ld.so.cache", "/opt/nvidia/lib/libcuda.so.595.91.07")
+    assert (us.version, us.source, str(us.libcuda)) == (
+        "595.91.07",
+        "ld.so.cache",
+        "/opt/nvidia/lib/libcuda.so.595.91.07",
+    )
 
 
 def test_values_equal_and_snippet() -> None:
@@ -173,7 +185,8 @@ def test_read_loaded_modules_is_cheap() -> None:
         f"t = Path({str(HOSTS / 'talos-1.13-open-595')!r}); "
         "m = read_loaded_modules(HostPaths(procfs_root=t / 'proc', sysfs_root=t / 'sys')); "
         "assert m['nvidia'].loaded; "
-        "print(sorted(x for x in sys.modules if x.startswith(('elftools', 'zstandard', 'requests', 'driver_container.kmod'))))"
+        "heavy = ('elftools', 'zstandard', 'requests', 'driver_container.kmod'); "
+        "print(sorted(x for x in sys.modules if x.startswith(heavy)))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "[]"

@@ -45,7 +45,9 @@ OPEN = (
     "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build  "
     "(dvs-builder@U16-I3-B03-4-3)  Thu Jan 23 23:54:30 UTC 2025\nGCC version:  gcc version 12.2.0 (Debian 12.2.0-14) \n"
 )
-PROPRIETARY = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.309.01  Wed Mar 25 15:26:15 UTC 2026\nGCC version:  \n"
+PROPRIETARY = (
+    "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.309.01  Wed Mar 25 15:26:15 UTC 2026\nGCC version:  \n"
+)
 
 
 def test_nvidia_version_both_formats() -> None:
@@ -80,8 +82,12 @@ def test_params_and_gpu_information() -> None:
 
 def test_parameter_conf() -> None:
     text = '# comment\nNVreg_A=1 NVreg_B="x y"\n\nNVreg_RegistryDwords="RMFoo=1;RMBar=2"\n'
-    assert parse_parameter_conf(text) == [("NVreg_A", "1"), ("NVreg_B", "x y"), ("NVreg_RegistryDwords", "RMFoo=1;RMBar=2")]
+    assert parse_parameter_conf(text) == [
+        ("NVreg_A", "1"),
+        ("NVreg_B", "x y"),
+        ("NVreg_RegistryDwords", "RMFoo=1;RMBar=2"),
+    ]
     with pytest.raises(HostReadError, match=r"nvidia.conf:2: 'oops' is not NAME=VALUE"):
         parse_parameter_conf("A=1\noops\n", source="nvidia.conf")
-    with pytest.raises(HostReadError, match="nvidia.conf:1: cannot parse"):
+    with pytest.raises(HostReadError, match=r"nvidia\.conf:1: cannot parse"):
         parse_parameter_conf('A="unterminated\n', source="nvidia.conf")

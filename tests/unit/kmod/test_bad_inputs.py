@@ -160,12 +160,20 @@ def test_cli_reports_each_bad_file_and_prints_the_good_ones(tmp_path: Path) -> N
     bomb = tmp_path / "bomb.ko.xz"
     bomb.write_bytes(lzma.compress(bytes(4 << 20), preset=0))
     good = MODULES / "nvidia.ko.xz"
-    args = [str(tmp_path / "empty.ko"), str(good), str(tmp_path / "text.ko"), str(tmp_path), str(tmp_path / "x.ko"),
-            str(bomb), str(MODULES / "nvidia.ko")]
+    args = [
+        str(tmp_path / "empty.ko"),
+        str(good),
+        str(tmp_path / "text.ko"),
+        str(tmp_path),
+        str(tmp_path / "x.ko"),
+        str(bomb),
+        str(MODULES / "nvidia.ko"),
+    ]
     # The CLI has no cap option: the 1 GiB default is exercised by the unit tests above; here the
     # "bomb" is just another bad file (4 MiB of zeros is not ELF) in the same call.
-    proc = subprocess.run([sys.executable, "-m", "driver_container", "modinfo", *args],
-                          capture_output=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "driver_container", "modinfo", *args], capture_output=True, check=False
+    )
     assert proc.returncode == 1
     lines = proc.stderr.decode().splitlines()
     assert lines == [

@@ -37,7 +37,10 @@ def test_fixture_values(name: str, compression: str | None) -> None:
     sig = info.signature
     assert sig is not None
     assert (sig.sig_id, sig.signer, sig.sig_hashalgo, sig.id_type) == (
-        "PKCS#7", "Fixture throw-away signing key", "sha512", 2
+        "PKCS#7",
+        "Fixture throw-away signing key",
+        "sha512",
+        2,
     )
     assert len(sig.signature) == 256  # RSA-2048
     assert 1 <= len(sig.sig_key) <= 20
@@ -56,9 +59,21 @@ def test_bytes_source_and_filename() -> None:
 
 
 @pytest.mark.parametrize("name", FORMS)
-@pytest.mark.parametrize("args", [(), ("-F", "parm"), ("-F", "signer"), ("-F", "firmware"), ("-F", "filename"),
-                                  ("-F", "sig_key"), ("-F", "signature"), ("-F", "nosuchfield"), ("-0",),
-                                  ("-0", "-F", "parm")])
+@pytest.mark.parametrize(
+    "args",
+    [
+        (),
+        ("-F", "parm"),
+        ("-F", "signer"),
+        ("-F", "firmware"),
+        ("-F", "filename"),
+        ("-F", "sig_key"),
+        ("-F", "signature"),
+        ("-F", "nosuchfield"),
+        ("-0",),
+        ("-0", "-F", "parm"),
+    ],
+)
 def test_text_output_equals_kmod(kmod_modinfo, name: str, args: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
     path = MODULES / name
     field = args[args.index("-F") + 1] if "-F" in args else None
@@ -87,3 +102,30 @@ def test_name_falls_back_to_this_module_section(tmp_path: Path) -> None:
 
     data = build_elf(b"license=GPL\0", bits=64, order="<", this_module_name=b"nvidia_drm")
     assert read_module(data).name == "nvidia_drm"
+
+
+def test_large_file_is_mapped_and_reads_the_same(kmod_modinfo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from elfbuild import build_elf
+
+    from driver_container.kmod.reader import MMAP_THRESHOLD
+
+    data = build_elf(b"description=" + b"x" * MMAP_THRESHOLD + b"\0license=GPL\0", bits=64, order="<")
+    path = tmp_path / "large.ko"
+    path.write_bytes(data)
+    info = read_module(path)
+    assert info == read_module(data, filename=str(path))
+    assert format_modinfo(info) == kmod_modinfo(path)
+
+
+def test_fifo_is_read_without_a_size(tmp_path: Path) -> None:
+    import os
+    import threading
+
+    fifo = tmp_path / "pipe.ko"
+    os.mkfifo(fifo)
+    payload = (MODULES / "nvidia.ko.zst").read_bytes()
+    writer = threading.Thread(target=fifo.write_bytes, args=(payload,))
+    writer.start()
+    info = read_module(fifo)
+    writer.join()
+    assert (info.compression, info.version) == ("zstd", "595.91.07")

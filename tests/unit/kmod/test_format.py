@@ -15,8 +15,10 @@ from driver_container.kmod.format import hex_folded, to_json
         (b"\x01", "01"),
         (bytes(range(20)), ":".join(f"{i:02X}" for i in range(20))),
         (bytes(range(21)), ":".join(f"{i:02X}" for i in range(20)) + ":\n\t\t14"),
-        (bytes(range(40)), ":".join(f"{i:02X}" for i in range(20)) + ":\n\t\t"
-         + ":".join(f"{i:02X}" for i in range(20, 40))),
+        (
+            bytes(range(40)),
+            ":".join(f"{i:02X}" for i in range(20)) + ":\n\t\t" + ":".join(f"{i:02X}" for i in range(20, 40)),
+        ),
     ],
 )
 def test_hex_folding(raw: bytes, text: str) -> None:
@@ -29,8 +31,14 @@ def _info(*fields: tuple[str, str], signature: Signature | None = None) -> Modul
 
 def test_padding_parm_merge_and_order() -> None:
     info = _info(
-        ("parm", "b:first b"), ("parmtype", "a:int"), ("description", "d"), ("parm", "b:second b"),
-        ("parmtype", "c:bool"), ("parm", "c:the c"), ("a_very_long_key_name", "v"), ("parm", "bad-no-colon"),
+        ("parm", "b:first b"),
+        ("parmtype", "a:int"),
+        ("description", "d"),
+        ("parm", "b:second b"),
+        ("parmtype", "c:bool"),
+        ("parm", "c:the c"),
+        ("a_very_long_key_name", "v"),
+        ("parm", "bad-no-colon"),
     )
     assert format_modinfo(info) == (
         b"filename:       /m/x.ko\ndescription:    d\na_very_long_key_name:     v\n"
@@ -49,8 +57,7 @@ def test_signature_lines_and_non_utf8_values() -> None:
     out = format_modinfo(info)
     assert out == (
         b"filename:       /m/x.ko\ndescription:    caf\xe9\nsig_id:         PKCS#7\nsigner:         Key\n"
-        b"sig_key:        AB:CD\nsig_hashalgo:   sha512\nsignature:      "
-        + b":".join([b"00"] * 20) + b":\n\t\t00\n"
+        b"sig_key:        AB:CD\nsig_hashalgo:   sha512\nsignature:      " + b":".join([b"00"] * 20) + b":\n\t\t00\n"
     )
     assert format_modinfo(info, field="signer", null=True) == b"Key\0"
     assert format_modinfo(info, field="filename") == b"/m/x.ko\n"

@@ -22,9 +22,7 @@ def _tree(base: Path, with_dep: bool) -> Path:
     shutil.copy(MODULES / "nvidia.ko", tree / "extras" / "nvidia.ko")
     shutil.copy(MODULES / "nvidia.ko.xz", tree / "kernel" / "drivers" / "nvidia-uvm.ko.xz")
     if with_dep:
-        (tree / "modules.dep").write_text(
-            "kernel/drivers/nvidia-uvm.ko.xz: extras/nvidia.ko\nextras/nvidia.ko:\n"
-        )
+        (tree / "modules.dep").write_text("kernel/drivers/nvidia-uvm.ko.xz: extras/nvidia.ko\nextras/nvidia.ko:\n")
     return tree
 
 

@@ -93,12 +93,17 @@ def test_json_kubeconfig_and_relative_files(tmp_path: Path) -> None:
     parsed = parse_yaml_subset(json.dumps(doc))
     assert isinstance(parsed, dict)
     entry = select_context(parsed, tmp_path / "config")
-    assert entry.server == "https://h:6443" and entry.ca_file == tmp_path / "ca.pem" and entry.token_file == tmp_path / "tok"
+    assert (
+        entry.server == "https://h:6443"
+        and entry.ca_file == tmp_path / "ca.pem"
+        and entry.token_file == tmp_path / "tok"
+    )
 
 
 @pytest.mark.parametrize(
     ("text", "what"),
-    [("a: &x 1\n", "line 1: unsupported YAML construct '&x 1'"), ("a: |\n  x\n", "line 1: unsupported YAML construct '|'"),
+    [("a: &x 1\n", "line 1: unsupported YAML construct '&x 1'"),
+     ("a: |\n  x\n", "line 1: unsupported YAML construct '|'"),
      ("a: 1\na: 2\n", "line 2: duplicate key 'a'"), ("a:\n\tb: 1\n", "line 2: tab in indentation")],
 )  # fmt: skip
 def test_unsupported_yaml_is_refused_naming_the_line(text: str, what: str) -> None:
@@ -117,7 +122,6 @@ def test_exec_users_are_refused() -> None:
 yaml = pytest.importorskip("yaml")  # PyYAML: the oracle (test extra); the reader itself never needs it
 
 
-
 class _IndentedSequences(yaml.SafeDumper):  # type: ignore[name-defined,misc]
     def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
         super().increase_indent(flow, False)
@@ -132,7 +136,9 @@ _scalar = st.one_of(
 )
 _tree = st.recursive(
     _scalar,
-    lambda inner: st.one_of(st.lists(inner, min_size=1, max_size=3), st.dictionaries(_key, inner, min_size=1, max_size=3)),
+    lambda inner: st.one_of(
+        st.lists(inner, min_size=1, max_size=3), st.dictionaries(_key, inner, min_size=1, max_size=3)
+    ),
     max_leaves=12,
 )
 

@@ -51,3 +51,14 @@ def test_fast_path_without_typer(scenario: str, code: int) -> None:
         [sys.executable, "-c", script], check=False, env=env, capture_output=True, text=True, timeout=60
     )
     assert done.returncode == code, done.stderr
+
+
+def test_probe_through_typer_with_global_option() -> None:
+    # With a global option the console script takes the typer path instead of its fast path.
+    done = subprocess.run(
+        [sys.executable, "-m", "driver_container", "--procfs-root", str(NODE_FIXTURES / "peermem-missing/proc"),
+         "probe_nvidia_peermem"],
+        check=False, capture_output=True, text=True, timeout=60, cwd=REPO,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "mlx5_core is loaded but nvidia_peermem is not" in done.stderr

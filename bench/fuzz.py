@@ -1,0 +1,120 @@
+"""Coverage-guided fuzzing of one parser (atheris), time-bounded; the targets are tests/property/targets.py.
+
+Usage: .venv/bin/python bench/fuzz.py TARGET [libFuzzer flags...]     e.g. module -max_total_time=60
+       .venv/bin/python bench/fuzz.py --list
+Only DriverContainerError subclasses may escape a target; anything else is a crash that libFuzzer saves
+as crash-<sha1> in the current directory. Defaults: -max_total_time=30 -rss_limit_mb=1024 -max_len=65536,
+seeded with the real samples. Without atheris (the optional extra `fuzz`: pip install '.[fuzz]') the
+script falls back to a random loop driven by hypothesis over the same targets and the same time bound,
+and says so on stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests" / "property"))
+DEFAULTS = {"-max_total_time": "30", "-rss_limit_mb": "1024", "-max_len": "65536"}
+
+
+def _flags(args: list[str]) -> list[str]:
+    given = {a.split("=", 1)[0] for a in args if a.startswith("-")}
+    return args + [f"{k}={v}" for k, v in DEFAULTS.items() if k not in given]
+
+
+def _seconds(flags: list[str]) -> float:
+    return float(next(f.split("=", 1)[1] for f in flags if f.startswith("-max_total_time=")))
+
+
+def _one_input(name: str):  # type: ignore[no-untyped-def]
+    from targets import TARGETS
+
+    from driver_container.errors import DriverContainerError
+
+    run = TARGETS[name].run
+
+    def test_one_input(data: bytes) -> None:
+        try:
+            run(data)
+        except DriverContainerError:
+            pass  # the contract: expected failures are the project's own errors
+
+    return test_one_input
+
+
+def _atheris(name: str, flags: list[str]) -> int:
+    import atheris
+    from targets import TARGETS
+
+    test_one_input = _one_input(name)
+
+    with tempfile.TemporaryDirectory(prefix=f"fuzz-{name}-") as corpus:
+        for i, seed in enumerate(TARGETS[name].seeds()):
+            (Path(corpus) / f"seed-{i}").write_bytes(seed)
+        atheris.Setup([sys.argv[0], *flags, corpus], test_one_input)
+        atheris.Fuzz()
+    return 0
+
+
+def _fallback(name: str, flags: list[str]) -> int:
+    """Random loop: hypothesis draws arbitrary and mutated inputs until the time bound."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from mutate import mutated
+    from targets import TARGETS
+
+    print("atheris is not installed: falling back to a hypothesis-driven random loop", file=sys.stderr)
+    test_one_input = _one_input(name)
+    seeds = TARGETS[name].seeds()
+    deadline = time.monotonic() + _seconds(flags)
+    count = 0
+    inputs = st.one_of(st.binary(max_size=4096), st.sampled_from(seeds).flatmap(mutated)) if seeds else st.binary()
+
+    @settings(max_examples=10_000, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(inputs)
+    def batch(data: bytes) -> None:
+        nonlocal count
+        count += 1
+        test_one_input(data)
+
+    while time.monotonic() < deadline:
+        batch()
+    print(f"{name}: {count} inputs, no crash", file=sys.stderr)
+    return 0
+
+
+def _have_atheris() -> bool:
+    try:
+        import atheris  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def main(argv: list[str]) -> int:
+    atheris = _have_atheris()
+    if atheris:
+        import atheris as lib
+
+        # Instrument before anything imports the package: only first imports are instrumented.
+        with lib.instrument_imports(include=["driver_container", "targets"]):
+            from targets import TARGETS
+    else:
+        from targets import TARGETS
+
+    if not argv or argv[0] in ("-h", "--help", "--list"):
+        print("targets: " + " ".join(sorted(TARGETS)))
+        return 0 if argv else 2
+    name, flags = argv[0], _flags(argv[1:])
+    if name not in TARGETS:
+        print(f"unknown target {name!r}; one of: {' '.join(sorted(TARGETS))}", file=sys.stderr)
+        return 2
+    return _atheris(name, flags) if atheris else _fallback(name, flags)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

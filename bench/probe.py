@@ -1,0 +1,72 @@
+"""Wall time of `nvidia-driver probe_nvidia_peermem` (the peermem liveness probe, run every 30 s)
+against `python -c "import typer"`, measured in the same run. Target: ratio <= 1.5.
+
+Also measures the typer-free fast path (`driver_container.node.peermem.probe` called directly), which
+is what a console-script shortcut for this one command would cost.
+
+Usage: python bench/probe.py [--runs N] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PROC = REPO / "tests/unit/node/fixtures/peermem-loaded/proc"
+FAST = (
+    "import sys\nfrom driver_container.node.peermem import probe\nfrom driver_container.paths import HostPaths\n"
+    "sys.exit(0 if probe(HostPaths.from_env())[0] else 1)"
+)
+
+
+def _time(argv: list[str], env: dict[str, str], runs: int) -> list[float]:
+    subprocess.run(argv, env=env, check=True, capture_output=True)  # warm the page cache
+    samples = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run(argv, env=env, check=True, capture_output=True)
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    env = {**os.environ, "PROCFS_ROOT": str(PROC)}
+    script = shutil.which("nvidia-driver", path=str(Path(sys.executable).parent)) or "nvidia-driver"
+    cases = {
+        "import_typer": [sys.executable, "-c", "import typer"],
+        "probe_cli": [script, "probe_nvidia_peermem"],
+        "probe_fast_path": [sys.executable, "-c", FAST],
+    }
+    medians = {name: statistics.median(_time(argv, env, args.runs)) for name, argv in cases.items()}
+    base = medians["import_typer"]
+    result = {
+        "runs": args.runs,
+        "median_s": {k: round(v, 4) for k, v in medians.items()},
+        "ratio_cli": round(medians["probe_cli"] / base, 2),
+        "ratio_fast_path": round(medians["probe_fast_path"] / base, 2),
+        "target_ratio": 1.5,
+    }
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        for name, value in medians.items():
+            print(f"{name:16s} {value * 1000:7.1f} ms (median of {args.runs})")
+        print(f"ratio probe_cli / import typer:       {result['ratio_cli']:.2f}  (target <= 1.5)")
+        print(f"ratio probe_fast_path / import typer: {result['ratio_fast_path']:.2f}")
+    return 0 if result["ratio_cli"] <= 1.5 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

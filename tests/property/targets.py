@@ -1,0 +1,80 @@
+"""Every parser of untrusted input, as one callable per name, with real samples to mutate.
+
+Shared by the property tests (tests/property) and the fuzz script (bench/fuzz.py): a target takes
+arbitrary bytes and may raise only ``DriverContainerError`` subclasses (the issue-9 contract).
+The samples come from the fixture trees (real files or exact copies of real kernel output).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from driver_container.elfdeps import read_elf_deps
+from driver_container.kernel.devices import parse_mig_minors, parse_proc_devices
+from driver_container.kernel.modules import parse_parameter_conf, parse_proc_modules
+from driver_container.kernel.nvidia_proc import parse_gpu_information, parse_nvidia_params, parse_nvidia_version
+from driver_container.kmod import format_modinfo, read_module, to_json
+from driver_container.ldcache import parse_ld_cache
+from driver_container.modparams import parse_module_conf
+from driver_container.platform import parse_os_release
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+HOST = FIXTURES / "hosts" / "talos-1.13-open-595"
+USERSPACE = FIXTURES / "userspace" / "debian-595.91.07"
+# Small cap so a decompression bomb or a huge claimed size must hit it, never allocate for real.
+MODULE_CAP = 1 << 20
+
+# Copied from a Linux 6.x /proc/devices (character and block sections, as the kernel prints them).
+PROC_DEVICES = (
+    "Character devices:\n  1 mem\n  4 /dev/vc/0\n  5 /dev/tty\n195 nvidia-frontend\n"
+    "234 nvidia-uvm\n235 nvidia-caps\n236 nvidia-caps-imex-channels\n\nBlock devices:\n  7 loop\n259 blkext\n"
+)
+# /proc/driver/nvidia-caps/mig-minors as the NVIDIA driver prints it (name, minor).
+MIG_MINORS = "config 1\nmonitor 2\ngpu0/gi0/access 3\ngpu0/gi0/ci0/access 4\n"
+
+
+def _module(data: bytes) -> None:
+    info = read_module(data, max_size=MODULE_CAP, filename="fuzz.ko")
+    format_modinfo(info)  # the printing path walks every field and the signature
+    to_json(info)
+
+
+def _text(parse: Callable[[str], object]) -> Callable[[bytes], None]:
+    def run(data: bytes) -> None:
+        # The readers decode with errors="replace" (paths.Root.read_text); do the same.
+        parse(data.decode("utf-8", errors="replace"))
+
+    return run
+
+
+@dataclass(frozen=True)
+class Target:
+    run: Callable[[bytes], None]
+    samples: tuple[Path, ...] = ()
+    inline: tuple[bytes, ...] = ()
+
+    def seeds(self) -> list[bytes]:
+        return [p.read_bytes() for p in self.samples] + list(self.inline)
+
+
+TARGETS: dict[str, Target] = {
+    "module": Target(_module, tuple(FIXTURES / "modules" / n for n in ("nvidia.ko", "nvidia.ko.xz", "nvidia.ko.zst"))),
+    "os_release": Target(_text(parse_os_release), (HOST / "host/etc/os-release",)),
+    "proc_modules": Target(_text(parse_proc_modules), (HOST / "proc/modules",)),
+    "nvidia_version": Target(_text(parse_nvidia_version), (HOST / "proc/driver/nvidia/version",)),
+    "nvidia_params": Target(_text(parse_nvidia_params), (HOST / "proc/driver/nvidia/params",)),
+    "gpu_information": Target(
+        _text(parse_gpu_information), (HOST / "proc/driver/nvidia/gpus/0000:01:00.0/information",)
+    ),
+    "proc_devices": Target(_text(parse_proc_devices), inline=(PROC_DEVICES.encode(),)),
+    "mig_minors": Target(_text(parse_mig_minors), inline=(MIG_MINORS.encode(),)),
+    "module_conf": Target(_text(parse_module_conf), (HOST / "drivers/nvidia.conf",)),
+    "parameter_conf": Target(_text(parse_parameter_conf), (HOST / "drivers/nvidia.conf",)),
+    "ld_cache": Target(parse_ld_cache, (USERSPACE / "etc/ld.so.cache",)),
+    "elf_deps": Target(
+        lambda data: read_elf_deps(data, name="fuzz.so"),
+        (USERSPACE / "usr/lib/x86_64-linux-gnu/libfixturedep.so.2.0.0",),
+    ),
+}

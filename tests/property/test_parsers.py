@@ -1,0 +1,61 @@
+"""Every parser survives arbitrary and mutated input: only DriverContainerError subclasses escape.
+
+Bounded so it runs in the normal suite (~200 examples per target, no deadline: CI machines are shared).
+The longer, coverage-guided run of the same targets is bench/fuzz.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mutate import mutated
+from targets import TARGETS, Target
+
+from driver_container.errors import DriverContainerError
+
+BOUNDED = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+NAMES = sorted(TARGETS)
+
+
+def _survives(target: Target, data: bytes) -> None:
+    try:
+        target.run(data)
+    except DriverContainerError as exc:
+        assert exc.message, f"{type(exc).__name__} without a message"  # errors must say what was found
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_real_samples_parse(name: str) -> None:
+    target = TARGETS[name]
+    seeds = target.seeds()
+    assert seeds, f"{name}: no sample to mutate"
+    for seed in seeds:
+        target.run(seed)  # the unmutated samples are valid: any exception here is a parser bug
+
+
+@pytest.mark.parametrize("name", NAMES)
+@BOUNDED
+@given(data=st.binary(max_size=4096))
+def test_arbitrary_bytes(name: str, data: bytes) -> None:
+    _survives(TARGETS[name], data)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@BOUNDED
+@given(choice=st.data())
+def test_mutated_samples(name: str, choice: st.DataObject) -> None:
+    target = TARGETS[name]
+    seed = choice.draw(st.sampled_from(target.seeds()))
+    _survives(target, choice.draw(mutated(seed)))
+
+
+TEXT_NAMES = [n for n in NAMES if n not in ("module", "ld_cache", "elf_deps")]
+
+
+@pytest.mark.parametrize("name", TEXT_NAMES)
+@BOUNDED
+@given(text=st.text(max_size=2000))
+def test_arbitrary_text(name: str, text: str) -> None:
+    # Unicode corner cases (surrogate-free, NUL, \x85, \u2028 line separators that str.splitlines splits on).
+    _survives(TARGETS[name], text.encode("utf-8", errors="surrogatepass"))

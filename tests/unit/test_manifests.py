@@ -1,0 +1,220 @@
+"""The manifests in docs/deploy agree with the code: commands, env names, mounts, probes, module lists."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from support import REPO
+
+from driver_container.cli import _register_commands, manager_cmd
+from driver_container.cli.app import app as driver_app
+from driver_container.paths import ENV_NAMES, HostPaths
+from driver_container.settings import Settings
+
+yaml = pytest.importorskip("yaml")  # PyYAML is in the test extra; the package itself never needs it
+
+DEPLOY = REPO / "docs" / "deploy"
+# Set by the container runtime or read by NVIDIA's tools inside the container, not by this project.
+RUNTIME_ENV = {"NVIDIA_VISIBLE_DEVICES"}
+# Always present in a (privileged) container: the image root, and its own /proc and /sys, which show
+# the host's module state (modules and sysfs are not namespaced).
+RUNTIME_MOUNTS = {"/", "/proc", "/sys"}
+PROBE = {"initialDelaySeconds": 60, "periodSeconds": 10, "failureThreshold": 120}  # operator defaults
+
+
+def _docs(name: str) -> list[Any]:
+    return [d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d is not None]
+
+
+def _commands(app: typer.Typer) -> Any:
+    _register_commands()
+    return typer.main.get_command(app)
+
+
+def _envvars(command: Any) -> set[str]:
+    names: set[str] = set()
+    for cmd in [command, *getattr(command, "commands", {}).values()]:
+        for param in cmd.params:
+            env = param.envvar
+            names.update([env] if isinstance(env, str) else env or [])
+    return names
+
+
+def known_env_names() -> set[str]:
+    settings_names = set(re.findall(r'"([A-Z][A-Z0-9_]+)"', inspect.getsource(Settings.from_env)))
+    return (
+        set(ENV_NAMES)
+        | settings_names
+        | set(manager_cmd.ENV_NAMES)
+        | _envvars(_commands(driver_app))
+        | _envvars(_commands(manager_cmd.app))
+    )
+
+
+def _daemonset() -> dict[str, Any]:
+    return next(d for d in _docs("standalone-daemonset.yaml") if d["kind"] == "DaemonSet")
+
+
+def _driver_container() -> dict[str, Any]:
+    pod = _daemonset()["spec"]["template"]["spec"]
+    return next(c for c in pod["containers"] if c["name"] == "nvidia-driver-ctr")
+
+
+def test_known_env_names_are_really_collected() -> None:
+    names = known_env_names()
+    assert {"HOST_ROOT", "DRIVER_PLATFORM", "NODE_NAME", "LOG_FORMAT", "DRIVER_CONFIG_DIGEST"} <= names
+    assert "NOT_A_SETTING" not in names
+
+
+def test_commands_in_manifests_exist() -> None:
+    driver_commands = set(_commands(driver_app).commands)
+    manager_commands = set(_commands(manager_cmd.app).commands)
+    command = _driver_container()["command"]
+    assert command[0] == "nvidia-driver" and command[1] in driver_commands
+    # The operator runs `driver-manager uninstall_driver` in its init container; our image must answer it.
+    assert "uninstall_driver" in manager_commands
+    assert "init" in driver_commands  # the operator's main container command
+
+
+@pytest.mark.parametrize("name", ["standalone-daemonset.yaml", "gpu-operator-values.yaml", "nvidiadriver.yaml"])
+def test_every_env_name_in_manifests_is_read_by_the_code(name: str) -> None:
+    found: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if set(node) >= {"name", "value"} or set(node) >= {"name", "valueFrom"}:
+                found.append(str(node["name"]))
+            for key, value in node.items():
+                if key != "volumeMounts":
+                    walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    for doc in _docs(name):
+        # In the helm values only driver.* reaches our containers; toolkit.env belongs to NVIDIA's toolkit.
+        walk(doc["driver"] if name == "gpu-operator-values.yaml" else doc.get("spec", doc))
+    assert found, f"{name}: no env entries found (the walker is broken)"
+    unknown = sorted(set(found) - known_env_names() - RUNTIME_ENV)
+    assert unknown == [], f"{name}: env names no code reads: {unknown}"
+
+
+def test_standalone_mounts_cover_every_path_the_code_reads() -> None:
+    container = _driver_container()
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    paths = HostPaths.from_env(env)
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    needed = {
+        "HOST_ROOT": paths.host_root,
+        "PROCFS_ROOT": paths.procfs_root,
+        "SYSFS_ROOT": paths.sysfs_root,
+        "RUN_DIR": paths.run_dir,
+        "USERSPACE_ROOT": paths.userspace_root,
+        "DRIVERS_CONF_DIR": paths.drivers_conf_dir,
+    }
+    for name, path in needed.items():
+        if str(path) in RUNTIME_MOUNTS:
+            continue
+        assert str(path) in mounts, f"{name}={path} is not mounted"
+    assert mounts[str(paths.host_root)]["readOnly"] is True  # /host is only read (module files verified)
+    assert mounts[str(paths.run_dir)]["mountPropagation"] == "Bidirectional"  # the operator's choice
+    volumes = {v["name"]: v for v in _daemonset()["spec"]["template"]["spec"]["volumes"]}
+    assert volumes[mounts["/host"]["name"]]["hostPath"]["path"] == "/"
+    assert volumes[mounts[str(paths.run_dir)]["name"]]["hostPath"]["path"] == "/run/nvidia"
+    assert _daemonset()["spec"]["updateStrategy"]["type"] == "OnDelete"
+    assert _daemonset()["spec"]["template"]["spec"]["hostPID"] is True  # pid file of persistenced, like the operator
+
+
+def test_driver_install_dir_is_where_init_publishes() -> None:
+    (values,) = _docs("gpu-operator-values.yaml")
+    assert values["hostPaths"]["driverInstallDir"] == str(HostPaths().driver_root)
+
+
+def test_manager_is_this_image_and_the_driver_image_follows_the_operator_tag_rule() -> None:
+    (values,) = _docs("gpu-operator-values.yaml")
+    (cr,) = _docs("nvidiadriver.yaml")
+    for spec in (values["driver"], cr["spec"]):
+        manager = spec["manager"]
+        assert (manager["repository"], manager["image"]) == (spec["repository"], spec["image"])
+        # The operator appends -<ID><VERSION_ID> to the driver tag but uses the manager tag as is.
+        assert manager["version"] == f"{spec['version']}-talosv1.13.6"
+        assert {e["name"] for e in spec["env"]} == {"DRIVER_PLATFORM"}
+    assert cr["spec"]["repository"] == values["driver"]["repository"]
+
+
+@pytest.mark.parametrize("where", ["values", "cr", "standalone"])
+def test_startup_probe_timing_matches_the_operator(where: str) -> None:
+    if where == "standalone":
+        probe = _driver_container()["startupProbe"]
+        assert probe["exec"]["command"] == ["sh", "/usr/local/bin/startup-probe.sh"]
+    else:
+        probe = _docs("gpu-operator-values.yaml")[0]["driver"] if where == "values" else _docs("nvidiadriver.yaml")[0]
+        probe = probe["startupProbe"] if where == "values" else probe["spec"]["startupProbe"]
+    assert {k: probe[k] for k in PROBE} == PROBE
+
+
+def _probe_script() -> str:
+    config = next(d for d in _docs("standalone-daemonset.yaml") if d["kind"] == "ConfigMap")
+    return str(config["data"]["startup-probe.sh"])
+
+
+def test_pre_stop_removes_both_status_files() -> None:
+    command = _driver_container()["lifecycle"]["preStop"]["exec"]["command"]
+    assert command == [
+        "rm", "-f", "/run/nvidia/validations/.driver-ctr-ready", "/run/nvidia/validations/.driver-daemons-status"
+    ]  # fmt: skip
+
+
+def _run_probe(tmp_path: Path, *, loaded: bool, status: str | None, smi_rc: int) -> tuple[int, Path]:
+    require_sh = shutil.which("sh")
+    assert require_sh
+    run, sysmod, bin_dir = tmp_path / "run/nvidia", tmp_path / "sys/module", tmp_path / "bin"
+    (run / "validations").mkdir(parents=True)
+    bin_dir.mkdir()
+    if loaded:
+        (sysmod / "nvidia").mkdir(parents=True)
+        (sysmod / "nvidia/refcnt").write_text("3\n")
+    if status is not None:
+        (run / "validations/.driver-daemons-status").write_text(status)
+    (bin_dir / "nvidia-smi").write_text(f"#!/bin/sh\nexit {smi_rc}\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    script = tmp_path / "probe.sh"
+    script.write_text(_probe_script().replace("/run/nvidia", str(run)).replace("/sys/module", str(sysmod)))
+    env = {"PATH": f"{bin_dir}:{os.defpath}", "GDS_ENABLED": "true"}
+    rc = subprocess.run(["sh", str(script)], env=env, capture_output=True, check=False).returncode
+    return rc, run / "validations/.driver-ctr-ready"
+
+
+@pytest.mark.parametrize(
+    ("loaded", "status", "smi_rc", "ok"),
+    [(True, None, 0, True), (True, "Ready", 0, True), (True, "NotReady", 0, False), (False, None, 0, False),
+     (True, None, 9, False)],
+)  # fmt: skip
+def test_startup_probe_script_behaves_like_the_operators(
+    tmp_path: Path, loaded: bool, status: str | None, smi_rc: int, ok: bool
+) -> None:
+    rc, ready = _run_probe(tmp_path, loaded=loaded, status=status, smi_rc=smi_rc)
+    assert (rc == 0) == ok and ready.exists() == ok
+    if ok:
+        assert yaml.safe_load(ready.read_text()) == {
+            "GDRCOPY_ENABLED": False, "GDS_ENABLED": True, "GPU_DIRECT_RDMA_ENABLED": False
+        }  # fmt: skip
+
+
+def test_talos_module_lists_agree_in_both_forms() -> None:
+    (legacy,) = _docs("talos-machine-config.yaml")
+    modern = _docs("talos-kernel-module-config.yaml")
+    old = {m["name"]: m.get("parameters", []) for m in legacy["machine"]["kernel"]["modules"]}
+    new = {d["name"]: d.get("parameters", []) for d in modern}
+    assert {d["kind"] for d in modern} == {"KernelModuleConfig"}
+    assert old == new
+    assert set(old) == {"nvidia", "nvidia_uvm", "nvidia_modeset"}  # underscores, as machined and sysfs spell them
+    assert all("=" in p for params in old.values() for p in params)
