@@ -3,7 +3,9 @@
 Measured in the same run, page cache warm for both: baseline = `cp -a` of exactly the files the plan
 publishes + `ldconfig -r`; first publish into an empty DRIVER_ROOT (ratio target <= 1.3); unchanged
 re-publish (target <= 0.1 of the baseline); peak RSS of a process doing the first publish (<= 80 MB).
-Usage: .venv/bin/python bench/publish.py [USERSPACE_ROOT] [VERSION]
+Usage: [TMPDIR=/dev/shm] .venv/bin/python bench/publish.py [USERSPACE_ROOT] [VERSION]
+Both sides write under TMPDIR: /dev/shm (tmpfs) is what DRIVER_ROOT (/run) is in production; on a disk
+the third 240 MB written in a row (warm-up, cp, first publish) can be throttled by writeback.
 """
 
 from __future__ import annotations

@@ -9,15 +9,18 @@ the cleanup (stop daemons, remove the pid file, keep DRIVER_ROOT) runs in ordina
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import pickle
 import select
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from driver_container import statusfiles
 from driver_container.errors import (
@@ -38,6 +41,8 @@ if TYPE_CHECKING:
     from driver_container.platform import PlatformInfo
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 POLL_S = 1.0
@@ -239,8 +244,7 @@ def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: Init
         if not wait_for_modules(paths, settings, shutdown, talos=not generic_host, poll_s=opts.poll_s,
                                 progress_s=opts.progress_s, names=names):
             return
-        state = verify(paths, settings)
-        _publish(paths, loaded_version(state), runner)
+        _run_in_child(lambda: _verify_and_publish(paths, settings, runner))
         if shutdown.requested:
             return
         _node_steps(paths)
@@ -266,10 +270,83 @@ def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: Init
         shutdown.restore()
 
 
-def _publish(paths: HostPaths, version: str, runner: Runner) -> None:
+def _verify_and_publish(paths: HostPaths, settings: Settings, runner: Runner) -> str:
     from driver_container.publish import publish_driver_root
 
+    version = loaded_version(verify(paths, settings))
     publish_driver_root(paths, version, runner)  # logs its own summary
+    return version
+
+
+def _run_in_child(func: Callable[[], T]) -> T:
+    """Run ``func`` in a forked child and return its result (or raise its error).
+
+    Verifying and publishing import pyelftools and hash every file; done in a child, none of that stays
+    in the parent that then waits for days (issue 4: waiting RSS <= 30 MB). The child ignores termination
+    signals (the parent decides, and an interrupted publish is only finished, never cut) and dies with
+    its parent (PR_SET_PDEATHSIG), as it would with the container's PID namespace.
+    """
+    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child; its result is asserted through the parent
+        os.close(read_fd)
+        _child_main(func, write_fd, parent)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as pipe:
+        data = pipe.read()  # read before waitpid: a result larger than the pipe buffer must not block
+    _, status = os.waitpid(pid, 0)
+    try:
+        kind, value = pickle.loads(data) if data else ("died", None)
+    except (pickle.UnpicklingError, EOFError, AttributeError, TypeError):
+        kind, value = "died", None
+    if kind == "ok":
+        return cast(T, value)
+    if kind == "error" and isinstance(value, DriverContainerError):
+        raise value
+    how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.waitstatus_to_exitcode(status)}"
+    raise DriverContainerError(
+        f"the verify-and-publish process (pid {pid}) ended without a result ({how})",
+        fix="see the messages above; run init again (publishing is idempotent)",
+    )
+
+
+def _child_main(func: Callable[[], object], write_fd: int, parent: int) -> None:
+    code = 0
+    payload: tuple[str, object]
+    try:
+        signal.set_wakeup_fd(-1)
+        for signum in HANDLED_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
+        _die_with_parent(parent)
+        payload = ("ok", func())
+    except DriverContainerError as exc:
+        payload, code = ("error", exc), exc.exit_code
+    except BaseException as exc:  # an unexpected bug: report it, never continue in a forked copy
+        log.exception("unexpected error while verifying and publishing")
+        payload, code = ("error", DriverContainerError(f"internal error: {exc!r}")), 70
+    try:
+        data = pickle.dumps(payload)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        data = pickle.dumps(("error", DriverContainerError(str(payload[1]))))
+    with contextlib.suppress(OSError):
+        _write_all(write_fd, data)
+    os._exit(code)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _die_with_parent(parent: int) -> None:
+    import ctypes
+
+    pr_set_pdeathsig = 1  # linux/prctl.h
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
 
 
 def _node_steps(paths: HostPaths) -> None:

@@ -29,9 +29,10 @@ env DRIVER_VERSION=595.91.07 KERNEL_MODULE_TYPE=open DRIVER_CONFIG_DIGEST=demo-d
   nvidia-driver init --no-wait
 echo
 echo "== done. Look at:"
-echo "   $OUT/run/driver                              the published driver root (what gpu-operator mounts)"
-echo "   $OUT/run/driver/.driver-container/manifest.json  every published file with its sha256"
-echo "   $OUT/run/validations/.driver-daemons-status  $(cat "$OUT/run/validations/.driver-daemons-status")"
-echo "   $OUT/run/nvidia-driver.state                 $(cat "$OUT/run/nvidia-driver.state")"
+printf '   %-58s %s\n' \
+  "$OUT/run/driver" "the published driver root (what gpu-operator mounts)" \
+  "$OUT/run/driver/.driver-container/manifest.json" "every published file with its sha256" \
+  "$OUT/run/validations/.driver-daemons-status" "$(cat "$OUT/run/validations/.driver-daemons-status")" \
+  "$OUT/run/nvidia-driver.state" "$(cat "$OUT/run/nvidia-driver.state")"
 echo "   ldconfig -p -C $OUT/run/driver/etc/ld.so.cache"
 echo "   chroot $OUT/run/driver /usr/bin/nvidia-smi   (as root: runs the fixture's tiny nvidia-smi)"

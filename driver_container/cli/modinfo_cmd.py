@@ -30,7 +30,8 @@ def version() -> None:
 
 
 def _is_path(arg: str) -> bool:
-    return "/" in arg or arg.endswith(MODULE_SUFFIXES) or os.path.lexists(arg)
+    # Like kmod: a name unless it looks like a module file; a plain existing file counts too.
+    return "/" in arg or arg.endswith(MODULE_SUFFIXES) or os.path.isfile(arg)
 
 
 def _running_kernel(ctx: typer.Context) -> str:
@@ -60,7 +61,7 @@ def _write(data: bytes) -> None:
 @app.command("modinfo")
 def modinfo(
     ctx: typer.Context,
-    modules: Annotated[list[str], typer.Argument(metavar="FILE_OR_NAME...", show_default=False)],
+    modules: Annotated[list[str], typer.Argument(metavar="FILE_OR_NAME", show_default=False)],
     field: Annotated[str | None, typer.Option("-F", "--field", help="print only this field's values")] = None,
     null: Annotated[bool, typer.Option("-0", "--null", help="end records with NUL instead of newline")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON array for programs")] = False,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import lzma
 import mmap
 import zlib
+from typing import Any
 
 from driver_container.errors import ModuleFormatError
 
@@ -17,6 +18,9 @@ XZ_MAGIC = b"\xfd7zXZ\x00"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 4 << 20
+# A hostile xz header may ask for a 1.5 GiB dictionary; modules use 1 MiB (scripts/Makefile.modinst
+# passes --lzma2=dict=1MiB) and xz -9 uses 64 MiB, so anything above 256 MiB is refused.
+_XZ_MEMLIMIT = 256 << 20
 
 # File contents: bytes, or a read-only map of a large file (only slicing, indexing, len and the
 # buffer protocol are used on it, so both behave the same).
@@ -48,7 +52,7 @@ def _xz(data: Buffer, label: str, max_size: int) -> bytes:
     rest = data
     # xz files may hold several concatenated streams with NUL padding (xz file format 1.0.4, 2.2).
     while rest:
-        dec = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+        dec = lzma.LZMADecompressor(format=lzma.FORMAT_XZ, memlimit=_XZ_MEMLIMIT)
         try:
             chunk = dec.decompress(rest, max_length=max_size + 1 - total)
             out.append(chunk)
@@ -67,14 +71,14 @@ def _xz(data: Buffer, label: str, max_size: int) -> bytes:
     return b"".join(out)
 
 
-def check_zstd_frames(data: Buffer, label: str) -> None:
-    """Walk the frames and blocks (RFC 8878, 3.1) so a truncated stream is an error.
+def check_zstd_frames(data: Buffer, label: str) -> int:
+    """Walk the frames and blocks (RFC 8878, 3.1) so a truncated stream is an error; count the frames.
 
     zstandard's stream reader stops silently at the end of its input, even inside a frame; the walk
     reads only headers (a 100 MB module has ~800 blocks), the decoder still checks the contents.
     """
     truncated = ModuleFormatError(f"{label}: truncated zstd stream (ends inside a frame)")
-    pos, size = 0, len(data)
+    pos, size, frames = 0, len(data), 0
     while pos < size:
         if pos + 5 > size:
             raise truncated
@@ -86,6 +90,7 @@ def check_zstd_frames(data: Buffer, label: str) -> None:
             continue
         if magic != 0xFD2FB528:
             raise ModuleFormatError(f"{label}: corrupt zstd stream: no frame magic at offset {pos}")
+        frames += 1
         descriptor = data[pos + 4]
         single_segment = bool(descriptor & 0x20)
         fcs = (1 if single_segment else 0, 2, 4, 8)[descriptor >> 6]
@@ -102,31 +107,39 @@ def check_zstd_frames(data: Buffer, label: str) -> None:
         pos += 4 if descriptor & 0x04 else 0
         if pos > size:
             raise truncated
+    return frames
 
 
 def _zstd(data: Buffer, label: str, max_size: int) -> bytes:
     import zstandard
 
-    check_zstd_frames(data, label)
-
-    out = bytearray()
-    # A stream reader works for frames with and without a content size (zstd written from a pipe).
+    frames = check_zstd_frames(data, label)
     # The view is released before returning: a map with a live export cannot be closed.
-    try:
-        with (
-            memoryview(data) as view,
-            zstandard.ZstdDecompressor().stream_reader(view, read_across_frames=True) as reader,
-        ):
-            while True:
-                chunk = reader.read(min(_CHUNK, max_size + 1 - len(out)))
-                if not chunk:
-                    break
-                out += chunk
-                if len(out) > max_size:
-                    raise _too_big(label, "zstd", max_size)
-    except zstandard.ZstdError as exc:
-        raise ModuleFormatError(f"{label}: corrupt zstd stream: {exc}") from exc
-    return bytes(out)
+    with memoryview(data) as view:
+        try:
+            size = zstandard.get_frame_parameters(view[:18]).content_size
+            if size not in (zstandard.CONTENTSIZE_UNKNOWN, zstandard.CONTENTSIZE_ERROR) and size > max_size:
+                raise _too_big(label, "zstd", max_size)
+            if frames == 1 and size not in (zstandard.CONTENTSIZE_UNKNOWN, zstandard.CONTENTSIZE_ERROR):
+                # One frame that states its size (what `zstd FILE` writes): one exact allocation.
+                result: bytes = zstandard.ZstdDecompressor().decompress(view)
+                return result
+            return _zstd_stream(zstandard, view, label, max_size)
+        except zstandard.ZstdError as exc:
+            raise ModuleFormatError(f"{label}: corrupt zstd stream: {exc}") from exc
+
+
+def _zstd_stream(zstandard: Any, view: memoryview, label: str, max_size: int) -> bytes:
+    # Frames without a content size (zstd writing to a pipe) or several frames: stream, bounded.
+    chunks: list[bytes] = []
+    total = 0
+    with zstandard.ZstdDecompressor().stream_reader(view, read_across_frames=True) as reader:
+        while chunk := reader.read(min(_CHUNK, max_size + 1 - total)):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > max_size:
+                raise _too_big(label, "zstd", max_size)
+    return b"".join(chunks)
 
 
 def _gzip(data: Buffer, label: str, max_size: int) -> bytes:

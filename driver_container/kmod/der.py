@@ -6,7 +6,7 @@ against the enclosing buffer, so hostile input raises ``DerError`` instead of re
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 _MAX_LENGTH_BYTES = 4  # lengths above 4 GiB cannot occur inside a module signature
 
@@ -15,8 +15,8 @@ class DerError(ValueError):
     """Malformed DER."""
 
 
-@dataclass(frozen=True)
-class Tlv:
+class Tlv(NamedTuple):
+    # A NamedTuple, not a frozen dataclass: ~20 are made per module and frozen __init__ is slow.
     tag: int  # the identifier octet (class, constructed bit, low tag number)
     value: bytes
 
@@ -80,3 +80,17 @@ def oid_text(tlv: Tlv) -> str:
         raise DerError("truncated OBJECT IDENTIFIER")
     first = min(arcs[0] // 40, 2)
     return ".".join(str(a) for a in (first, arcs[0] - 40 * first, *arcs[1:]))
+
+
+def encode_oid(text: str) -> bytes:
+    """The DER contents of an OBJECT IDENTIFIER (for comparing raw bytes instead of decoding)."""
+    arcs = [int(a) for a in text.split(".")]
+    out = bytearray()
+    for arc in [40 * arcs[0] + arcs[1], *arcs[2:]]:
+        chunk = [arc & 0x7F]
+        rest = arc >> 7
+        while rest:
+            chunk.append(0x80 | (rest & 0x7F))
+            rest >>= 7
+        out += bytes(reversed(chunk))
+    return bytes(out)

@@ -89,21 +89,22 @@ def read_sections(data: Buffer, label: str, size: int | None = None) -> ElfSecti
     else:
         shdrs = [fmt.unpack_from(data, shoff + i * shentsize) for i in range(shnum)]
     names = _contents(shdrs[shstrndx], data, size, label, "name table")
-    # Offsets in the name table where a wanted name starts; the linker may share tails
-    # (".rela.gnu.linkonce.this_module"), so every occurrence counts.
-    offsets: dict[int, bytes] = {}
+    name_offsets = [shdr[0] for shdr in shdrs]
+    if names and max(name_offsets) >= len(names):
+        index = next(i for i, offset in enumerate(name_offsets) if offset >= len(names))
+        raise ModuleFormatError(f"{label}: section {index} has a name outside the section name table")
+    # Where each wanted name occurs in the name table; the linker may share tails
+    # (".rela.gnu.linkonce.this_module"), so every occurrence counts; the lowest section index wins.
+    found: dict[bytes, tuple[int, ...]] = {}
     for wanted in _WANTED:
+        indexes = []
         pos = names.find(wanted + b"\0")
         while pos >= 0:
-            offsets.setdefault(pos, wanted)
+            if pos in name_offsets:
+                indexes.append(name_offsets.index(pos))
             pos = names.find(wanted + b"\0", pos + 1)
-    found: dict[bytes, tuple[int, ...]] = {}
-    for index, shdr in enumerate(shdrs):
-        if shdr[0] >= len(names) and (shdr[0] or names):
-            raise ModuleFormatError(f"{label}: section {index} has a name outside the section name table")
-        name = offsets.get(shdr[0])
-        if name is not None and name not in found:
-            found[name] = shdr
+        if indexes:
+            found[wanted] = shdrs[min(indexes)]
     modinfo = found.get(b".modinfo")
     this_module = found.get(b".gnu.linkonce.this_module")
     module_name = None

@@ -120,7 +120,7 @@ def read_module(source: Path | bytes, *, max_size: int = DEFAULT_MAX_SIZE, filen
         if len(data) > max_size:
             raise ModuleFormatError(f"{label}: {len(data)} bytes is over the {max_size}-byte cap")
         return _parse(data, label, filename, max_size)
-    path = Path(source)
+    path = source if isinstance(source, Path) else Path(source)
     filename = filename or absolute_name(path)
     with _contents(path, filename, max_size) as contents:
         return _parse(contents, filename, filename, max_size)

@@ -14,7 +14,7 @@ import struct
 
 from driver_container.errors import ModuleFormatError
 from driver_container.kmod.compression import Buffer
-from driver_container.kmod.der import DerError, Tlv, children, oid_text, parse_one
+from driver_container.kmod.der import DerError, Tlv, children, encode_oid, oid_text, parse_one
 from driver_container.kmod.model import Signature
 
 MAGIC = b"~Module signature appended~\n"
@@ -38,8 +38,10 @@ _HASH_OIDS = {
     "2.16.840.1.101.3.4.2.9": "sha3-384",
     "2.16.840.1.101.3.4.2.10": "sha3-512",
 }
-_OID_SIGNED_DATA = "1.2.840.113549.1.7.2"
-_OID_COMMON_NAME = "2.5.4.3"
+# Compared as raw DER contents: decoding every OID to text costs more than the rest of the walk.
+_RAW_HASH_OIDS = {encode_oid(oid): name for oid, name in _HASH_OIDS.items()}
+_OID_SIGNED_DATA = encode_oid("1.2.840.113549.1.7.2")
+_OID_COMMON_NAME = encode_oid("2.5.4.3")
 
 
 def split_signature(data: Buffer, label: str) -> tuple[int, Signature | None]:
@@ -103,7 +105,7 @@ def _common_name(issuer: Tlv) -> str:
         for attribute in children(rdn):
             oid, value = children(attribute)[:2]
             last = value.value
-            if oid_text(oid) == _OID_COMMON_NAME:
+            if oid.value == _OID_COMMON_NAME:
                 return _c_text(value.value)
     return "" if last is None else _c_text(last)
 
@@ -112,7 +114,7 @@ def _pkcs7(der: bytes, label: str, algo: int, hash_: int) -> Signature:
     try:
         content_info = parse_one(der)
         oid, explicit = children(content_info)[:2]
-        if oid_text(oid) != _OID_SIGNED_DATA:
+        if oid.tag != 0x06 or oid.value != _OID_SIGNED_DATA:
             raise DerError(f"content type {oid_text(oid)} is not signedData")
         signed_data = children(explicit)[0]
         signer_infos = children(signed_data)[-1]
@@ -122,7 +124,8 @@ def _pkcs7(der: bytes, label: str, algo: int, hash_: int) -> Signature:
         if issuer_and_serial.tag != 0x30:
             raise DerError("SignerInfo identifies its key by subjectKeyIdentifier, not issuer and serial")
         issuer, serial = children(issuer_and_serial)[:2]
-        digest_oid = oid_text(children(digest_algorithm)[0])
+        digest_oid = children(digest_algorithm)[0]
+        hash_name = _RAW_HASH_OIDS.get(digest_oid.value) or oid_text(digest_oid)
         encrypted = next(p for p in parts[3:] if p.tag == 0x04)
         signer = _common_name(issuer)
     except (DerError, IndexError, ValueError, StopIteration) as exc:
@@ -131,7 +134,7 @@ def _pkcs7(der: bytes, label: str, algo: int, hash_: int) -> Signature:
         sig_id=ID_TYPES[2],
         signer=signer,
         sig_key=_integer_magnitude(serial),
-        sig_hashalgo=_HASH_OIDS.get(digest_oid, digest_oid),
+        sig_hashalgo=hash_name,
         signature=encrypted.value,
         algo=algo,
         hash=hash_,

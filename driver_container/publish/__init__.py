@@ -43,9 +43,11 @@ def publish_driver_root(paths: HostPaths, version: str, runner: Runner) -> Publi
         previous = parse_manifest(old_text) if old_text else None
     result = apply_plan(plan, root, previous)
     ran = refresh_cache(plan, root, runner, changed=bool(result.written or result.removed))
-    new_text = format_manifest(Manifest(version, plan.triplet, result.records))
-    if new_text != old_text:
-        atomic_write_text(manifest_file, new_text, root=root)
+    manifest = Manifest(version, plan.triplet, result.records)
+    if manifest != previous:  # equal records format to the same text: skip formatting and writing it
+        new_text = format_manifest(manifest)
+        if new_text != old_text:
+            atomic_write_text(manifest_file, new_text, root=root)
     lib = str(plan.libdir)
     report = PublishReport(
         written=result.written,

@@ -28,6 +28,7 @@ from driver_container.publish.model import PlannedEntry, PublishPlan
 log = logging.getLogger(__name__)
 
 TMP_SUFFIX = ".dc-tmp"
+COPY_WORKERS = min(4, os.cpu_count() or 1)  # bounded: each worker holds a 1 MiB copy buffer
 
 
 @dataclass(frozen=True)
@@ -126,11 +127,15 @@ def _sweep_temporaries(root: Path, dirs: set[PurePosixPath]) -> None:
 
 def _stage(plan: PublishPlan, root: Path, old: dict[str, Record]) -> tuple[list[StagedFile], list[Record], int]:
     staged: list[StagedFile] = []
-    records: list[Record] = []
+    records: list[Record | None] = []
+    jobs: list[tuple[int, PlannedEntry, Path]] = []  # (index in records, entry, destination) to copy
     unchanged = 0
+    dirs: dict[PurePosixPath, Path] = {}  # each directory is created and checked once per publish
     try:
         for entry in plan.entries:
-            dest = contained(root, ensure_dir(root, entry.path.parent) / entry.path.name)
+            if entry.path.parent not in dirs:
+                dirs[entry.path.parent] = contained(root, ensure_dir(root, entry.path.parent) / "_").parent
+            dest = dirs[entry.path.parent] / entry.path.name
             st = _lstat(dest)
             rec = old.get(str(entry.path))
             if entry.kind == "link":
@@ -144,9 +149,10 @@ def _stage(plan: PublishPlan, root: Path, old: dict[str, Record]) -> tuple[list[
                 unchanged += 1  # same source identity, so the ELF facts just read (or reused) are its facts
                 records.append(replace(rec, elf=entry.source.elf if entry.source else None))
             else:
-                content, new = _stage_content(entry, dest, root)
-                staged.append(content)
-                records.append(new)
+                jobs.append((len(records), entry, dest))
+                records.append(None)
+        for index, new in _stage_contents(jobs, root, staged):
+            records[index] = new
     except OSError as exc:
         _discard(staged)
         where = exc.filename or root
@@ -157,7 +163,35 @@ def _stage(plan: PublishPlan, root: Path, old: dict[str, Record]) -> tuple[list[
     except PublishError as exc:
         _discard(staged)
         raise PublishError(f"{exc.message}; the previous root is intact", fix=exc.fix) from exc
-    return staged, records, unchanged
+    return staged, [r for r in records if r is not None], unchanged
+
+
+def _stage_contents(
+    jobs: list[tuple[int, PlannedEntry, Path]], root: Path, staged: list[StagedFile]
+) -> list[tuple[int, Record]]:
+    """Copy in worker threads; every staged file is appended to ``staged`` (so a failure discards all).
+
+    Reading, hashing and writing release the GIL (os.readv/os.write, and hashlib for buffers over 2 KiB),
+    so two workers overlap one file's sha256 with another's copy: a first publish of the 535 userspace
+    is then close to `cp -a`, which does not hash. All workers finish before an error is raised.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=COPY_WORKERS, thread_name_prefix="publish-copy") as pool:
+        futures = [(index, pool.submit(_stage_content, entry, dest, root)) for index, entry, dest in jobs]
+    done: list[tuple[int, Record]] = []
+    failure: BaseException | None = None
+    for index, future in futures:
+        error = future.exception()
+        if error is not None:
+            failure = failure or error
+            continue
+        content, record = future.result()
+        staged.append(content)
+        done.append((index, record))
+    if failure is not None:
+        raise failure
+    return done
 
 
 def _lstat(path: Path) -> os.stat_result | None:

@@ -9,6 +9,7 @@ in the library dirs and ld.so.cache, the NVIDIA binaries, ``firmware/nvidia/<ver
 from __future__ import annotations
 
 import logging
+import os
 import re
 import stat
 from collections.abc import Mapping
@@ -18,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from driver_container.elfdeps import ElfDeps
 from driver_container.errors import PublishError, UserspaceError
 from driver_container.ldcache import FLAGS_BY_MACHINE, CacheEntry, LdCacheFormatError, parse_ld_cache
-from driver_container.paths import Root
+from driver_container.paths import MAX_SYMLINKS, Root
 from driver_container.publish.closure import resolve_closure
 from driver_container.publish.manifest import SourceKey
 from driver_container.publish.model import TRIPLETS, SourceFile, Userspace
@@ -87,8 +88,9 @@ def _select_libraries(root: Root, version: str, cache: list[CacheEntry], elf: El
         listed += [PurePosixPath("/", d, n) for n in root.listdir(d) if pattern.fullmatch(n)]
     listed_set = set(listed)
     cached = [PurePosixPath(e.value) for e in cache if e.flags in FLAGS_BY_MACHINE.values()]
+    real_dirs: dict[PurePosixPath, Path] = {}
     for inner in [*listed, *cached]:
-        if inner not in listed_set and not pattern.fullmatch(root.resolve(inner).name):
+        if inner not in listed_set and not pattern.fullmatch(_final_name(root, inner, real_dirs)):
             continue  # cache entries are only candidates when they end in the version
         src = source_file(root, inner, elf=elf)  # dangling, looping or unreadable: a clear error
         real_name = src.real.name
@@ -107,6 +109,33 @@ def _select_libraries(root: Root, version: str, cache: list[CacheEntry], elf: El
             )
         found[real_name] = src
     return found
+
+
+def _final_name(root: Root, inner: PurePosixPath, real_dirs: dict[PurePosixPath, Path]) -> str:
+    """``root.resolve(inner).name``, cheaper for the ~100 ld.so.cache entries of a distribution image.
+
+    They share a few directories and are mostly links to a name in the same directory (libfoo.so.1 ->
+    libfoo.so.1.2.3), so each directory is resolved once and such links are followed by name; any other
+    link (a "/" in its target, "." or "..") or error takes the full in-root resolution.
+    """
+    if inner.parent not in real_dirs:
+        real_dirs[inner.parent] = root.resolve(inner.parent)
+    directory = str(real_dirs[inner.parent])
+    name = inner.name
+    for _ in range(MAX_SYMLINKS):
+        try:
+            st = os.lstat(os.path.join(directory, name))
+        except (FileNotFoundError, NotADirectoryError):
+            return name  # Root.resolve keeps a missing tail verbatim
+        except OSError:
+            break
+        if not stat.S_ISLNK(st.st_mode):
+            return name
+        target = os.readlink(os.path.join(directory, name))
+        if "/" in target or target in ("", ".", ".."):
+            break
+        name = target
+    return root.resolve(inner).name
 
 
 def _versions_present(root: Root) -> list[str]:

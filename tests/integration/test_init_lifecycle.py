@@ -333,3 +333,22 @@ def test_reload_peermem_on_talos_never_modprobes_and_times_out(host: Callable[..
     assert done.returncode == 1
     assert "- name: nvidia_peermem" in done.stderr
     assert h.module_tool_calls() == []
+
+
+def test_node_steps_when_the_kernel_files_exist(host: Callable[..., Host]) -> None:
+    """The same host plus the two kernel files every real Talos node has and the fixture omits:
+    /proc/devices (majors of a two-GPU MIG node) and an empty firmware_class.path parameter."""
+    h = host()
+    node_fixtures = REPO / "tests/unit/node/fixtures"
+    shutil.copy(node_fixtures / "h100x2-mig/proc/devices", h.root / "proc/devices")
+    param = h.root / "sys/module/firmware_class/parameters/path"
+    param.parent.mkdir(parents=True)
+    param.write_text("")
+    done = h.init("init", "--no-wait", HOST_DRIVER_ROOT="/run/nvidia/driver")
+    assert done.returncode == 0, done.stderr
+    assert param.read_text() == "/run/nvidia/driver/lib/firmware"
+    if os.geteuid() == 0:
+        assert (h.driver_root / "dev/nvidiactl").is_char_device()
+        assert os.major((h.driver_root / "dev/nvidia-uvm").lstat().st_rdev) == 237
+    else:
+        assert "device nodes not created" in done.stderr

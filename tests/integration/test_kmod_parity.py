@@ -131,3 +131,16 @@ def test_gzip_modules_equal_kmod_on_the_uncompressed_file(sample: list[Path], tm
         count += 1
     assert count >= 100
     print(f"\nparity: {count} gzip modules equal kmod's output for the uncompressed file")
+
+
+@pytest.mark.parametrize(("arch", "ident"), [("s390x", b"\x7fELF\x02\x02"), ("i386", b"\x7fELF\x01\x01")])
+def test_foreign_architecture_trees_equal_kmod(arch: str, ident: bytes) -> None:
+    # The other ELF layouts on real modules: s390x is ELF64 big-endian, i386 is ELF32 little-endian.
+    tree_file = ARTEFACTS / "kernel" / f"TREE-{arch}"
+    require(tree_file.is_file(), f"a real Debian {arch} kernel module tree", how="run scripts/fetch-kernel-modules.sh")
+    require(Path(MODINFO).exists(), "kmod's modinfo", how="apt-get install kmod")
+    found = sorted(Path(tree_file.read_text().strip()).rglob("*.ko"))
+    assert len(found) > 1000
+    assert {p.read_bytes()[:6] for p in found[::50]} == {ident}
+    assert _ours(found) == _kmod(*found), _first_difference(found)
+    print(f"\nparity: {len(found)} {arch} modules ({'ELF64 MSB' if ident[4] == 2 else 'ELF32 LSB'}) byte-identical")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import signal
@@ -71,7 +72,7 @@ def test_published_tree_layout_links_and_manifest(userspace: Path, tmp_path: Pat
     dr = tmp_path / "driver"
     report = publish_driver_root(host(userspace, dr), V, Runner())
     assert report.binaries == ("usr/bin/nvidia-smi",)
-    assert report.firmware == (f"lib/firmware/nvidia/{V}/gsp_ga10x.bin",)
+    assert report.firmware == (f"lib/firmware/nvidia/{V}/gsp_ga10x.bin", f"lib/firmware/nvidia/{V}/gsp_tu10x.bin")
     assert f"{LIB}/libcuda.so.{V}" in report.libraries and f"{LIB}/libfixturedep.so.2.0.0" in report.libraries
     assert os.readlink(dr / LIB / "libcuda.so.1") == f"libcuda.so.{V}"
     assert os.readlink(dr / "sbin/ldconfig") == "ldconfig.real"
@@ -127,6 +128,30 @@ def test_restart_rewrites_nothing(userspace: Path, tmp_path: Path) -> None:
     report = publish_driver_root(host(userspace, dr), V, Runner())
     assert (report.written, report.removed, report.ldconfig_ran) == (0, 0, False)
     assert snapshot(dr) == before
+
+
+def _elf_reads(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("ELF headers:")]
+
+
+def test_restart_reads_no_elf_header_and_a_touched_library_is_read_again(
+    userspace: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    dr = tmp_path / "driver"
+    caplog.set_level(logging.DEBUG, logger="driver_container.publish.scan")
+    publish_driver_root(host(userspace, dr), V, Runner())
+    first = _elf_reads(caplog)
+    assert len(first) == 1 and not first[0].startswith("ELF headers: 0 read")
+    caplog.clear()
+    publish_driver_root(host(userspace, dr), V, Runner())
+    assert _elf_reads(caplog)[0].startswith("ELF headers: 0 read, ")  # facts reused from the manifest
+    lib = userspace / LIB / "nvidia/current" / f"libcuda.so.{V}"
+    st = lib.stat()
+    os.utime(lib, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # same size, new mtime: not the file parsed before
+    caplog.clear()
+    report = publish_driver_root(host(userspace, dr), V, Runner())
+    assert _elf_reads(caplog)[0].startswith("ELF headers: 1 read, ")
+    assert report.written == 1
 
 
 def test_changed_files_replaced_and_stale_removed(userspace: Path, tmp_path: Path) -> None:

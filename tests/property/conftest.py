@@ -3,5 +3,5 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-# targets.py is shared with bench/fuzz.py; make it importable as ``targets``.
+# fuzz_targets.py and fuzz_mutate.py are shared with bench/fuzz.py; make them importable.
 sys.path.insert(0, str(Path(__file__).resolve().parent))

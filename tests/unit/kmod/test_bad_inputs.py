@@ -88,7 +88,7 @@ def test_corrupt_zstd() -> None:
     assert "truncated zstd stream" in _error(good[:-1])  # only the checksum is cut
 
 
-@pytest.mark.parametrize("kind", ["xz", "zstd", "gzip"])
+@pytest.mark.parametrize("kind", ["xz", "zstd", "zstd-sized", "gzip"])
 def test_decompression_bomb_over_the_cap(kind: str) -> None:
     import zstandard
 
@@ -97,12 +97,15 @@ def test_decompression_bomb_over_the_cap(kind: str) -> None:
         "xz": lambda: lzma.compress(zeros, preset=0),
         # no content size in the header, like zstd writing to a pipe: only streaming can see the size
         "zstd": lambda: zstandard.ZstdCompressor(write_content_size=False).compress(zeros),
+        # a content size in the header: refused before any output is made
+        "zstd-sized": lambda: zstandard.ZstdCompressor(write_content_size=True).compress(zeros),
         "gzip": lambda: zlib.compress(zeros, wbits=31),
     }[kind]()
     assert len(packed) < 100_000
     message = _error(packed, max_size=1 << 20)
-    assert message == f"bad.ko: {kind} data decompresses to more than 1048576 bytes (size cap)"
-    assert "size cap" in _error(packed + b"", max_size=(8 << 20) - 1)
+    assert message == f"bad.ko: {kind.removesuffix('-sized')} data decompresses to more than 1048576 bytes (size cap)"
+    assert "size cap" in _error(packed, max_size=(8 << 20) - 1)
+    assert "not an ELF file" in _error(packed, max_size=8 << 20)  # exactly at the cap is allowed
 
 
 def test_directory_and_missing(tmp_path: Path) -> None:

@@ -111,3 +111,57 @@ def test_oid_text() -> None:
 def test_fixture_signature_is_parsed_from_the_decompressed_bytes() -> None:
     plain = read_module(MODULES / "nvidia.ko").signature
     assert plain == read_module(MODULES / "nvidia.ko.zst").signature == read_module(MODULES / "nvidia.ko.xz").signature
+
+
+@pytest.mark.parametrize("oid", ["2.5.4.3", "1.2.840.113549.1.7.2", "2.16.840.1.101.3.4.2.10", "1.3.14.3.2.26"])
+def test_encode_oid_round_trips(oid: str) -> None:
+    from driver_container.kmod.der import encode_oid
+
+    assert oid_text(Tlv(0x06, encode_oid(oid))) == oid
+
+
+def _der(tag: int, *parts: bytes) -> bytes:
+    body = b"".join(parts)
+    assert len(body) < 128
+    return bytes([tag, len(body)]) + body
+
+
+def _pkcs7_with(digest_oid: bytes, issuer: bytes = b"") -> bytes:
+    signer_info = _der(
+        0x30,
+        b"\x02\x01\x01",
+        _der(0x30, _der(0x30, issuer), b"\x02\x01\x05"),
+        _der(0x30, _der(0x06, digest_oid)),
+        _der(0x30),
+        _der(0x04, b"sig"),
+    )
+    signed_data = _der(0x30, b"\x02\x01\x01", _der(0x31), _der(0x30), _der(0x31, signer_info))
+    return _der(0x30, _der(0x06, bytes.fromhex("2a864886f70d010702")), _der(0xA0, signed_data))
+
+
+def test_minimal_pkcs7_and_a_truncated_digest_oid() -> None:
+    # Regression (found by bench/fuzz.py): a malformed digest OID escaped as DerError.
+    trailer = _raw_trailer(b"", b"", _pkcs7_with(bytes.fromhex("608648016503040203")), 0, 0, 2)
+    _, sig = split_signature(ELF_PART + trailer, "m.ko")
+    assert sig is not None
+    assert (sig.signer, sig.sig_key, sig.sig_hashalgo, sig.signature) == ("", b"\x05", "sha512", b"sig")
+    with pytest.raises(ModuleFormatError, match="truncated OBJECT IDENTIFIER"):
+        split_signature(ELF_PART + _raw_trailer(b"", b"", _pkcs7_with(b"\x86"), 0, 0, 2), "m.ko")
+
+
+def test_signer_without_common_name_is_the_last_attribute() -> None:
+    # kmod's x509_name_to_str (OpenSSL): no CN -> the data of the last attribute it looked at.
+    org = _der(0x31, _der(0x30, _der(0x06, b"\x55\x04\x0a"), _der(0x0C, b"Org")))
+    unit = _der(0x31, _der(0x30, _der(0x06, b"\x55\x04\x0b"), _der(0x0C, b"Unit")))
+    der = _pkcs7_with(bytes.fromhex("608648016503040201"), org + unit)
+    _, sig = split_signature(ELF_PART + _raw_trailer(b"", b"", der, 0, 0, 2), "m.ko")
+    assert sig is not None
+    assert (sig.signer, sig.sig_hashalgo) == ("Unit", "sha256")
+
+
+def test_xz_asking_for_a_huge_dictionary_is_refused() -> None:
+    import lzma
+
+    data = lzma.compress(b"x" * 100, format=lzma.FORMAT_XZ, filters=[{"id": lzma.FILTER_LZMA2, "dict_size": 1 << 30}])
+    with pytest.raises(ModuleFormatError, match=r"m\.ko: corrupt xz stream: Memory usage limit"):
+        read_module(data, filename="m.ko")

@@ -58,6 +58,7 @@ def test_missing_proc_devices_names_the_file(tmp_path: Path) -> None:
         plan_device_nodes(HostPaths(procfs_root=tmp_path / "proc", run_dir=tmp_path / "run"))
 
 
+@pytest.mark.root
 def test_created_nodes_have_real_type_numbers_and_mode(node_host: Callable[[str], HostPaths]) -> None:
     require(os.geteuid() == 0, "root (CAP_MKNOD) to create device nodes", how="run the tests as root")
     paths = node_host("h100x2-mig")
@@ -80,6 +81,7 @@ def test_created_nodes_have_real_type_numbers_and_mode(node_host: Callable[[str]
     assert os.lstat(paths.driver_root / "dev/nvidia0").st_ino == before  # idempotent: not recreated
 
 
+@pytest.mark.root
 def test_wrong_existing_node_is_replaced(node_host: Callable[[str], HostPaths]) -> None:
     require(os.geteuid() == 0, "root (CAP_MKNOD) to create device nodes", how="run the tests as root")
     paths = node_host("frontend-535")

@@ -1,7 +1,8 @@
 """Every parser of untrusted input, as one callable per name, with real samples to mutate.
 
-Shared by the property tests (tests/property) and the fuzz script (bench/fuzz.py): a target takes
-arbitrary bytes and may raise only ``DriverContainerError`` subclasses (the issue-9 contract).
+Shared by the property tests (tests/property/test_property_parsers.py) and the fuzz script
+(bench/fuzz.py): a target takes arbitrary bytes and may raise only ``DriverContainerError``
+subclasses (the issue-9 contract).
 The samples come from the fixture trees (real files or exact copies of real kernel output).
 """
 
@@ -51,7 +52,7 @@ def _text(parse: Callable[[str], object]) -> Callable[[bytes], None]:
 
 @dataclass(frozen=True)
 class Target:
-    run: Callable[[bytes], None]
+    run: Callable[[bytes], object]
     samples: tuple[Path, ...] = ()
     inline: tuple[bytes, ...] = ()
 

@@ -7,10 +7,10 @@ The longer, coverage-guided run of the same targets is bench/fuzz.py.
 from __future__ import annotations
 
 import pytest
+from fuzz_mutate import mutated
+from fuzz_targets import TARGETS, Target
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mutate import mutated
-from targets import TARGETS, Target
 
 from driver_container.errors import DriverContainerError
 

@@ -9,7 +9,7 @@ import tracemalloc
 from collections.abc import Callable
 
 import pytest
-from targets import MODULE_CAP
+from fuzz_targets import MODULE_CAP
 
 from driver_container.errors import HostReadError, ModuleFormatError
 from driver_container.kmod import read_module

@@ -7,12 +7,15 @@ import subprocess
 import sys
 
 import pytest
+from fuzz_targets import TARGETS
 from support import REPO, require
-from targets import TARGETS
 
 FUZZ = REPO / "bench" / "fuzz.py"
 # Run the script with atheris made unimportable, as on a Python without its wheel.
-NO_ATHERIS = "import runpy, sys; sys.modules['atheris'] = None; sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+NO_ATHERIS = (
+    "import runpy, sys; sys.modules['atheris'] = None; sys.argv = sys.argv[1:]; "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
 
 
 def _run(*args: str, via: list[str] | None = None) -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,193 @@
+"""All benchmarks of the project in one table: measured value, target, PASS/FAIL (issue 9).
+
+    .venv/bin/python bench/run_all.py [--quick] [--json] [--image IMAGE]
+
+Runs bench/modinfo.py, bench/publish.py and bench/probe.py as subprocesses and parses their output
+(probe.py's --json line; the others print text), measures the idle and peak RSS of a waiting
+``nvidia-driver init`` on the fixture Talos host, and compares the image size with its NVIDIA payload
+when a Docker engine and the image exist ("n/a" otherwise). A benchmark whose prerequisite is missing
+(e.g. the real module tree of scripts/fetch-kernel-modules.sh) shows "n/a" with the reason.
+--quick: fewer repeats, no 100 MB module. Exit status 1 when any row FAILs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PY = sys.executable
+DEFAULT_IMAGE = "talos-nvidia-driver:535.309.01-debian"  # scripts/setup.sh builds this tag
+PAYLOAD_SLACK_MB = 150.0  # issue 9 / docs/image.md: image <= NVIDIA payload + 150 MB
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    value: float | None  # None: not measured (see note)
+    unit: str
+    target: float
+    note: str = ""
+
+    @property
+    def verdict(self) -> str:
+        if self.value is None:
+            return "n/a"
+        return "PASS" if self.value <= self.target else "FAIL"
+
+
+def _run(argv: list[str], timeout: float) -> tuple[int, str]:
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=REPO, check=False)
+    return done.returncode, done.stdout + done.stderr
+
+
+def _why(out: str) -> str:
+    lines = [line for line in out.strip().splitlines() if line.strip()]
+    return lines[-1][:70] if lines else "no output"
+
+
+def modinfo_rows(quick: bool) -> list[Row]:
+    argv = [PY, "bench/modinfo.py", "--repeat", "2" if quick else "5", *(["--skip-big"] if quick else [])]
+    _rc, out = _run(argv, 1800)
+    return parse_modinfo(out, quick)
+
+
+def parse_modinfo(out: str, quick: bool) -> list[Row]:
+    tree = re.search(r"nvidia-driver modinfo, one .*ratio\s+([\d.]+)x\s*/\s*([\d.]+)x", out)
+    rows = [Row("modinfo tree vs kmod (wall)", float(tree[1]) if tree else None, "x", 5.0, "" if tree else _why(out))]
+    for kind in ("plain", "xz", "zstd"):
+        big = re.search(rf"^\s+{kind}\s.*ratio\s+([\d.]+)x \(target", out, re.M)
+        note = "skipped (--quick)" if quick else ("" if big else _why(out))
+        rows.append(Row(f"modinfo 100 MB {kind} vs kmod", float(big[1]) if big else None, "x", 1.5, note))
+    return rows
+
+
+def publish_rows(quick: bool) -> list[Row]:
+    rc, out = _run([PY, "bench/publish.py"], 1200)
+    return parse_publish(out, rc)
+
+
+def parse_publish(out: str, rc: int) -> list[Row]:
+    first = re.search(r"first publish: .*ratio ([\d.]+)", out)
+    again = re.search(r"unchanged re-publish: .*ratio ([\d.]+)", out)
+    rss = re.search(r"peak RSS during first publish: ([\d.]+) MB", out)
+    why = "" if rc == 0 else _why(out)
+    return [
+        Row("publish vs cp -a + ldconfig", float(first[1]) if first else None, "x", 1.3, why),
+        Row("re-publish vs cp -a + ldconfig", float(again[1]) if again else None, "x", 0.1, why),
+        Row("peak RSS during publish", float(rss[1]) if rss else None, "MB", 80.0, why),
+    ]
+
+
+def probe_rows(quick: bool) -> list[Row]:
+    _rc, out = _run([PY, "bench/probe.py", "--json", "--runs", "5" if quick else "15"], 600)
+    start = out.find("{")
+    try:
+        result = json.loads(out[start : out.rindex("}") + 1]) if start >= 0 else None
+    except ValueError:
+        result = None
+    if not result:
+        return [Row("probe vs python -c 'import typer'", None, "x", 1.5, _why(out))]
+    return [Row("probe vs python -c 'import typer'", result["ratio_cli"], "x", result.get("target_ratio", 1.5))]
+
+
+def _status_kb(pid: int, key: str) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return float(line.split()[1])
+    raise KeyError(key)
+
+
+def rss_rows(quick: bool) -> list[Row]:
+    """RSS of ``init`` waiting after a publish on the fixture Talos host (fake persistenced on PATH)."""
+    sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "hostile")]
+    from hostenv import make_host
+
+    with tempfile.TemporaryDirectory(prefix="bench-rss-") as tmp:
+        h = make_host(Path(tmp) / "h")
+        proc = h.start("init")
+        status = h.run_dir / "validations/.driver-daemons-status"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (status.is_file() and status.read_text() == "Ready"):
+            if proc.poll() is not None:
+                return [Row("idle RSS of waiting init", None, "MB", 30.0, _why(proc.communicate()[1]))]
+            time.sleep(0.1)
+        time.sleep(1.0)  # settle in the wait
+        idle, peak = _status_kb(proc.pid, "VmRSS") / 1024, _status_kb(proc.pid, "VmHWM") / 1024
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    return [Row("idle RSS of waiting init", idle, "MB", 30.0), Row("peak RSS of init (fixture host)", peak, "MB", 80.0)]
+
+
+def image_rows(image: str) -> list[Row]:
+    """Image size minus NVIDIA payload (the bytes a publish of the image's userspace writes) <= 150 MB."""
+    try:
+        rc, out = _run(["docker", "image", "inspect", "--format", "{{.Size}}", image], 60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        rc, out = 1, f"docker: {exc}"
+    if rc != 0:
+        return [Row("image size - NVIDIA payload", None, "MB", PAYLOAD_SLACK_MB, f"{image}: {_why(out)}")]
+    size_mb = int(out.strip()) / 1e6
+    script = (
+        "import sys, os; from pathlib import Path; from driver_container.paths import HostPaths;"
+        "from driver_container.runner import Runner; from driver_container.publish import publish_driver_root;"
+        "publish_driver_root(HostPaths(userspace_root=Path('/'), driver_root_override=Path('/tmp/d'),"
+        " procfs_root=Path('/nonexistent')), sys.argv[1], Runner());"
+        "print(sum(os.lstat(os.path.join(d, f)).st_size for d, _, fs in os.walk('/tmp/d') for f in fs))"
+    )
+    version = image.rsplit(":", 1)[-1].split("-", 1)[0]
+    rc, out = _run(["docker", "run", "--rm", "--entrypoint", "/opt/nvidia-driver/bin/python", image,
+                    "-c", script, version], 300)  # fmt: skip
+    digits = re.findall(r"^(\d+)$", out, re.M)
+    if rc != 0 or not digits:
+        return [Row("image size - NVIDIA payload", None, "MB", PAYLOAD_SLACK_MB, f"payload: {_why(out)}")]
+    payload_mb = int(digits[-1]) / 1e6
+    note = f"image {size_mb:.0f} MB, payload {payload_mb:.0f} MB"
+    return [Row("image size - NVIDIA payload", size_mb - payload_mb, "MB", PAYLOAD_SLACK_MB, note)]
+
+
+def table(rows: list[Row]) -> str:
+    lines = [f"{'benchmark':36s} {'measured':>10s}  {'target':>9s}  result  note", "-" * 90]
+    for r in rows:
+        value = "n/a" if r.value is None else f"{r.value:.2f} {r.unit}"
+        lines.append(f"{r.name:36s} {value:>10s}  {'<= ' + format(r.target, 'g') + ' ' + r.unit:>9s}  "
+                     f"{r.verdict:6s}  {r.note}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", action="store_true", help="also print one JSON line of all rows")
+    parser.add_argument("--image", default=DEFAULT_IMAGE)
+    parser.add_argument("--only", choices=["modinfo", "publish", "probe", "rss", "image"], action="append")
+    args = parser.parse_args(argv)
+    steps: dict[str, Callable[[], list[Row]]] = {
+        "modinfo": lambda: modinfo_rows(args.quick),
+        "publish": lambda: publish_rows(args.quick),
+        "probe": lambda: probe_rows(args.quick),
+        "rss": lambda: rss_rows(args.quick),
+        "image": lambda: image_rows(args.image),
+    }
+    rows: list[Row] = []
+    for name, step in steps.items():
+        if not args.only or name in args.only:
+            print(f"running {name}...", file=sys.stderr, flush=True)
+            rows += step()
+    print(table(rows))
+    if args.json:
+        print(json.dumps([{**asdict(r), "result": r.verdict} for r in rows]))
+    return 1 if any(r.verdict == "FAIL" for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

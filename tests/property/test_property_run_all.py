@@ -1,0 +1,47 @@
+"""bench/run_all.py reads the other benchmark scripts' text exactly as they print it."""
+
+from __future__ import annotations
+
+import sys
+
+from support import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
+import run_all
+
+MODINFO = """tree: 1234 modules (best of 5; wall / CPU)
+  kmod modinfo, one process        300.0 /   290.0 ms
+  nvidia-driver modinfo, one       900.0 /   800.0 ms   ratio  3.00x /  2.76x (target <= 5x)
+big module: 104.9 MB plain
+  plain  104.9 MB: file cost kmod    20.0 ms, ours    25.0 ms, ratio  1.25x (target <= 1.5x) | whole processes: x
+  xz      40.1 MB: file cost kmod   900.0 ms, ours  1800.0 ms, ratio  2.00x (target <= 1.5x) | whole processes: x
+  zstd    41.0 MB: file cost kmod   100.0 ms, ours   120.0 ms, ratio  1.20x (target <= 1.5x) | whole processes: x
+"""
+PUBLISH = """baseline cp -a + ldconfig -r: 0.478 s
+first publish: 0.500 s (47 written) ratio 1.05 (<= 1.3)
+unchanged re-publish: 0.076 s (0 written) ratio 0.160 (<= 0.1)
+peak RSS during first publish: 25.5 MB (<= 80)
+"""
+
+
+def test_parses_modinfo_table() -> None:
+    rows = run_all.parse_modinfo(MODINFO, quick=False)
+    assert [(r.value, r.verdict) for r in rows] == [(3.0, "PASS"), (1.25, "PASS"), (2.0, "FAIL"), (1.2, "PASS")]
+
+
+def test_parses_publish_lines_and_reports_missing_figures() -> None:
+    rows = run_all.parse_publish(PUBLISH, 0)
+    assert [(r.value, r.target, r.verdict) for r in rows] == [
+        (1.05, 1.3, "PASS"),
+        (0.16, 0.1, "FAIL"),
+        (25.5, 80.0, "PASS"),
+    ]
+    broken = run_all.parse_publish("Traceback...\nFileNotFoundError: no userspace", 1)
+    assert all(r.verdict == "n/a" and "FileNotFoundError" in r.note for r in broken)
+
+
+def test_table_has_one_line_per_row_with_verdict() -> None:
+    text = run_all.table(run_all.parse_publish(PUBLISH, 0))
+    lines = text.splitlines()
+    assert len(lines) == 2 + 3
+    assert lines[3].split()[-1] == "FAIL" and "<= 0.1 x" in lines[3]

@@ -1,0 +1,71 @@
+"""The manifest text round trip (pure), including the ELF facts a restart reuses."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from driver_container.elfdeps import ElfDeps
+from driver_container.publish.manifest import Manifest, Record, format_manifest, parse_manifest
+
+CUDA_ELF = ElfDeps("EM_X86_64", 64, "ET_DYN", None, "libcuda.so.1", ("libnvidia-glcore.so.535.309.01",))
+SMI_ELF = ElfDeps("EM_X86_64", 64, "ET_EXEC", "/lib64/ld-linux-x86-64.so.2", None, ("libnvidia-ml.so.1",), ("/opt",))
+RECORDS = (
+    Record("usr/lib/x86_64-linux-gnu/libcuda.so.535.309.01", "file", 0o644, 29_000_000, "ab" * 32,
+           mtime_ns=1_700_000_000_000_000_000, source="/u/usr/lib/libcuda.so.535.309.01", source_size=29_000_000,
+           source_mtime_ns=1_690_000_000_123_456_789, elf=CUDA_ELF),
+    Record("usr/bin/nvidia-smi", "file", 0o755, 800_000, "cd" * 32, mtime_ns=5, source="/u/usr/bin/nvidia-smi",
+           source_size=800_000, source_mtime_ns=6, elf=SMI_ELF),
+    Record("usr/lib/x86_64-linux-gnu/libcuda.so.1", "link", 0o777, target="libcuda.so.535.309.01"),
+    Record("etc/ld.so.conf", "file", 0o644, 12, "ef" * 32, mtime_ns=7),
+)  # fmt: skip
+MANIFEST = Manifest("535.309.01", "x86_64-linux-gnu", RECORDS)
+
+
+def test_round_trip_is_exact() -> None:
+    text = format_manifest(MANIFEST)
+    back = parse_manifest(text)
+    assert back is not None
+    assert back.version == MANIFEST.version and back.triplet == MANIFEST.triplet
+    assert sorted(back.records, key=lambda r: r.path) == sorted(RECORDS, key=lambda r: r.path)
+    assert format_manifest(back) == text  # stable text, so an unchanged restart does not rewrite it
+
+
+def test_text_is_sorted_by_path() -> None:
+    paths = [f["path"] for f in json.loads(format_manifest(MANIFEST))["files"]]
+    assert paths == sorted(paths)
+
+
+def test_elf_facts_by_source_identity() -> None:
+    facts = MANIFEST.elf_facts()
+    assert facts == {
+        ("/u/usr/lib/libcuda.so.535.309.01", 29_000_000, 1_690_000_000_123_456_789): CUDA_ELF,
+        ("/u/usr/bin/nvidia-smi", 800_000, 6): SMI_ELF,
+    }
+
+
+def test_record_written_before_elf_facts_existed() -> None:
+    body = json.loads(format_manifest(MANIFEST))
+    for f in body["files"]:
+        del f["elf"]
+    back = parse_manifest(json.dumps(body))
+    assert back is not None and back.elf_facts() == {}
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "not json",
+        "[]",
+        json.dumps({"format": 99, "version": "1", "triplet": "t", "files": []}),
+        json.dumps({"format": 1, "version": "1", "triplet": "t", "files": [{"path": "a", "bogus": 1}]}),
+        json.dumps({"format": 1, "version": "1", "triplet": "t", "files": [{"path": "a", "type": "file", "mode": 1,
+                                                                            "elf": {"machine": "x"}}]}),
+        json.dumps({"format": 1, "version": "1", "triplet": "t", "files": [{"path": "a", "type": "file", "mode": 1,
+                    "elf": {**CUDA_ELF.__dict__, "needed": [1], "runpath": []}}]}),
+    ],
+)  # fmt: skip
+def test_foreign_or_damaged_text_is_no_manifest(text: str) -> None:
+    assert parse_manifest(text) is None
