@@ -25,6 +25,7 @@ from driver_container.kernel.sysfs import SysfsModule, read_sysfs_module, read_t
 from driver_container.paths import HostPaths, Root
 from driver_container.platform import PlatformInfo, detect_platform
 from driver_container.settings import Settings
+from driver_container.userspace import FIRMWARE_DIRS as USERSPACE_FIRMWARE_DIRS
 from driver_container.userspace import Userspace, find_userspace
 
 if TYPE_CHECKING:
@@ -228,7 +229,7 @@ def _firmware_roots(paths: HostPaths, kver: str | None, problems: list[str]) -> 
         else:
             places.append((paths.host, custom))
     places += [(paths.host, d) for d in dirs] + [(driver, d) for d in dirs]
-    places += [(paths.userspace, "/lib/firmware"), (paths.userspace, "/usr/lib/firmware")]
+    places += [(paths.userspace, f"/{d}") for d in USERSPACE_FIRMWARE_DIRS]
     return places
 
 

@@ -32,6 +32,10 @@ _BASE_DIRS = (
 SEARCH_DIRS: tuple[str, ...] = ("/", *(d for base in _BASE_DIRS for d in (base, f"{base}/nvidia/current")))
 VERSION_LIBS = ("libcuda.so", "libnvidia-ml.so")  # in order of preference
 LD_CACHE = "/etc/ld.so.cache"
+# Where the image keeps NVIDIA firmware (nvidia/<version>/gsp_*.bin). The image cannot use /lib/firmware
+# alone: gpu-operator mounts the host's <driver root>/lib/firmware over the container's /lib/firmware
+# (0500_daemonset.yaml), so our Dockerfile keeps it under usr/share/nvidia/firmware.
+FIRMWARE_DIRS = ("lib/firmware", "usr/lib/firmware", "usr/share/nvidia/firmware")
 LD_CACHE_LIMIT = 64 << 20
 # 64-bit ld.so.cache entry flags (glibc dl-cache.h): x86-64 and aarch64 libc6 libraries.
 _CACHE_FLAGS_64 = (0x0303, 0x0A03)

@@ -16,9 +16,9 @@ from driver_container.kernel.modules import parse_proc_modules
 from driver_container.paths import HostPaths
 
 if TYPE_CHECKING:
-    from driver_container.lifecycle import Shutdown
     from driver_container.runner import Runner
     from driver_container.settings import Settings
+    from driver_container.supervise import Shutdown
 
 log = logging.getLogger(__name__)
 
@@ -50,10 +50,11 @@ def run_reload(paths: HostPaths, settings: Settings, runner: Runner) -> None:
     """
     from driver_container import lifecycle
     from driver_container.errors import ModuleWaitTimeout
+    from driver_container.supervise import Shutdown
 
     info, runner = lifecycle.detect(paths, settings, runner)
     talos = info.name == "talos"
-    shutdown = lifecycle.Shutdown().install()
+    shutdown = Shutdown().install()
     try:
         if not _wait_ready_file(paths, settings, shutdown):
             return

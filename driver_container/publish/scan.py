@@ -25,6 +25,7 @@ from driver_container.publish.manifest import SourceKey
 from driver_container.publish.model import TRIPLETS, SourceFile, Userspace
 from driver_container.publish.sources import ElfFacts, source_file
 from driver_container.runner import Runner
+from driver_container.userspace import FIRMWARE_DIRS
 
 log = logging.getLogger(__name__)
 
@@ -169,8 +170,14 @@ def _select_binaries(root: Root, elf: ElfFacts) -> dict[str, SourceFile]:
 
 
 def _select_firmware(root: Root, version: str) -> dict[str, SourceFile]:
-    base = f"lib/firmware/nvidia/{version}"
-    return {n: source_file(root, f"{base}/{n}") for n in root.listdir(base) if root.is_file(f"{base}/{n}")}
+    """``nvidia/<version>/*`` from the image's firmware dirs; the first dir holding a name wins."""
+    found: dict[str, SourceFile] = {}
+    for top in FIRMWARE_DIRS:
+        base = f"{top}/nvidia/{version}"
+        for n in root.listdir(base):
+            if n not in found and root.is_file(f"{base}/{n}"):
+                found[n] = source_file(root, f"{base}/{n}")
+    return found
 
 
 def _select_configs(root: Root) -> dict[PurePosixPath, SourceFile]:

@@ -6,12 +6,12 @@ import signal
 import pytest
 
 from driver_container.errors import DriverContainerError, PublishError
-from driver_container.lifecycle import _run_in_child
+from driver_container.supervise import run_in_child
 
 
 def test_result_comes_back_from_the_child() -> None:
-    assert _run_in_child(lambda: ("595.91.07", os.getpid()))[0] == "595.91.07"
-    assert _run_in_child(os.getpid) != os.getpid()  # it really ran elsewhere
+    assert run_in_child(lambda: ("595.91.07", os.getpid()))[0] == "595.91.07"
+    assert run_in_child(os.getpid) != os.getpid()  # it really ran elsewhere
 
 
 def test_expected_error_keeps_its_class_message_and_fix() -> None:
@@ -19,7 +19,7 @@ def test_expected_error_keeps_its_class_message_and_fix() -> None:
         raise PublishError("/run/nvidia/driver/usr: cannot write: No space left on device", fix="free space")
 
     with pytest.raises(PublishError) as caught:
-        _run_in_child(fail)
+        run_in_child(fail)
     assert caught.value.message.endswith("No space left on device")
     assert caught.value.fix == "free space"
     assert caught.value.exit_code == 1
@@ -30,7 +30,7 @@ def test_child_ignores_termination_signals() -> None:
         os.kill(os.getpid(), signal.SIGTERM)  # a publish in progress is finished, never cut
         return "finished"
 
-    assert _run_in_child(signalled) == "finished"
+    assert run_in_child(signalled) == "finished"
 
 
 def test_child_dying_without_a_result_is_an_error() -> None:
@@ -38,4 +38,4 @@ def test_child_dying_without_a_result_is_an_error() -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
     with pytest.raises(DriverContainerError, match=r"ended without a result \(signal 9\)"):
-        _run_in_child(crash)
+        run_in_child(crash)

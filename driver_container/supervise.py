@@ -1,0 +1,151 @@
+"""Signals and the forked worker of ``init``.
+
+``Shutdown`` turns termination signals into a flag plus a wake-up pipe (``signal.set_wakeup_fd``), so a
+SIGTERM ends any wait at once and cleanup runs in ordinary code. ``run_in_child`` runs the heavy
+verify-and-publish step in a forked child, so the long-waiting parent keeps a small RSS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+import select
+import signal
+from collections.abc import Callable
+from types import FrameType
+from typing import TypeVar, cast
+
+from driver_container.errors import DriverContainerError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+
+
+class Shutdown:
+    """Records the first termination signal; ``wait`` sleeps until a timeout or a signal."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._pipe: tuple[int, int] | None = None
+        self._previous: dict[int, object] = {}
+        self._previous_fd = -1
+
+    def install(self) -> Shutdown:
+        read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._pipe = (read_fd, write_fd)
+        self._previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        for signum in HANDLED_SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        if self.signum is None:
+            self.signum = signum
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def wait(self, timeout: float) -> bool:
+        """True once a signal arrived (at once if one already did)."""
+        if self._pipe is None or self.requested:
+            return self.requested
+        # A signal during select is written to the pipe by the C handler, so select returns at once.
+        ready, _, _ = select.select([self._pipe[0]], [], [], max(timeout, 0.0))
+        if ready:
+            while True:
+                try:
+                    if not os.read(self._pipe[0], 64):
+                        break
+                except BlockingIOError:
+                    break
+        return self.requested
+
+    def restore(self) -> None:
+        if self._pipe is None:
+            return
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)  # type: ignore[arg-type]
+        signal.set_wakeup_fd(self._previous_fd)
+        for fd in self._pipe:
+            os.close(fd)
+        self._pipe = None
+
+    def describe(self) -> str:
+        return signal.Signals(self.signum).name if self.signum is not None else "no signal"
+
+
+def run_in_child(func: Callable[[], T]) -> T:
+    """Run ``func`` in a forked child and return its result (or raise its error).
+
+    Verifying and publishing import pyelftools and hash every file; done in a child, none of that stays
+    in the parent that then waits for days (issue 4: waiting RSS <= 30 MB). The child ignores termination
+    signals (the parent decides, and an interrupted publish is only finished, never cut) and dies with
+    its parent (PR_SET_PDEATHSIG), as it would with the container's PID namespace.
+    """
+    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child; its result is asserted through the parent
+        os.close(read_fd)
+        _child_main(func, write_fd, parent)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as pipe:
+        data = pipe.read()  # read before waitpid: a result larger than the pipe buffer must not block
+    _, status = os.waitpid(pid, 0)
+    try:
+        kind, value = pickle.loads(data) if data else ("died", None)
+    except (pickle.UnpicklingError, EOFError, AttributeError, TypeError):
+        kind, value = "died", None
+    if kind == "ok":
+        return cast(T, value)
+    if kind == "error" and isinstance(value, DriverContainerError):
+        raise value
+    how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.waitstatus_to_exitcode(status)}"
+    raise DriverContainerError(
+        f"the verify-and-publish process (pid {pid}) ended without a result ({how})",
+        fix="see the messages above; run init again (publishing is idempotent)",
+    )
+
+
+def _child_main(func: Callable[[], object], write_fd: int, parent: int) -> None:
+    code = 0
+    payload: tuple[str, object]
+    try:
+        signal.set_wakeup_fd(-1)
+        for signum in HANDLED_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
+        _die_with_parent(parent)
+        payload = ("ok", func())
+    except DriverContainerError as exc:
+        payload, code = ("error", exc), exc.exit_code
+    except BaseException as exc:  # an unexpected bug: report it, never continue in a forked copy
+        log.exception("unexpected error while verifying and publishing")
+        payload, code = ("error", DriverContainerError(f"internal error: {exc!r}")), 70
+    try:
+        data = pickle.dumps(payload)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        data = pickle.dumps(("error", DriverContainerError(str(payload[1]))))
+    with contextlib.suppress(OSError):
+        _write_all(write_fd, data)
+    os._exit(code)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _die_with_parent(parent: int) -> None:
+    import ctypes
+
+    pr_set_pdeathsig = 1  # linux/prctl.h
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
