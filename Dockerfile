@@ -40,10 +40,18 @@ RUN set -eu; \
     else \
       /opt/nvidia-driver/bin/pip install -q /src; \
     fi; \
-    /opt/nvidia-driver/bin/pip uninstall -q -y pip setuptools; \
-    # Byte-code stays compiled (pip does it): the probe commands start faster on a read-only rootfs.
-    /opt/nvidia-driver/bin/python -m compileall -q /opt/nvidia-driver/lib >/dev/null; \
-    /opt/nvidia-driver/bin/python -c 'import driver_container'
+    # Rich (with pygments and markdown-it: 14 MB, ~60 ms per start) only colours typer's help and
+    # tracebacks; the final stage sets TYPER_USE_RICH=0, which makes typer format them with click's plain
+    # formatter and never import rich.
+    /opt/nvidia-driver/bin/pip uninstall -q -y rich pygments markdown-it-py mdurl pip setuptools; \
+    # zstandard ships its C backend and a 12 MB CFFI twin; the C one is always importable here.
+    rm -f /opt/nvidia-driver/lib/python3*/site-packages/zstandard/_cffi.*.so \
+          /opt/nvidia-driver/lib/python3*/site-packages/zstandard/backend_cffi.py; \
+    # The image runs with PYTHONDONTWRITEBYTECODE=1 (read-only rootfs): without byte-code baked in, every
+    # start compiles the package again (~150 ms). unchecked-hash: valid whatever the COPY does to mtimes.
+    /opt/nvidia-driver/bin/python -m compileall -q -f --invalidation-mode unchecked-hash \
+      /opt/nvidia-driver/lib >/dev/null; \
+    TYPER_USE_RICH=0 /opt/nvidia-driver/bin/nvidia-driver --help >/dev/null
 
 # ---------------------------------------------------------------------------------------------------
 # Lay an extracted .run installer out in the standard paths under /staging. 64-bit userspace only (the
@@ -108,7 +116,10 @@ COPY --from=nvidia-layout /staging/ /
 
 FROM userspace-run AS userspace-tree
 
-FROM python-base AS userspace-debian
+# Debian's packages are installed in a throw-away stage and only NVIDIA's files are copied on: installing
+# them in the final stage would also bring their dependencies (ocl-icd, libssl, ...) and apt's lists,
+# ~80 MB that the driver root never publishes.
+FROM python-base AS nvidia-debian-install
 ARG DRIVER_VERSION=""
 # A separate sources list keeps the base's own list untouched; 535.x updates come through the security
 # suite (bookworm itself lags behind). Recommends are off so nvidia-kernel-dkms, headers and gcc stay out.
@@ -126,11 +137,41 @@ RUN set -eu; \
     v="$(dpkg-query -W -f='${Version}' nvidia-smi | sed 's/-[^-]*$//')"; \
     if [ -n "${DRIVER_VERSION}" ] && [ "$v" != "${DRIVER_VERSION}" ]; then \
       echo "Debian ships NVIDIA $v, DRIVER_VERSION is ${DRIVER_VERSION}" >&2; exit 1; fi; \
-    if dpkg-query -W -f='${Package}\n' | grep -Eq '^(nvidia-kernel-dkms|dkms|gcc(-[0-9]+)?|make)$'; then \
-      echo "kernel build packages were pulled in" >&2; exit 1; fi; \
-    mkdir -p /usr/share/nvidia/firmware; mv /usr/lib/firmware/nvidia /usr/share/nvidia/firmware/nvidia; \
-    echo "$v" >/usr/share/nvidia/driver-version; \
-    rm -rf /usr/sbin/policy-rc.d /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt /var/log/dpkg.log
+    echo "$v" >/tmp/driver-version
+
+# Stage NVIDIA's files (every file of the NVIDIA packages but docs, plus the update-alternatives links
+# that make libcuda.so.1 etc. resolve) under /staging with relative links only, so that the tree is
+# also valid when copied under another root.
+FROM nvidia-debian-install AS nvidia-debian-layout
+RUN set -eu; \
+    s=/staging; v="$(cat /tmp/driver-version)"; mkdir -p "$s"; \
+    dpkg-query -W -f='${Package}\n' | grep -E 'nvidia|cuda' >/tmp/pkgs; \
+    xargs dpkg -L </tmp/pkgs | sort -u \
+      | grep -Ev '^/usr/share/(doc|man|lintian|bug|bash-completion)(/|$)' \
+      | sed -E 's#^/(lib|lib64|bin|sbin)/#/usr/\1/#' >/tmp/files; \
+    # bookworm is merged-/usr: packages list /lib/... paths, which are /usr/lib/... (/lib is a link).
+    # update-alternatives links are not in dpkg's lists: /etc/alternatives/* and what points at them.
+    find /etc/alternatives -maxdepth 1 -type l \( -name 'nvidia*' -o -name 'glx*' \) >>/tmp/files; \
+    find /usr /etc -xdev -type l -lname '/etc/alternatives/*' \( -lname '*nvidia*' -o -lname '*glx*' \) >>/tmp/files; \
+    while read -r f; do \
+      if [ -L "$f" ] || [ -f "$f" ]; then cp -a --parents "$f" "$s/"; fi; \
+    done </tmp/files; \
+    rm -rf "$s/usr/share/man" "$s/usr/share/doc"; \
+    # Absolute link targets become relative ones inside the staged tree (computed in Python: `ln -r`
+    # would follow the links, which point out of $s until converted).
+    python3 -c "import os, sys; s = sys.argv[1]; \
+      [(os.unlink(p), os.symlink(os.path.relpath(t, os.path.dirname(p[len(s):])), p)) \
+       for d, dirs, files in os.walk(s) for p in (os.path.join(d, n) for n in dirs + files) \
+       if os.path.islink(p) and (t := os.readlink(p)).startswith('/')]" "$s"; \
+    # At runtime gpu-operator mounts the host's <driver root>/lib/firmware over /lib/firmware (docs/image.md).
+    mkdir -p "$s/usr/share/nvidia/firmware"; \
+    mv "$s/usr/lib/firmware/nvidia" "$s/usr/share/nvidia/firmware/nvidia"; \
+    test -f "$s/usr/share/nvidia/firmware/nvidia/$v/gsp_tu10x.bin"; \
+    echo "$v" >"$s/usr/share/nvidia/driver-version"; \
+    if find "$s" -type l | while read -r l; do [ -e "$l" ] || echo "dangling $l"; done | grep .; then exit 1; fi
+
+FROM python-base AS userspace-debian
+COPY --from=nvidia-debian-layout /staging/ /
 
 # ---------------------------------------------------------------------------------------------------
 FROM userspace-${USERSPACE_SOURCE} AS final
@@ -148,6 +189,14 @@ RUN set -eu; \
       e,n=struct.unpack_from('<HH',d,54); sys.exit(any(struct.unpack_from('<I',d,o+i*e)[0]==3 for i in range(n)))" \
       || { echo "/sbin/ldconfig has an ELF interpreter (PT_INTERP): not static" >&2; exit 1; }; \
     ldconfig; \
+    # Every NVIDIA ELF file finds its libraries in this image: an error for the Debian route, which copies
+    # NVIDIA's files without their dependencies; a warning for the installer routes, whose GTK/Wayland
+    # helper libraries need desktop libraries that a driver container never loads.
+    find / -xdev -type f \( -path '*nvidia*' -o -name 'libcuda*' \) ! -path '/opt/*' ! -path '/proc/*' \
+      | while read -r f; do ldd "$f" 2>/dev/null | sed -n "s|^\t\(.*\) => not found|$f needs \1|p"; done >/tmp/missing; \
+    if [ -s /tmp/missing ]; then \
+      cat /tmp/missing >&2; [ "${USERSPACE_SOURCE}" != debian ] || exit 1; echo "(warning only)" >&2; fi; \
+    rm -f /tmp/missing; \
     nvidia-driver --help >/dev/null
 LABEL org.opencontainers.image.title="talos-nvidia-driver-container" \
       org.opencontainers.image.description="NVIDIA driver userspace and entrypoint for Talos Linux (gpu-operator driver image)" \
@@ -156,6 +205,7 @@ LABEL org.opencontainers.image.title="talos-nvidia-driver-container" \
       io.nvidia.driver.version="${DRIVER_VERSION}" \
       io.nvidia.driver.userspace-source="${USERSPACE_SOURCE}"
 ENV NVIDIA_VISIBLE_DEVICES=void \
-    PYTHONDONTWRITEBYTECODE=1
+    PYTHONDONTWRITEBYTECODE=1 \
+    TYPER_USE_RICH=0
 ENTRYPOINT ["nvidia-driver"]
 CMD ["init"]

@@ -280,7 +280,9 @@ def _prepare_generic(
     if "nvidia_peermem" in names and not generic.mellanox_present(paths):
         names = tuple(n for n in names if n != "nvidia_peermem")
     digest = settings.driver_config_digest
-    if digest and statusfiles.read_state(paths) == digest and not missing_modules(paths, ("nvidia",)):
+    # Every module to wait for must be loaded: with only nvidia checked, a dependant removed by hand
+    # (nvidia_uvm) would never come back and the wait below would run into MODULE_WAIT_TIMEOUT.
+    if digest and statusfiles.read_state(paths) == digest and not missing_modules(paths, names):
         log.info("modules loaded and %s matches DRIVER_CONFIG_DIGEST: userspace-only publish", paths.state_file)
         return names
     generic.unload_modules(paths, settings, runner)

@@ -93,7 +93,9 @@ docker_build() {
 }
 
 step "wheels for the image (pip cannot reach PyPI inside build containers)"
-rm -f "$CACHE"/image-wheels/talos_nvidia_driver_container-*.whl
+# A clean directory: wheels left from an older pyproject (e.g. typer 0.29 and its pydantic) would be
+# offered to the image build and bloat it.
+rm -rf "$CACHE/image-wheels"
 .venv/bin/python -m pip wheel -q . -w "$CACHE/image-wheels"
 
 step "image $IMAGE (USERSPACE_SOURCE=debian, offline route)"

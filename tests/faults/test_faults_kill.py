@@ -1,10 +1,10 @@
 """SIGKILL ``init --no-wait`` at >= 30 random points of a publish; the rerun must produce exactly the
 root a clean publish produces (manifest and sha256 of every file), with no staged leftovers.
 
-The publish itself is a few tens of ms of a ~0.4 s run, so the clean runs first measure when DRIVER_ROOT
-appears and when the manifest is written; half the kills land in that window (re-measured as the
-machine's load changes), the other half anywhere in the run. Seeded (FAULT_SEED, printed on failure)
-so a failing point can be replayed.
+The publish itself is a few tens of ms of a ~0.4 s run, so a clean run first measures when DRIVER_ROOT
+appears and when the manifest is written; a quarter of the kills land in that window (timed from the
+moment DRIVER_ROOT appears, re-measured as the machine's load changes), the others anywhere in the
+run. Seeded (FAULT_SEED, printed on failure) so a failing point can be replayed.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import pytest
 from hostenv import Host, make_host
 from rootcmp import MANIFEST, leftovers, root_state
+from test_faults_leftovers import KNOWN_LEFTOVER
 
 KILL_POINTS = int(os.environ.get("FAULT_KILL_POINTS", "32"))
 SEED = int(os.environ.get("FAULT_SEED", str(random.SystemRandom().randrange(1 << 30))))
@@ -58,9 +59,12 @@ def clean(tmp_path_factory: pytest.TempPathFactory) -> tuple[Host, tuple[object,
     return h, root_state(h.base / "clean-run/driver")
 
 
-def _kill_after(h: Host, delay: float) -> bool:
-    """Start init, SIGKILL it after ``delay`` s; True when it was still running (a real kill)."""
+def _kill_after(h: Host, delay: float, *, in_publish: bool = False) -> bool:
+    """Start init, SIGKILL it after ``delay`` s (counted from the moment DRIVER_ROOT appears when
+    ``in_publish``); True when it was still running (a real kill)."""
     proc = h.start("init", "--no-wait")
+    while in_publish and proc.poll() is None and not h.driver_root.exists():
+        time.sleep(0.001)
     time.sleep(delay)
     alive = proc.poll() is None
     proc.send_signal(signal.SIGKILL)
@@ -93,17 +97,16 @@ def test_sigkill_at_random_points_then_rerun_is_identical(clean: tuple[Host, tup
             victim = next(iter(sorted((h.driver_root / "lib/firmware").rglob("*.bin"))), None)
             if victim is not None:
                 victim.unlink()
-        if fresh and point % 4 == 0:  # aim at the publish window
-            delay = rng.uniform(timeline.root_s - 0.01, timeline.manifest_s + 0.005)
-        else:
-            delay = rng.uniform(0.02, timeline.exit_s)
+        aimed = fresh and point % 4 == 0  # inside the publish: from DRIVER_ROOT's creation to the manifest
+        delay = rng.uniform(0, timeline.manifest_s - timeline.root_s) if aimed else rng.uniform(0.02, timeline.exit_s)
         for _ in range(rng.randint(1, 2)):  # sometimes two kills in a row on the same partial root
-            killed += _kill_after(h, delay)
+            killed += _kill_after(h, delay, in_publish=aimed)
         if fresh:
             partial += _is_partial(h, expected)
         context = f"seed {SEED}, point {point}, delay {delay:.3f} s"
         done = h.run("init", "--no-wait")
         assert done.returncode == 0, f"{context}: rerun failed:\n{done.stderr}"
+        _drop_known_leftover(h)
         got = root_state(h.driver_root)
         assert got == expected, f"{context}: rerun differs from a clean publish:\n{_diff(got, expected)}"
         assert leftovers(h.driver_root) == [], context
@@ -112,6 +115,14 @@ def test_sigkill_at_random_points_then_rerun_is_identical(clean: tuple[Host, tup
         if point % 8 == 0:
             timeline = _timed_run(h, fresh=True)  # follow the machine's load
     assert partial >= 2, f"only {partial} kills left a partial root: the delays miss the publish (seed {SEED})"
+
+
+def _drop_known_leftover(h: Host) -> None:
+    """Remove the manifest temporary of the known bug (test_faults_leftovers.py), so this test checks
+    everything else; its strict xfail there tracks the bug itself."""
+    for path in h.driver_root.glob(".driver-container/.manifest.json.*.tmp"):
+        assert KNOWN_LEFTOVER.fullmatch(str(path.relative_to(h.driver_root)))
+        path.unlink()
 
 
 def _is_partial(h: Host, expected: tuple[object, object]) -> bool:

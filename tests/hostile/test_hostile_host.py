@@ -143,3 +143,17 @@ def test_config_digest_with_newlines_and_metacharacters(tmp_path: Path, digest: 
         # settings.py strips surrounding whitespace; the rest is stored byte for byte, in RUN_DIR only.
         assert (h.run_dir / "nvidia-driver.state").read_text() == value.strip()
         assert not (Path("/") / "RUN_DIR=").exists()
+
+
+def test_paths_with_spaces_newlines_and_metacharacters(tmp_path: Path) -> None:
+    """RUN_DIR and USERSPACE_ROOT named like shell code: used as plain paths, never evaluated."""
+    h, _out = _setup(tmp_path)
+    marker = h.base / "pwned-path"  # a shell would create it in the working directory, h.base
+    odd = "run dir $(touch pwned-path) `touch pwned-path`;|&\nx"
+    userspace = h.userspace.rename(h.base / "user space $(touch pwned-path)")
+    before = snapshot(tmp_path, skip=(h.base / odd, userspace))
+    done = h.run("init", "--no-wait", RUN_DIR=str(h.base / odd), USERSPACE_ROOT=str(userspace), timeout=90)
+    assert done.returncode == 0, done.stderr
+    assert (h.base / odd / "driver/.driver-container/manifest.json").is_file()
+    assert not marker.exists()
+    assert snapshot(tmp_path, skip=(h.base / odd, userspace)) == before

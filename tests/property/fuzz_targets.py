@@ -20,10 +20,13 @@ from driver_container.kmod import format_modinfo, read_module, to_json
 from driver_container.ldcache import parse_ld_cache
 from driver_container.modparams import parse_module_conf
 from driver_container.platform import parse_os_release
+from driver_container.publish.manifest import parse_manifest
+from driver_container.publish.rootdir import parse_mount_points
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 HOST = FIXTURES / "hosts" / "talos-1.13-open-595"
 USERSPACE = FIXTURES / "userspace" / "debian-595.91.07"
+SAMPLES = Path(__file__).resolve().parent / "samples"
 # Small cap so a decompression bomb or a huge claimed size must hit it, never allocate for real.
 MODULE_CAP = 1 << 20
 
@@ -31,6 +34,12 @@ MODULE_CAP = 1 << 20
 PROC_DEVICES = (
     "Character devices:\n  1 mem\n  4 /dev/vc/0\n  5 /dev/tty\n195 nvidia-frontend\n"
     "234 nvidia-uvm\n235 nvidia-caps\n236 nvidia-caps-imex-channels\n\nBlock devices:\n  7 loop\n259 blkext\n"
+)
+# /proc/self/mountinfo lines in the kernel's format (fs/proc_namespace.c), with a \040 escape.
+MOUNTINFO = (
+    "22 1 259:2 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p2 rw\n"
+    "31 22 0:26 / /run/nvidia/driver rw,nosuid shared:12 - tmpfs tmpfs rw,size=65536k\n"
+    "32 22 0:27 / /run/nvidia/driver\\040(deleted) ro - overlay overlay ro,lowerdir=/a:/b\n"
 )
 # /proc/driver/nvidia-caps/mig-minors as the NVIDIA driver prints it (name, minor).
 MIG_MINORS = "config 1\nmonitor 2\ngpu0/gi0/access 3\ngpu0/gi0/ci0/access 4\n"
@@ -73,6 +82,8 @@ TARGETS: dict[str, Target] = {
     "mig_minors": Target(_text(parse_mig_minors), inline=(MIG_MINORS.encode(),)),
     "module_conf": Target(_text(parse_module_conf), (HOST / "drivers/nvidia.conf",)),
     "parameter_conf": Target(_text(parse_parameter_conf), (HOST / "drivers/nvidia.conf",)),
+    "manifest": Target(_text(parse_manifest), (SAMPLES / "manifest.json",)),
+    "mountinfo": Target(_text(parse_mount_points), inline=(MOUNTINFO.encode(),)),
     "ld_cache": Target(parse_ld_cache, (USERSPACE / "etc/ld.so.cache",)),
     "elf_deps": Target(
         lambda data: read_elf_deps(data, name="fuzz.so"),

@@ -1,0 +1,133 @@
+"""Fake modprobe/rmmod/modinfo, first on PATH, acting on a copy of a fixture host (shared by
+tests/unit/generic and tests/integration/test_init_generic.py; import as ``fakes``: tests/ is on sys.path).
+
+Each fake appends one line per call to ``calls.log`` (tool name and arguments, tab-separated), then
+changes the copy the way the kernel would: modprobe adds a /proc/modules line and /sys/module/<m>/
+(refcnt, initstate, version, holders link on nvidia, parameters); rmmod refuses a module whose refcnt
+is not 0 and otherwise removes it and the reference it held. So what the code under test reads back
+after its commands is observable, as on a real host.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from support import FIXTURES
+
+from driver_container.paths import HostPaths
+from driver_container.runner import Runner
+
+LOG = """printf "%s" "${0##*/}" >>"$FAKE_LOG"
+for a in "$@"; do printf "\\t%s" "$a" >>"$FAKE_LOG"; done
+echo >>"$FAKE_LOG"
+"""
+
+FAKE_MODPROBE = f"""#!/bin/sh
+{LOG}
+while [ $# -gt 0 ]; do case "$1" in -d) shift 2;; -*) shift;; *) break;; esac; done
+name=$(echo "$1" | tr - _); shift
+if [ -e "$FAKE_DIR/fail-$name" ]; then
+  echo "modprobe: ERROR: could not insert '$name': No such device" >&2; exit 1
+fi
+grep -q "^$name " "$FAKE_PROC/modules" && exit 0
+m="$FAKE_SYS/module/$name"; mkdir -p "$m/holders"
+echo 0 >"$m/refcnt"; echo live >"$m/initstate"; echo "$FAKE_VERSION" >"$m/version"
+echo "$name 1000 0 - Live 0x0000000000000000 (OE)" >>"$FAKE_PROC/modules"
+for p in "$@"; do
+  if [ "$name" = nvidia ]; then
+    mkdir -p "$FAKE_PROC/driver/nvidia"
+    echo "${{p%%=*}}: ${{p#*=}}" | sed 's/^NVreg_//' >>"$FAKE_PROC/driver/nvidia/params"
+  else mkdir -p "$m/parameters"; echo "${{p#*=}}" >"$m/parameters/${{p%%=*}}"; fi
+done
+[ "$name" = nvidia ] && exit 0
+# every other NVIDIA module uses nvidia's symbols: the kernel takes one reference on nvidia
+n="$FAKE_SYS/module/nvidia"; echo $(( $(cat "$n/refcnt") + 1 )) >"$n/refcnt"
+mkdir -p "$n/holders"; ln -s "../../$name" "$n/holders/$name"
+awk -v u="$name" '$1 == "nvidia" {{ $3 = $3 + 1; $4 = ($4 == "-" ? "" : $4) u "," }} {{ print }}' \\
+  "$FAKE_PROC/modules" >"$FAKE_DIR/m" && mv "$FAKE_DIR/m" "$FAKE_PROC/modules"
+"""
+
+FAKE_RMMOD = f"""#!/bin/sh
+{LOG}
+name=$1; m="$FAKE_SYS/module/$name"
+[ -e "$m/refcnt" ] || {{ echo "rmmod: ERROR: Module $name is not currently loaded" >&2; exit 1; }}
+[ "$(cat "$m/refcnt")" -eq 0 ] || {{ echo "rmmod: ERROR: Module $name is in use" >&2; exit 1; }}
+rm -r "$m"
+for h in "$FAKE_SYS"/module/*/holders/"$name"; do
+  [ -L "$h" ] || continue; d=${{h%/holders/*}}; rm "$h"; echo $(( $(cat "$d/refcnt") - 1 )) >"$d/refcnt"
+done
+awk -v n="$name" '$1 == n {{ next }} {{ k = split($4, u, ","); out = ""; hit = 0
+  for (i = 1; i <= k; i++) if (u[i] == n) hit = 1; else if (u[i] != "") out = out u[i] ","
+  if (hit) {{ $3 = $3 - 1; $4 = (out == "" ? "-" : out) }} print }}' \\
+  "$FAKE_PROC/modules" >"$FAKE_DIR/m" && mv "$FAKE_DIR/m" "$FAKE_PROC/modules"
+[ "$name" = nvidia ] && rm -rf "$FAKE_PROC/driver/nvidia"
+exit 0
+"""
+
+FAKE_MODINFO = f"""#!/bin/sh
+{LOG}
+[ -n "$FAKE_VERSION" ] || {{ echo "modinfo: ERROR: Module nvidia not found." >&2; exit 1; }}
+echo "$FAKE_VERSION"
+"""
+
+
+@dataclass
+class FakeHost:
+    root: Path  # the copy of the scenario
+    paths: HostPaths
+    runner: Runner
+    log: Path
+    fake_dir: Path
+    env: dict[str, str]  # PATH with the fakes first and their FAKE_* variables (for subprocesses too)
+
+    def calls(self) -> list[list[str]]:
+        """One argv per fake call, in order (empty when no fake ran)."""
+        if not self.log.exists():
+            return []
+        return [line.split("\t") for line in self.log.read_text().splitlines()]
+
+    def fail(self, module: str) -> None:
+        """Make the fake modprobe refuse ``module`` (kernel name)."""
+        (self.fake_dir / f"fail-{module}").touch()
+
+    def proc_modules(self) -> str:
+        return (self.root / "proc/modules").read_text()
+
+
+def _write_fakes(fakebin: Path) -> None:
+    fakebin.mkdir(parents=True, exist_ok=True)
+    for name, text in (("modprobe", FAKE_MODPROBE), ("rmmod", FAKE_RMMOD), ("modinfo", FAKE_MODINFO)):
+        (fakebin / name).write_text(text)
+        (fakebin / name).chmod(0o755)
+
+
+def make_fake_host(
+    base: Path, scenario: str, *, version: str = "580.105.08", forbidden: frozenset[str] = frozenset()
+) -> FakeHost:
+    """Copy tests/fixtures/generic/<scenario> to base/<scenario>; fakes and their log in base/fake."""
+    root = base / scenario
+    shutil.copytree(FIXTURES / "generic" / scenario, root, symlinks=True)
+    fake_dir = base / "fake"
+    _write_fakes(fake_dir / "bin")
+    log = fake_dir / "calls.log"
+    env = {
+        "PATH": f"{fake_dir / 'bin'}:{os.environ.get('PATH', os.defpath)}",
+        "FAKE_LOG": str(log),
+        "FAKE_DIR": str(fake_dir),
+        "FAKE_PROC": str(root / "proc"),
+        "FAKE_SYS": str(root / "sys"),
+        "FAKE_VERSION": version,
+    }
+    paths = HostPaths(
+        host_root=root / "host",
+        procfs_root=root / "proc",
+        sysfs_root=root / "sys",
+        run_dir=root / "run",
+        userspace_root=root / "image",
+        host_os_release_override=root / "host/etc/os-release",
+        drivers_conf_dir=root / "drivers",
+    )
+    return FakeHost(root, paths, Runner(forbidden=forbidden, env=env), log, fake_dir, env)
