@@ -56,12 +56,15 @@ def privileged_allowed(docker_client: Any, image: Any) -> bool:
     """
     import docker.errors
 
+    probe = docker_client.containers.create(image.id, entrypoint=["true"], privileged=True)
     try:
-        docker_client.containers.run(image.id, entrypoint=["true"], privileged=True, remove=True)
+        probe.start()
     except docker.errors.APIError as exc:
         if "apply caps" in str(exc):
             return False
         raise
+    finally:
+        probe.remove(force=True)  # created even when it cannot start
     return True
 
 
@@ -149,13 +152,23 @@ def _container(image: Any, command: list[str], *, entrypoint: list[str] | None, 
     return container.with_kwargs(**kwargs)
 
 
+def _start(container: Any) -> Any:
+    """Start a testcontainers container; one that was created but failed to start is removed too."""
+    try:
+        container.start()
+    except Exception:
+        created = container.get_wrapped_container()
+        if created is not None:
+            created.remove(force=True)
+        raise
+    return container.get_wrapped_container()
+
+
 @contextmanager
 def detached(image: Any, command: list[str], *, env: dict[str, str] | None = None, volumes: Volumes | None = None,
              privileged: bool = False) -> Iterator[Any]:
     """A running container (the docker SDK object), force-removed at exit whatever happens."""
-    container = _container(image, command, entrypoint=None, env=env, volumes=volumes, privileged=privileged)
-    container.start()
-    wrapped = container.get_wrapped_container()
+    wrapped = _start(_container(image, command, entrypoint=None, env=env, volumes=volumes, privileged=privileged))
     try:
         yield wrapped
     finally:
@@ -181,8 +194,7 @@ def run_to_end(image: Any, command: list[str], *, timeout: float = 120, entrypoi
     """Run a container to completion with testcontainers and remove it, whatever happens."""
     container = _container(image, command, entrypoint=entrypoint, env=env, volumes=volumes, privileged=privileged,
                            cap_add=cap_add)
-    container.start()
-    wrapped = container.get_wrapped_container()
+    wrapped = _start(container)
     try:
         status = wrapped.wait(timeout=timeout)
         stdout = wrapped.logs(stdout=True, stderr=False).decode(errors="replace")
