@@ -41,12 +41,25 @@ def contained(root: Path, target: Path) -> Path:
     return target
 
 
+def _remove_stale_temporaries(target: Path) -> None:
+    """Temp files of an earlier write of ``target`` that was killed (SIGKILL) before its rename.
+
+    Writers of one target are serialised by the caller (the pid-file lock), so any such file is stale.
+    """
+    prefix = f".{target.name}."
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(target.parent):
+            if entry.name.startswith(prefix) and entry.name.endswith(".tmp") and entry.is_file(follow_symlinks=False):
+                os.unlink(entry.path)
+
+
 def atomic_write(target: Path, data: bytes, *, mode: int = 0o644, root: Path | None = None) -> None:
     """Write ``data`` to ``target`` atomically (temp file + rename); creates parent directories."""
     if root is not None:
         contained(root, target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temporaries(target)
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except OSError as exc:
         raise PublishError(f"{target}: cannot create: {exc.strerror}") from exc

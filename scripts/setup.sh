@@ -3,7 +3,7 @@
 # (every step is skipped when its result is already there; caches live under .cache/).
 #
 #   1. apt packages: kmod (the modinfo oracle), compressors, debootstrap, kbuild prerequisites, docker.io
-#   2. .venv with `pip install -e .[test]` (Python >= 3.11)
+#   2. .venv with `pip install -e .[test,fuzz]` (Python >= 3.11)
 #   3. artefacts: real kernel modules (scripts/fetch-kernel-modules.sh) and the Debian NVIDIA 535
 #      userspace chroot (scripts/make-nvidia-userspace.sh)
 #   4. container tests: a Docker engine (scripts/dockerd.sh start; left running, stop it with
@@ -54,7 +54,7 @@ if [[ -x .venv/bin/python && "$(cat "$STAMPS/venv" 2>/dev/null)" == "$venv_key" 
 else
   [[ -x .venv/bin/python ]] || "$PY" -m venv .venv
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[test]'
+  .venv/bin/python -m pip install -q -e '.[test,fuzz]'
   echo "$venv_key" >"$STAMPS/venv"
 fi
 

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import pytest
 from hostenv import Host, make_host
 from rootcmp import MANIFEST, leftovers, root_state
-from test_faults_leftovers import KNOWN_LEFTOVER
 
 KILL_POINTS = int(os.environ.get("FAULT_KILL_POINTS", "32"))
 SEED = int(os.environ.get("FAULT_SEED", str(random.SystemRandom().randrange(1 << 30))))
@@ -106,7 +105,6 @@ def test_sigkill_at_random_points_then_rerun_is_identical(clean: tuple[Host, tup
         context = f"seed {SEED}, point {point}, delay {delay:.3f} s"
         done = h.run("init", "--no-wait")
         assert done.returncode == 0, f"{context}: rerun failed:\n{done.stderr}"
-        _drop_known_leftover(h)
         got = root_state(h.driver_root)
         assert got == expected, f"{context}: rerun differs from a clean publish:\n{_diff(got, expected)}"
         assert leftovers(h.driver_root) == [], context
@@ -115,14 +113,6 @@ def test_sigkill_at_random_points_then_rerun_is_identical(clean: tuple[Host, tup
         if point % 8 == 0:
             timeline = _timed_run(h, fresh=True)  # follow the machine's load
     assert partial >= 2, f"only {partial} kills left a partial root: the delays miss the publish (seed {SEED})"
-
-
-def _drop_known_leftover(h: Host) -> None:
-    """Remove the manifest temporary of the known bug (test_faults_leftovers.py), so this test checks
-    everything else; its strict xfail there tracks the bug itself."""
-    for path in h.driver_root.glob(".driver-container/.manifest.json.*.tmp"):
-        assert KNOWN_LEFTOVER.fullmatch(str(path.relative_to(h.driver_root)))
-        path.unlink()
 
 
 def _is_partial(h: Host, expected: tuple[object, object]) -> bool:

@@ -73,6 +73,7 @@ EXPECTED: dict[str, tuple[int, set[str], set[str]]] = {
     "builtin-nvidia-custom-kernel": (0, set(), set()),
     "ubuntu-24.04-dkms": (0, set(), set()),
     "talos-1.13-no-proc-modules": (0, set(), set()),
+    "talos-1.11-kmod-535": (0, set(), set()),  # firmware where the image keeps it (usr/share/nvidia)
 }
 
 
