@@ -11,6 +11,8 @@ the third 240 MB written in a row (warm-up, cp, first publish) can be throttled 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -58,17 +60,31 @@ def baseline(userspace: Path, dest: Path, version: str) -> float:
 def main() -> None:
     userspace = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / ".cache/artefacts/debian-nvidia-535"
     version = sys.argv[2] if len(sys.argv) > 2 else "535.309.01"
+    rounds = int(os.environ.get("BENCH_ROUNDS", "5"))
+    bases: list[float] = []
+    firsts: list[dict[str, float]] = []
+    agains: list[dict[str, float]] = []
     with tempfile.TemporaryDirectory(prefix="bench-publish-") as tmp:
         work = Path(tmp)
         publish(userspace, work / "warm", version)  # warm the page cache for both sides
-        base = baseline(userspace, work / "cp", version)
-        first = publish(userspace, work / "driver", version)
-        again = publish(userspace, work / "driver", version)
+        # Interleaved rounds, best of each: load from other processes on a shared 2-core machine hits
+        # every side alike, and the minimum is the least disturbed measurement.
+        for n in range(rounds):
+            bases.append(baseline(userspace, work / f"cp{n}", version))
+            firsts.append(publish(userspace, work / f"driver{n}", version))
+            agains.append(publish(userspace, work / f"driver{n}", version))
+            shutil.rmtree(work / f"cp{n}")
+            shutil.rmtree(work / f"driver{n}")
+    base = min(bases)
+    first = min(firsts, key=lambda r: r["s"])
+    again = min(agains, key=lambda r: r["s"])
+    rss = max(r["rss_mb"] for r in firsts)
+    print(f"best of {rounds} interleaved rounds")
     print(f"baseline cp -a + ldconfig -r: {base:.3f} s")
     print(f"first publish: {first['s']:.3f} s ({first['written']:.0f} written) ratio {first['s'] / base:.2f} (<= 1.3)")
     print(f"unchanged re-publish: {again['s']:.3f} s ({again['written']:.0f} written) "
           f"ratio {again['s'] / base:.3f} (<= 0.1)")  # fmt: skip
-    print(f"peak RSS during first publish: {first['rss_mb']:.1f} MB (<= 80)")
+    print(f"peak RSS during first publish: {rss:.1f} MB (<= 80)")
 
 
 if __name__ == "__main__":

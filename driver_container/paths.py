@@ -37,6 +37,8 @@ class Root:
 
     def resolve(self, inner: str | PurePosixPath, *, follow_last: bool = True) -> Path:
         """Resolve ``inner`` below the root as chroot would; missing tails are kept verbatim."""
+        # Strings, not pathlib, on purpose: this runs for every published file and every poll.
+        base = os.fspath(self.path).rstrip("/") or ""
         pending = deque(_split(inner))
         done: list[str] = []
         links = 0
@@ -46,13 +48,11 @@ class Root:
                 if done:
                     done.pop()
                 continue
-            candidate = self.path.joinpath(*done, name)
+            candidate = "/".join((base, *done, name))
             try:
                 st = os.lstat(candidate)
-            except FileNotFoundError:
-                return self.path.joinpath(*done, name, *pending)
-            except NotADirectoryError:
-                return self.path.joinpath(*done, name, *pending)
+            except (FileNotFoundError, NotADirectoryError):
+                return Path("/".join((base, *done, name, *pending)))
             except OSError as exc:
                 raise HostReadError(f"{candidate}: {exc.strerror}") from exc
             if not stat.S_ISLNK(st.st_mode) or (not pending and not follow_last):
@@ -68,7 +68,7 @@ class Root:
             if target.startswith("/"):
                 done = []
             pending.extendleft(reversed(_split(target)))
-        return self.path.joinpath(*done)
+        return Path("/".join((base, *done))) if done else self.path
 
     def inner_path(self, real: Path) -> PurePosixPath:
         """The in-root absolute path of a real path below the root."""
