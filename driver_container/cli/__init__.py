@@ -12,11 +12,11 @@ def _register_commands() -> None:
     from driver_container.cli import init_cmd, modinfo_cmd, peermem_cmd, status_cmd  # noqa: F401
 
 
-def report_error(exc: DriverContainerError) -> int:
+def report_error(exc: DriverContainerError, prog: str = "nvidia-driver") -> int:
     """One clear line (plus the fix), never a traceback, for an expected failure."""
-    sys.stderr.write(f"nvidia-driver: error: {exc.message}\n")
+    sys.stderr.write(f"{prog}: error: {exc.message}\n")
     if exc.fix:
-        sys.stderr.write(f"nvidia-driver: fix: {exc.fix}\n")
+        sys.stderr.write(f"{prog}: fix: {exc.fix}\n")
     return exc.exit_code
 
 

@@ -131,4 +131,4 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv)
     except DriverContainerError as exc:
-        sys.exit(report_error(exc))
+        sys.exit(report_error(exc, "driver-manager"))

@@ -39,7 +39,7 @@ def test_missing_node_name_is_a_usage_error(
     _env(monkeypatch, node)
     monkeypatch.delenv("NODE_NAME")
     assert _exit_code(["uninstall_driver"]) == 2
-    assert "NODE_NAME is not set" in capsys.readouterr().err
+    assert "driver-manager: error: NODE_NAME is not set" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("node", ["talos-kmod-only-loaded"], indirect=True)
@@ -49,7 +49,8 @@ def test_talos_without_api_configuration_fails_clearly(
     _env(monkeypatch, node)
     assert _exit_code(["uninstall_driver"]) == 1
     err = capsys.readouterr().err
-    assert "KUBECONFIG and KUBERNETES_SERVICE_HOST are both unset" in err and "fix:" in err
+    assert "driver-manager: error: no Kubernetes API configuration: KUBECONFIG and KUBERNETES_SERVICE_HOST" in err
+    assert "driver-manager: fix:" in err
 
 
 @pytest.mark.parametrize("node", ["ubuntu-loaded"], indirect=True)
