@@ -7,6 +7,7 @@ loader itself only uses segments, and stripped or packed objects may have no sec
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import struct
@@ -42,6 +43,7 @@ class ElfDeps:
 # every section header to find .dynstr (~5 ms a library), while the loader itself only needs DT_STRTAB.
 DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH, DT_RUNPATH = 0, 1, 5, 10, 14, 15, 29
 MAX_DYNAMIC = 1 << 20  # real PT_DYNAMIC segments are a few KiB
+_SEGMENT_TYPES = {1: "PT_LOAD", 2: "PT_DYNAMIC", 3: "PT_INTERP"}  # the only p_type values used here
 
 
 @dataclass(frozen=True)
@@ -52,27 +54,64 @@ class _Segment:
     filesz: int
 
 
-def _segments(elf: Any) -> list[_Segment]:
-    """Program headers through pyelftools' own structure definitions (no section header is read)."""
+@dataclass(frozen=True)
+class _Header:
+    machine: str
+    elf_class: int
+    elf_type: str
+    little_endian: bool
+    stream: BinaryIO
+
+
+@functools.cache
+def _structs(little_endian: bool, elf_class: int) -> Any:
+    """pyelftools' ELF header definition for one class and byte order, built once (``ELFFile`` rebuilds
+    all its structures for every file: ~0.6 ms, and imports its section and DWARF machinery: ~20 ms)."""
+    from elftools.elf.structs import ELFStructs
+
+    structs = ELFStructs(little_endian=little_endian, elfclass=elf_class)
+    structs.create_basic_structs()
+    return structs
+
+
+def _header_and_segments(stream: BinaryIO, source: str) -> tuple[_Header, list[_Segment]]:
+    """The ELF header through pyelftools' structures (machine and type names), then the program headers
+    with ``struct`` (parsing ~10 of them per file with construct cost more than the rest of the scan);
+    no section header is read."""
     from elftools.common.utils import struct_parse
 
+    ident = stream.read(6)
+    if len(ident) < 6 or ident[4] not in (1, 2) or ident[5] not in (1, 2):
+        raise ElfFormatError(f"{source}: malformed ELF file: invalid identification (class/byte order)")
+    little, elf_class = ident[5] == 1, 32 if ident[4] == 1 else 64
+    ehdr = struct_parse(_structs(little, elf_class).Elf_Ehdr, stream, 0)
     found = []
-    for index in range(elf.num_segments()):
-        header = struct_parse(elf.structs.Elf_Phdr, elf.stream, elf["e_phoff"] + index * elf["e_phentsize"])
-        found.append(_Segment(str(header["p_type"]), header["p_offset"], header["p_vaddr"], header["p_filesz"]))
-    return found
+    # p_type, p_offset, p_vaddr, p_filesz (Elf32_Phdr / Elf64_Phdr field order differs: gABI).
+    layout = struct.Struct(("<" if little else ">") + ("IIIIIIII" if elf_class == 32 else "IIQQQQQQ"))
+    if ehdr["e_phnum"] and ehdr["e_phentsize"] < layout.size:
+        raise ElfFormatError(f"{source}: malformed ELF file: program header size {ehdr['e_phentsize']}")
+    table = _read(stream, ehdr["e_phoff"], ehdr["e_phnum"] * ehdr["e_phentsize"], source)
+    for index in range(ehdr["e_phnum"]):
+        fields = layout.unpack_from(table, index * ehdr["e_phentsize"])
+        if elf_class == 32:  # type, offset, vaddr, paddr, filesz, memsz, flags, align
+            p_type, offset, vaddr, filesz = fields[0], fields[1], fields[2], fields[4]
+        else:  # type, flags, offset, vaddr, paddr, filesz, memsz, align
+            p_type, offset, vaddr, filesz = fields[0], fields[2], fields[3], fields[5]
+        found.append(_Segment(_SEGMENT_TYPES.get(p_type, str(p_type)), offset, vaddr, filesz))
+    header = _Header(str(ehdr["e_machine"]), elf_class, str(ehdr["e_type"]), little, stream)
+    return header, found
 
 
 def _read(stream: BinaryIO, offset: int, size: int, source: str) -> bytes:
     stream.seek(offset)
     data = stream.read(size)
     if len(data) != size:
-        raise ElfFormatError(f"{source}: segment at {offset} runs past the end of the file")
+        raise ElfFormatError(f"{source}: malformed ELF file: {size} bytes at offset {offset} run past the end")
     return data
 
 
-def _dynamic_strings(elf: Any, segments: list[_Segment], dynamic: _Segment, source: str) -> ElfStrings:
-    entry = struct.Struct(("<" if elf.little_endian else ">") + ("qQ" if elf.elfclass == 64 else "iI"))
+def _dynamic_strings(elf: _Header, segments: list[_Segment], dynamic: _Segment, source: str) -> ElfStrings:
+    entry = struct.Struct(("<" if elf.little_endian else ">") + ("qQ" if elf.elf_class == 64 else "iI"))
     raw = _read(elf.stream, dynamic.offset, min(dynamic.filesz, MAX_DYNAMIC), source)
     tags: list[tuple[int, int]] = []
     for tag, value in entry.iter_unpack(raw[: len(raw) - len(raw) % entry.size]):
@@ -115,7 +154,6 @@ def _interpreter(stream: BinaryIO, interp: _Segment, source: str) -> str:
 
 def _parse(stream: BinaryIO, source: str) -> ElfDeps:
     from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
 
     if stream.read(4) != ELF_MAGIC:
         raise ElfFormatError(
@@ -124,15 +162,14 @@ def _parse(stream: BinaryIO, source: str) -> ElfDeps:
         )
     stream.seek(0)
     try:
-        elf = ELFFile(stream)
-        segments = _segments(elf)
+        elf, segments = _header_and_segments(stream, source)
         interp = next((s for s in segments if s.kind == "PT_INTERP"), None)
         dynamic = next((s for s in segments if s.kind == "PT_DYNAMIC"), None)
         strings = _dynamic_strings(elf, segments, dynamic, source) if dynamic else ElfStrings([], None, [])
         return ElfDeps(
-            machine=str(elf["e_machine"]),
-            elf_class=int(elf.elfclass),
-            elf_type=str(elf["e_type"]),
+            machine=elf.machine,
+            elf_class=elf.elf_class,
+            elf_type=elf.elf_type,
             interpreter=_interpreter(stream, interp, source) if interp else None,
             soname=strings.soname,
             needed=tuple(strings.needed),

@@ -34,6 +34,29 @@ class Root:
     """A directory seen as ``/`` by the code that reads below it."""
 
     path: Path
+    # lstat answers remembered for the lifetime of this object (see ``snapshot``): None = not remembered.
+    _seen: dict[str, tuple[int, str] | None] | None = field(default=None, compare=False, repr=False)
+
+    def snapshot(self) -> Root:
+        """The same root, remembering every lstat: for one pass over a tree that does not change meanwhile
+        (a publish resolves ~170 paths through the same few directories)."""
+        return Root(self.path, {})
+
+    def _kind(self, candidate: str) -> tuple[int, str] | None:
+        """(st_mode, link target or "") of ``candidate``; None when it does not exist."""
+        if self._seen is not None and candidate in self._seen:
+            return self._seen[candidate]
+        try:
+            mode = os.lstat(candidate).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            found = None
+        except OSError as exc:
+            raise HostReadError(f"{candidate}: {exc.strerror}") from exc
+        else:
+            found = (mode, os.readlink(candidate) if stat.S_ISLNK(mode) else "")
+        if self._seen is not None:
+            self._seen[candidate] = found
+        return found
 
     def resolve(self, inner: str | PurePosixPath, *, follow_last: bool = True) -> Path:
         """Resolve ``inner`` below the root as chroot would; missing tails are kept verbatim."""
@@ -49,13 +72,10 @@ class Root:
                     done.pop()
                 continue
             candidate = "/".join((base, *done, name))
-            try:
-                st = os.lstat(candidate)
-            except (FileNotFoundError, NotADirectoryError):
+            kind = self._kind(candidate)
+            if kind is None:
                 return Path("/".join((base, *done, name, *pending)))
-            except OSError as exc:
-                raise HostReadError(f"{candidate}: {exc.strerror}") from exc
-            if not stat.S_ISLNK(st.st_mode) or (not pending and not follow_last):
+            if not stat.S_ISLNK(kind[0]) or (not pending and not follow_last):
                 done.append(name)
                 continue
             links += 1
@@ -64,7 +84,7 @@ class Root:
                     f"{self.path / str(inner).lstrip('/')}: too many levels of symbolic links",
                     fix="remove the symlink loop from the tree",
                 )
-            target = os.readlink(candidate)
+            target = kind[1]
             if target.startswith("/"):
                 done = []
             pending.extendleft(reversed(_split(target)))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,3 +132,28 @@ def make_fake_host(
         drivers_conf_dir=root / "drivers",
     )
     return FakeHost(root, paths, Runner(forbidden=forbidden, env=env), log, fake_dir, env)
+
+
+FAKE_PERSISTENCED = Path(__file__).resolve().parent / "unit" / "node" / "fake_persistenced.py"
+
+
+def install_recording_tools(bindir: Path, calls: Path) -> None:
+    """modprobe/rmmod/insmod that only record their argv (NUL-separated, one record per call, arguments
+    verbatim: never evaluated by a shell) plus the fake nvidia-persistenced, for init run as a process."""
+    from driver_container.runner import MODULE_TOOLS
+
+    bindir.mkdir()
+    for tool in sorted(MODULE_TOOLS):
+        script = bindir / tool
+        script.write_text(f"#!/bin/sh\n{{ printf '%s\\0' {tool} \"$@\"; printf '\\n'; }} >> '{calls}'\nexit 0\n")
+        script.chmod(0o755)
+    persistenced = bindir / "nvidia-persistenced"
+    persistenced.write_text(f"#!{sys.executable}\n" + FAKE_PERSISTENCED.read_text())
+    persistenced.chmod(0o755)
+
+
+def recorded_calls(calls: Path) -> list[list[str]]:
+    """The argv of every call recorded by ``install_recording_tools`` (empty when none ran)."""
+    if not calls.exists():
+        return []
+    return [rec.split("\0")[:-1] for rec in calls.read_text().split("\0\n") if rec]

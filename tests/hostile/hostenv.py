@@ -16,13 +16,13 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from support import FIXTURES, REPO
+from fakes import install_recording_tools, recorded_calls
+from support import FIXTURES
 
 HOSTS = FIXTURES / "hosts"
 USERSPACE = FIXTURES / "userspace" / "debian-595.91.07"
 # The healthy Talos 1.13 host with the open 595 modules loaded (issue 9 names it talos-1.13-open-healthy).
 SCENARIO = next(s for s in ("talos-1.13-open-healthy", "talos-1.13-open-595") if (HOSTS / s).is_dir())
-FAKE_PERSISTENCED = REPO / "tests" / "unit" / "node" / "fake_persistenced.py"
 MODULE_TOOLS = ("modprobe", "rmmod", "insmod")
 
 
@@ -47,9 +47,7 @@ class Host:
 
     def tool_calls(self) -> list[list[str]]:
         """argv of every module-tool call, exactly as received."""
-        if not self.calls.exists():
-            return []
-        return [rec.split("\0")[:-1] for rec in self.calls.read_text().split("\0\n") if rec]
+        return recorded_calls(self.calls)
 
     def argv(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "driver_container", *args]
@@ -67,18 +65,6 @@ class Host:
         )  # fmt: skip
 
 
-def _fake_tools(bindir: Path, calls: Path) -> None:
-    bindir.mkdir()
-    for tool in MODULE_TOOLS:
-        script = bindir / tool
-        # printf '%s\0' "$@": each argument verbatim, never evaluated.
-        script.write_text(f"#!/bin/sh\n{{ printf '%s\\0' {tool} \"$@\"; printf '\\n'; }} >> '{calls}'\nexit 0\n")
-        script.chmod(0o755)
-    persistenced = bindir / "nvidia-persistenced"
-    persistenced.write_text(f"#!{sys.executable}\n" + FAKE_PERSISTENCED.read_text())
-    persistenced.chmod(0o755)
-
-
 def make_host(base: Path, scenario: str = SCENARIO, userspace: Path = USERSPACE) -> Host:
     """Copy ``scenario`` and ``userspace`` under ``base``; DRIVER_ROOT is RUN_DIR/driver."""
     base.mkdir(parents=True, exist_ok=True)
@@ -87,7 +73,7 @@ def make_host(base: Path, scenario: str = SCENARIO, userspace: Path = USERSPACE)
     image = base / "userspace"
     shutil.copytree(userspace, image, symlinks=True)
     host = Host(base, root, image)
-    _fake_tools(base / "bin", host.calls)
+    install_recording_tools(base / "bin", host.calls)
     env = {k: v for k, v in os.environ.items() if k not in ("DRIVER_CONFIG_DIGEST", "DRIVER_ROOT", "CI")}
     for line in (root / "env").read_text().splitlines():
         if "=" in line and not line.startswith("#"):

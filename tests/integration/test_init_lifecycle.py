@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from fakes import install_recording_tools, recorded_calls
 from support import FIXTURES, REPO
 
 HOSTS = FIXTURES / "hosts"
 USERSPACE = FIXTURES / "userspace" / "debian-595.91.07"
-FAKE_PERSISTENCED = REPO / "tests" / "unit" / "node" / "fake_persistenced.py"
 MODULE_TOOLS = ("modprobe", "rmmod", "insmod")
 
 
@@ -39,8 +39,8 @@ class Host:
     def driver_root(self) -> Path:
         return self.run / "driver"
 
-    def module_tool_calls(self) -> list[str]:
-        return self.calls.read_text().splitlines() if self.calls.exists() else []
+    def module_tool_calls(self) -> list[list[str]]:
+        return recorded_calls(self.calls)
 
     def start(self, *args: str, **extra: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
@@ -55,17 +55,6 @@ class Host:
         )
 
 
-def _fake_tools(bindir: Path, calls: Path) -> None:
-    bindir.mkdir()
-    for tool in MODULE_TOOLS:
-        script = bindir / tool
-        script.write_text(f'#!/bin/sh\necho "{tool} $*" >> "{calls}"\nexit 0\n')
-        script.chmod(0o755)
-    persistenced = bindir / "nvidia-persistenced"
-    persistenced.write_text(f"#!{sys.executable}\n" + FAKE_PERSISTENCED.read_text())
-    persistenced.chmod(0o755)
-
-
 @pytest.fixture
 def host(tmp_path: Path) -> Callable[..., Host]:
     """A fresh copy of a scenario per call, each with its own bin/, run/ and call log."""
@@ -76,7 +65,7 @@ def host(tmp_path: Path) -> Callable[..., Host]:
         root = base / scenario
         shutil.copytree(HOSTS / scenario, root, symlinks=True)
         calls = base / "calls.log"
-        _fake_tools(base / "bin", calls)
+        install_recording_tools(base / "bin", calls)
         env = {k: v for k, v in os.environ.items() if k != "DRIVER_CONFIG_DIGEST"}
         for line in (root / "env").read_text().splitlines():
             if "=" in line and not line.startswith("#"):
