@@ -105,4 +105,6 @@ docker_build --network host --progress plain \
   -t "$IMAGE" . >"$CACHE/image-build.log" 2>&1 \
   || { tail -40 "$CACHE/image-build.log" >&2; die "image build failed (log: $CACHE/image-build.log)"; }
 echo "built in $((SECONDS - started)) s; $(docker image inspect -f '{{.Size}}' "$IMAGE") bytes" >&2
+# Each rebuild leaves the previous image untagged; drop those so repeated runs do not fill the disk.
+docker image prune -f >/dev/null || true
 echo "docker engine left running: stop it with scripts/dockerd.sh stop" >&2
