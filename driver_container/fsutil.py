@@ -13,7 +13,7 @@ import os
 import stat
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from driver_container.errors import PublishError
@@ -155,10 +155,30 @@ def _finish(fd: int, mode: int, mtime_ns: int | None) -> None:
         os.utime(fd, ns=(mtime_ns, mtime_ns))
 
 
+def _copy_known(src_fd: int, out_fd: int, size: int) -> int:
+    """Kernel-side copy (sendfile) of a source whose sha256 is already known; returns the byte count."""
+    total = 0
+    while total < size and (sent := os.sendfile(out_fd, src_fd, total, size - total)):
+        total += sent
+    return total
+
+
 def stage_copy(
-    src: Path, target: Path, *, mode: int, root: Path | None = None, mtime_ns: int | None = None, suffix: str = ".tmp"
+    src: Path,
+    target: Path,
+    *,
+    mode: int,
+    root: Path | None = None,
+    mtime_ns: int | None = None,
+    suffix: str = ".tmp",
+    known: tuple[int, int, str] | None = None,
 ) -> StagedFile:
-    """Copy ``src`` (opened without following a final symlink) to a temporary beside ``target``."""
+    """Copy ``src`` (opened without following a final symlink) to a temporary beside ``target``.
+
+    ``known`` = (size, mtime_ns, sha256) of ``src`` hashed earlier (publish/prehash.py): used only when
+    the opened source still has that size and mtime, and then the copy is not hashed again.
+    """
+    known_digest: list[str] = []
 
     def fill(fd: int, digest: hashlib._Hash) -> int:
         try:
@@ -166,7 +186,12 @@ def stage_copy(
         except OSError as exc:
             raise PublishError(f"{src}: cannot read: {exc.strerror}", fix=f"make {src} readable") from exc
         try:
-            size = _copy_hashing(src_fd, fd, digest)
+            st = os.fstat(src_fd)
+            if known is not None and (st.st_size, st.st_mtime_ns) == known[:2]:
+                size = _copy_known(src_fd, fd, st.st_size)
+                known_digest.append(known[2])
+            else:
+                size = _copy_hashing(src_fd, fd, digest)
         except OSError as exc:
             raise PublishError(
                 f"{target}: cannot copy {src}: {exc.strerror}", fix="free space on its filesystem"
@@ -176,7 +201,8 @@ def stage_copy(
         _finish(fd, mode, mtime_ns)
         return size
 
-    return _stage(target, root, suffix, fill)
+    staged = _stage(target, root, suffix, fill)
+    return replace(staged, sha256=known_digest[0]) if known_digest else staged
 
 
 def stage_write(target: Path, data: bytes, *, mode: int, root: Path | None = None, suffix: str = ".tmp") -> StagedFile:

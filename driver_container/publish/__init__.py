@@ -14,12 +14,13 @@ from pathlib import Path
 
 from driver_container.fsutil import atomic_write_text
 from driver_container.paths import HostPaths
-from driver_container.publish.apply import apply_plan
+from driver_container.publish.apply import COPY_WORKERS, apply_plan
 from driver_container.publish.manifest import MANIFEST_PATH, Manifest, format_manifest, parse_manifest
 from driver_container.publish.model import PublishPlan, PublishReport
 from driver_container.publish.plan import plan_publish
+from driver_container.publish.prehash import Prehash
 from driver_container.publish.rootdir import create_driver_root, unmount_leftover
-from driver_container.publish.scan import describe_userspace
+from driver_container.publish.scan import describe_userspace, early_sources
 from driver_container.publish.verify import refresh_cache
 from driver_container.runner import Runner
 
@@ -36,12 +37,18 @@ def publish_driver_root(paths: HostPaths, version: str, runner: Runner) -> Publi
     old_text = _read_manifest(manifest_file)
     previous = parse_manifest(old_text) if old_text else None
     known_elf = previous.elf_facts() if previous else None
-    plan = plan_publish(describe_userspace(paths.userspace, version, runner, known_elf=known_elf))
-    create_driver_root(root)
-    if unmount_leftover(paths, runner):  # what we read before was the mount's content, not ours
-        old_text = _read_manifest(manifest_file)
-        previous = parse_manifest(old_text) if old_text else None
-    result = apply_plan(plan, root, previous)
+    prehash = Prehash(COPY_WORKERS)
+    try:
+        # Sources already published unchanged need no hash; the others are hashed while the scan runs.
+        prehash.start(early_sources(paths.userspace, version), skip=previous.source_identities() if previous else set())
+        plan = plan_publish(describe_userspace(paths.userspace, version, runner, known_elf=known_elf))
+        create_driver_root(root)
+        if unmount_leftover(paths, runner):  # what we read before was the mount's content, not ours
+            old_text = _read_manifest(manifest_file)
+            previous = parse_manifest(old_text) if old_text else None
+        result = apply_plan(plan, root, previous, prehash)
+    finally:
+        prehash.close()
     ran = refresh_cache(plan, root, runner, changed=bool(result.written or result.removed))
     manifest = Manifest(version, plan.triplet, result.records)
     if manifest != previous:  # equal records format to the same text: skip formatting and writing it

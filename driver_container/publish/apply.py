@@ -24,6 +24,7 @@ from driver_container.errors import PublishError
 from driver_container.fsutil import StagedFile, contained, stage_copy, stage_write
 from driver_container.publish.manifest import Manifest, Record
 from driver_container.publish.model import PlannedEntry, PublishPlan
+from driver_container.publish.prehash import Prehash
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +97,17 @@ def _stage_link(dest: Path, target: str) -> StagedFile:
     raise PublishError(f"{dest}: cannot create a temporary link")
 
 
-def _stage_content(entry: PlannedEntry, dest: Path, root: Path) -> tuple[StagedFile, Record]:
+def _stage_content(
+    entry: PlannedEntry, dest: Path, root: Path, prehash: Prehash | None
+) -> tuple[StagedFile, Record]:
     src = entry.source
     if entry.data is not None:
         staged = stage_write(dest, entry.data, mode=entry.mode, root=root, suffix=TMP_SUFFIX)
     elif src is not None:  # keep the source's mtime, as cp -a does
-        staged = stage_copy(src.real, dest, mode=entry.mode, root=root, mtime_ns=src.mtime_ns, suffix=TMP_SUFFIX)
+        known = prehash.known(src.real, src.size, src.mtime_ns) if prehash else None
+        staged = stage_copy(
+            src.real, dest, mode=entry.mode, root=root, mtime_ns=src.mtime_ns, suffix=TMP_SUFFIX, known=known
+        )
         if staged.size != src.size:
             staged.discard()
             raise PublishError(
@@ -127,7 +133,9 @@ def _sweep_temporaries(root: Path, dirs: set[PurePosixPath]) -> None:
                     os.unlink(root / rel / name)
 
 
-def _stage(plan: PublishPlan, root: Path, old: dict[str, Record]) -> tuple[list[StagedFile], list[Record], int]:
+def _stage(
+    plan: PublishPlan, root: Path, old: dict[str, Record], prehash: Prehash | None
+) -> tuple[list[StagedFile], list[Record], int]:
     staged: list[StagedFile] = []
     records: list[Record | None] = []
     jobs: list[tuple[int, PlannedEntry, Path]] = []  # (index in records, entry, destination) to copy
@@ -153,7 +161,7 @@ def _stage(plan: PublishPlan, root: Path, old: dict[str, Record]) -> tuple[list[
             else:
                 jobs.append((len(records), entry, dest))
                 records.append(None)
-        for index, new in _stage_contents(jobs, root, staged):
+        for index, new in _stage_contents(jobs, root, staged, prehash):
             records[index] = new
     except OSError as exc:
         _discard(staged)
@@ -169,7 +177,7 @@ def _stage(plan: PublishPlan, root: Path, old: dict[str, Record]) -> tuple[list[
 
 
 def _stage_contents(
-    jobs: list[tuple[int, PlannedEntry, Path]], root: Path, staged: list[StagedFile]
+    jobs: list[tuple[int, PlannedEntry, Path]], root: Path, staged: list[StagedFile], prehash: Prehash | None
 ) -> list[tuple[int, Record]]:
     """Copy in worker threads; every staged file is appended to ``staged`` (so a failure discards all).
 
@@ -182,7 +190,9 @@ def _stage_contents(
     with ThreadPoolExecutor(max_workers=COPY_WORKERS, thread_name_prefix="publish-copy") as pool:
         # Largest first, so that one big library does not finish alone on one core at the end.
         ordered = sorted(jobs, key=lambda job: -(job[1].source.size if job[1].source else 0))
-        futures = [(index, pool.submit(_stage_content, entry, dest, root)) for index, entry, dest in ordered]
+        futures = [
+            (index, pool.submit(_stage_content, entry, dest, root, prehash)) for index, entry, dest in ordered
+        ]
     done: list[tuple[int, Record]] = []
     failure: BaseException | None = None
     for index, future in futures:
@@ -210,11 +220,13 @@ def _discard(staged: list[StagedFile]) -> None:
         content.discard()
 
 
-def apply_plan(plan: PublishPlan, root: Path, previous: Manifest | None) -> ApplyResult:
+def apply_plan(
+    plan: PublishPlan, root: Path, previous: Manifest | None, prehash: Prehash | None = None
+) -> ApplyResult:
     """Write what differs from ``previous``; remove paths it lists that the plan no longer has."""
     old = previous.by_path() if previous else {}
     _sweep_temporaries(root, {e.path.parent for e in plan.entries})
-    staged, records, unchanged = _stage(plan, root, old)
+    staged, records, unchanged = _stage(plan, root, old, prehash)
     for content in staged:
         if os.path.isdir(content.target) and not os.path.islink(content.target):
             shutil.rmtree(content.target)

@@ -52,6 +52,10 @@ class Manifest:
     def by_path(self) -> dict[str, Record]:
         return {r.path: r for r in self.records}
 
+    def source_identities(self) -> set[SourceKey]:
+        """(source path, size, mtime_ns) of every published copy: unchanged sources need no new hash."""
+        return {(r.source, r.source_size, r.source_mtime_ns) for r in self.records if r.source}
+
     def elf_facts(self) -> dict[SourceKey, ElfDeps]:
         """ELF facts of the published sources, by source identity (reused when the source is unchanged)."""
         return {(r.source, r.source_size, r.source_mtime_ns): r.elf for r in self.records if r.source and r.elf}

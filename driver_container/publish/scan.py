@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
 from driver_container.elfdeps import ElfDeps
-from driver_container.errors import PublishError, UserspaceError
+from driver_container.errors import HostReadError, PublishError, UserspaceError
 from driver_container.ldcache import FLAGS_BY_MACHINE, CacheEntry, LdCacheFormatError, parse_ld_cache
 from driver_container.paths import MAX_SYMLINKS, Root
 from driver_container.publish.closure import resolve_closure
@@ -76,9 +76,13 @@ def read_cache(root: Root) -> list[CacheEntry]:
         return []
 
 
-def _select_libraries(root: Root, version: str, cache: list[CacheEntry], elf: ElfFacts) -> dict[str, SourceFile]:
-    pattern = re.compile(rf"lib.+\.so\.{re.escape(version)}")
-    found: dict[str, SourceFile] = {}
+def _version_pattern(version: str) -> re.Pattern[str]:
+    return re.compile(rf"lib.+\.so\.{re.escape(version)}")
+
+
+def _listed_libraries(root: Root, version: str) -> list[PurePosixPath]:
+    """``lib*.so.<version>`` names in the library dirs (each real directory once)."""
+    pattern = _version_pattern(version)
     seen_dirs: set[Path] = set()
     listed: list[PurePosixPath] = []
     for d in lib_dirs():
@@ -87,6 +91,13 @@ def _select_libraries(root: Root, version: str, cache: list[CacheEntry], elf: El
             continue
         seen_dirs.add(real_dir)
         listed += [PurePosixPath("/", d, n) for n in root.listdir(d) if pattern.fullmatch(n)]
+    return listed
+
+
+def _select_libraries(root: Root, version: str, cache: list[CacheEntry], elf: ElfFacts) -> dict[str, SourceFile]:
+    pattern = _version_pattern(version)
+    found: dict[str, SourceFile] = {}
+    listed = _listed_libraries(root, version)
     listed_set = set(listed)
     cached = [PurePosixPath(e.value) for e in cache if e.flags in FLAGS_BY_MACHINE.values()]
     real_dirs: dict[PurePosixPath, Path] = {}
@@ -169,15 +180,35 @@ def _select_binaries(root: Root, elf: ElfFacts) -> dict[str, SourceFile]:
     return found
 
 
-def _select_firmware(root: Root, version: str) -> dict[str, SourceFile]:
-    """``nvidia/<version>/*`` from the image's firmware dirs; the first dir holding a name wins."""
-    found: dict[str, SourceFile] = {}
+def _firmware_files(root: Root, version: str) -> dict[str, str]:
+    """name -> in-root path of ``nvidia/<version>/*`` in the image's firmware dirs (first dir wins)."""
+    found: dict[str, str] = {}
     for top in FIRMWARE_DIRS:
         base = f"{top}/nvidia/{version}"
         for n in root.listdir(base):
             if n not in found and root.is_file(f"{base}/{n}"):
-                found[n] = source_file(root, f"{base}/{n}")
+                found[n] = f"{base}/{n}"
     return found
+
+
+def _select_firmware(root: Root, version: str) -> dict[str, SourceFile]:
+    return {n: source_file(root, inner) for n, inner in _firmware_files(root, version).items()}
+
+
+def early_sources(root: Root, version: str) -> list[Path]:
+    """Real paths of files the scan will publish, found by listing alone (no ELF header read): the
+    versioned libraries in the library dirs and the firmware. For ``prehash``; the scan still decides."""
+    try:
+        inner: list[str | PurePosixPath] = [*_listed_libraries(root, version), *_firmware_files(root, version).values()]
+    except HostReadError:
+        return []  # the scan reports it
+    found: set[Path] = set()
+    for path in inner:
+        try:
+            found.add(root.resolve(path))
+        except HostReadError:
+            continue  # a loop: the scan reports it with its own message
+    return sorted(found)
 
 
 def _select_configs(root: Root) -> dict[PurePosixPath, SourceFile]:
