@@ -22,6 +22,7 @@ from driver_container.errors import (
     ModuleLoadError,
     VerificationError,
 )
+from driver_container.findings import values_equal
 from driver_container.hoststate import LoadedModule, read_loaded_modules
 from driver_container.kernel.modules import parse_proc_modules
 from driver_container.modparams import conf_file_name, nvidia_parameters, parse_module_conf
@@ -210,16 +211,6 @@ def _run_module_command(runner: Runner, argv: list[str]) -> None:
         ) from exc
 
 
-def _same_value(requested: str, effective: str) -> bool:
-    a, b = requested.strip().strip('"'), effective.strip().strip('"')
-    if a == b:
-        return True
-    try:
-        return int(a, 0) == int(b, 0)  # 0x01 vs 1: procfs prints numbers in decimal
-    except ValueError:
-        return False
-
-
 def verify_loaded(
     after: Mapping[str, LoadedModule],
     names: Sequence[str],
@@ -244,7 +235,7 @@ def verify_loaded(
     for name, params in requested.items():
         effective = after[name].parameters
         for param, value in params:
-            if param in effective and not _same_value(value, effective[param]):
+            if param in effective and not values_equal(value, effective[param]):
                 warnings.append(f"{name}: {param} requested {value!r}, in effect {effective[param]!r}")
     return warnings
 

@@ -144,7 +144,9 @@ def verify(paths: HostPaths, settings: Settings) -> HostState:
 
 
 def loaded_version(state: HostState) -> str:
-    version = state.nvidia_version.version if state.nvidia_version else state.modules["nvidia"].version
+    from driver_container import findings
+
+    version = findings.loaded_version(state)
     if version is None:
         raise VerificationError(
             f"cannot tell the loaded driver version ({state.driver_root} left untouched): neither "

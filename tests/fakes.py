@@ -157,3 +157,22 @@ def recorded_calls(calls: Path) -> list[list[str]]:
     if not calls.exists():
         return []
     return [rec.split("\0")[:-1] for rec in calls.read_text().split("\0\n") if rec]
+
+
+def fixture_host_env(root: Path, base: Path, userspace: Path, *, drop: tuple[str, ...] = ()) -> dict[str, str]:
+    """Environment for running the CLI as a process on a copied fixture host ``root`` (its ``env`` file
+    applied), with RUN_DIR, fake tools (``base/bin`` first on PATH) and the fake persistenced under ``base``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DRIVER_CONFIG_DIGEST", *drop)}
+    for line in (root / "env").read_text().splitlines():
+        if "=" in line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            env[key.strip()] = value.strip()
+    runtime_dir = str(base / "container/var/run/nvidia-persistenced")
+    env.update(
+        PATH=f"{base / 'bin'}:{os.environ['PATH']}",
+        HOST_ROOT=str(root / "host"), PROCFS_ROOT=str(root / "proc"), SYSFS_ROOT=str(root / "sys"),
+        DRIVERS_CONF_DIR=str(root / "drivers"), RUN_DIR=str(base / "run"), USERSPACE_ROOT=str(userspace),
+        HOST_OS_RELEASE=str(root / "host/etc/os-release"), FAKE_LOG=str(base / "persistenced.log"),
+        FAKE_PERSISTENCED_DIR=runtime_dir, NVIDIA_PERSISTENCED_RUNTIME_DIR=runtime_dir,
+    )  # fmt: skip
+    return env

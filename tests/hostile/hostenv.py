@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fakes import install_recording_tools, recorded_calls
+from fakes import fixture_host_env, install_recording_tools, recorded_calls
 from support import FIXTURES
 
 HOSTS = FIXTURES / "hosts"
@@ -74,19 +74,7 @@ def make_host(base: Path, scenario: str = SCENARIO, userspace: Path = USERSPACE)
     shutil.copytree(userspace, image, symlinks=True)
     host = Host(base, root, image)
     install_recording_tools(base / "bin", host.calls)
-    env = {k: v for k, v in os.environ.items() if k not in ("DRIVER_CONFIG_DIGEST", "DRIVER_ROOT", "CI")}
-    for line in (root / "env").read_text().splitlines():
-        if "=" in line and not line.startswith("#"):
-            key, _, value = line.partition("=")
-            env[key.strip()] = value.strip()
-    runtime_dir = str(base / "container/var/run/nvidia-persistenced")
-    env.update(
-        PATH=f"{base / 'bin'}:{os.environ['PATH']}",
-        HOST_ROOT=str(root / "host"), PROCFS_ROOT=str(root / "proc"), SYSFS_ROOT=str(root / "sys"),
-        DRIVERS_CONF_DIR=str(root / "drivers"), RUN_DIR=str(base / "run"), USERSPACE_ROOT=str(image),
-        HOST_OS_RELEASE=str(root / "host/etc/os-release"), FAKE_LOG=str(base / "persistenced.log"),
-        FAKE_PERSISTENCED_DIR=runtime_dir, NVIDIA_PERSISTENCED_RUNTIME_DIR=runtime_dir,
-    )  # fmt: skip
+    env = fixture_host_env(root, base, image, drop=("DRIVER_ROOT", "CI"))
     host.env = env
     return host
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fakes import install_recording_tools, recorded_calls
+from fakes import fixture_host_env, install_recording_tools, recorded_calls
 from support import FIXTURES, REPO
 
 HOSTS = FIXTURES / "hosts"
@@ -66,20 +66,7 @@ def host(tmp_path: Path) -> Callable[..., Host]:
         shutil.copytree(HOSTS / scenario, root, symlinks=True)
         calls = base / "calls.log"
         install_recording_tools(base / "bin", calls)
-        env = {k: v for k, v in os.environ.items() if k != "DRIVER_CONFIG_DIGEST"}
-        for line in (root / "env").read_text().splitlines():
-            if "=" in line and not line.startswith("#"):
-                key, _, value = line.partition("=")
-                env[key.strip()] = value.strip()
-        runtime_dir = str(base / "container/var/run/nvidia-persistenced")
-        env.update(
-            PATH=f"{base / 'bin'}:{os.environ['PATH']}",
-            HOST_ROOT=str(root / "host"), PROCFS_ROOT=str(root / "proc"), SYSFS_ROOT=str(root / "sys"),
-            DRIVERS_CONF_DIR=str(root / "drivers"), RUN_DIR=str(base / "run"),
-            USERSPACE_ROOT=str(userspace or root / "userspace"), HOST_OS_RELEASE=str(root / "host/etc/os-release"),
-            FAKE_LOG=str(base / "persistenced.log"), FAKE_PERSISTENCED_DIR=runtime_dir,
-            NVIDIA_PERSISTENCED_RUNTIME_DIR=runtime_dir,
-        )
+        env = fixture_host_env(root, base, userspace or root / "userspace")
         return Host(root, env, calls)
 
     return make
