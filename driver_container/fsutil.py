@@ -171,12 +171,13 @@ def stage_copy(
     root: Path | None = None,
     mtime_ns: int | None = None,
     suffix: str = ".tmp",
-    known: tuple[int, int, str] | None = None,
+    known: tuple[int, int, Callable[[], str]] | None = None,
 ) -> StagedFile:
     """Copy ``src`` (opened without following a final symlink) to a temporary beside ``target``.
 
-    ``known`` = (size, mtime_ns, sha256) of ``src`` hashed earlier (publish/prehash.py): used only when
-    the opened source still has that size and mtime, and then the copy is not hashed again.
+    ``known`` = (size, mtime_ns, digest) for a source being hashed elsewhere (publish/prehash.py): when the
+    opened source still has that size and mtime it is copied without hashing, and ``digest()`` (which may
+    wait for the hash to finish) gives its sha256 after the copy.
     """
     known_digest: list[str] = []
 
@@ -189,7 +190,7 @@ def stage_copy(
             st = os.fstat(src_fd)
             if known is not None and (st.st_size, st.st_mtime_ns) == known[:2]:
                 size = _copy_known(src_fd, fd, st.st_size)
-                known_digest.append(known[2])
+                known_digest.append(known[2]())  # the copy ran alongside the hashing
             else:
                 size = _copy_hashing(src_fd, fd, digest)
         except OSError as exc:

@@ -13,9 +13,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+
+from driver_container.errors import PublishError
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +54,20 @@ class Prehash:
         for identity in sorted(wanted, key=lambda i: -i[1]):
             self._futures[identity] = self._pool.submit(_sha256, identity[0])
 
-    def known(self, real: Path, size: int, mtime_ns: int) -> tuple[int, int, str] | None:
-        """(size, mtime_ns, sha256) when this exact source was hashed without error, else None."""
+    def known(self, real: Path, size: int, mtime_ns: int) -> tuple[int, int, Callable[[], str]] | None:
+        """(size, mtime_ns, digest) when this exact source is being hashed; ``digest()`` waits for the
+        result (so a copy can run meanwhile) and raises the hashing error, if any, as a PublishError."""
         future = self._futures.get((str(real), size, mtime_ns))
-        if future is None or future.exception() is not None:
+        if future is None:
             return None
-        return size, mtime_ns, future.result()
+
+        def digest() -> str:
+            try:
+                return future.result()
+            except OSError as exc:
+                raise PublishError(f"{real}: cannot read: {exc.strerror}", fix=f"make {real} readable") from exc
+
+        return size, mtime_ns, digest
 
     def close(self) -> None:
         if self._pool is not None:
