@@ -21,7 +21,7 @@ from driver_container.kernel.nvidia_proc import (
     parse_nvidia_version,
     read_gpus,
 )
-from driver_container.kernel.sysfs import SysfsModule, read_sysfs_module, read_text_or_none
+from driver_container.kernel.sysfs import SysfsModule, read_sysfs_module
 from driver_container.paths import HostPaths, Root
 from driver_container.platform import PlatformInfo, detect_platform
 from driver_container.settings import Settings
@@ -75,7 +75,7 @@ def _merge(name: str, proc: ProcModule | None, sysfs: SysfsModule, params: dict[
 def read_nvidia_params(paths: HostPaths, problems: list[str]) -> dict[str, str]:
     """Effective NVreg_* values, keyed by their modinfo names (``NVreg_`` added back)."""
     try:
-        text = read_text_or_none(paths.proc, "driver/nvidia/params", limit=1 << 20)
+        text = paths.proc.read_text_or_none("driver/nvidia/params", limit=1 << 20)
     except HostReadError as exc:
         problems.append(exc.message)
         return {}
@@ -87,7 +87,7 @@ def read_loaded_modules(paths: HostPaths, problems: list[str] | None = None) -> 
     sink: list[str] = [] if problems is None else problems
     proc: dict[str, ProcModule] = {}
     try:
-        text = read_text_or_none(paths.proc, "modules", limit=4 << 20)
+        text = paths.proc.read_text_or_none("modules", limit=4 << 20)
     except HostReadError as exc:
         sink.append(exc.message)
         text = None
@@ -183,7 +183,7 @@ class HostState:
 
 def _read_version(paths: HostPaths, problems: list[str]) -> NvidiaProcVersion | None:
     try:
-        text = read_text_or_none(paths.proc, "driver/nvidia/version", limit=65536)
+        text = paths.proc.read_text_or_none("driver/nvidia/version", limit=65536)
         return None if text is None else parse_nvidia_version(text)
     except HostReadError as exc:
         problems.append(f"{paths.proc.path}/driver/nvidia/version: {exc.message}")
@@ -204,7 +204,7 @@ def read_requested_params(paths: HostPaths) -> tuple[dict[str, tuple[tuple[str, 
         if not file_name.endswith(".conf") or module not in NVIDIA_MODULES:
             continue
         try:
-            text = read_text_or_none(conf, file_name, limit=65536) or ""
+            text = conf.read_text_or_none(file_name, limit=65536) or ""
             result[module] = tuple(parse_parameter_conf(text, source=str(paths.drivers_conf_dir / file_name)))
         except HostReadError as exc:
             errors.append(exc.message)
@@ -218,7 +218,7 @@ def _firmware_roots(paths: HostPaths, kver: str | None, problems: list[str]) -> 
     driver = Root(paths.driver_root)
     places: list[tuple[Root, str]] = []
     try:
-        custom = (read_text_or_none(paths.sys, "module/firmware_class/parameters/path", limit=4096) or "").strip()
+        custom = (paths.sys.read_text_or_none("module/firmware_class/parameters/path", limit=4096) or "").strip()
     except HostReadError as exc:
         problems.append(exc.message)
         custom = ""

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from driver_container.errors import DriverContainerError, HostReadError
-from driver_container.kernel.sysfs import read_text_or_none
 from driver_container.paths import HostPaths, Root
 
 log = logging.getLogger(__name__)
@@ -71,7 +70,7 @@ def _module_bases(host: Root, kernel_release: str) -> list[str]:
 
 
 def _from_modules_dep(host: Root, base: str) -> list[PurePosixPath]:
-    text = read_text_or_none(host, f"{base}/modules.dep", limit=MODULES_DEP_LIMIT) or ""
+    text = host.read_text_or_none(f"{base}/modules.dep", limit=MODULES_DEP_LIMIT) or ""
     found = []
     for line in text.splitlines():
         target = line.partition(":")[0].strip()

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from driver_container.errors import HostReadError
-from driver_container.kernel.sysfs import read_text_or_none
 from driver_container.paths import HostPaths, Root
 
 log = logging.getLogger(__name__)
@@ -71,7 +70,7 @@ def _read_os_release(paths: HostPaths) -> tuple[dict[str, str] | None, str | Non
     except ValueError:
         root, inner = Root(location.parent), Path(location.name)
     try:
-        text = read_text_or_none(root, str(inner), limit=OS_RELEASE_LIMIT)
+        text = root.read_text_or_none(str(inner), limit=OS_RELEASE_LIMIT)
     except HostReadError as exc:
         return None, f"os-release: {exc.message}"
     if text is None:
@@ -84,7 +83,7 @@ def _read_os_release(paths: HostPaths) -> tuple[dict[str, str] | None, str | Non
 
 def read_kernel_release(paths: HostPaths) -> str | None:
     """``uname -r`` of the running kernel, from procfs (the container's uname is the host's too)."""
-    text = read_text_or_none(paths.proc, "sys/kernel/osrelease", limit=4096)
+    text = paths.proc.read_text_or_none("sys/kernel/osrelease", limit=4096)
     if text is None:
         return None
     release = text.strip()
@@ -108,7 +107,7 @@ def _kernel_evidence(paths: HostPaths, release: str | None, problems: list[str])
     )
     for inner, test, what in checks:
         try:
-            text = read_text_or_none(paths.proc, inner, limit=65536)
+            text = paths.proc.read_text_or_none(inner, limit=65536)
         except HostReadError as exc:
             problems.append(exc.message)
             continue

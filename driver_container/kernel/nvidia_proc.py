@@ -14,7 +14,6 @@ import re
 from dataclasses import dataclass
 
 from driver_container.errors import HostReadError
-from driver_container.kernel.sysfs import read_text_or_none
 from driver_container.paths import Root
 
 _NVRM = re.compile(
@@ -113,7 +112,7 @@ def read_gpus(proc: Root, problems: list[str] | None = None) -> list[GpuInfo]:
         if not _PCI.fullmatch(pci_id):
             continue
         try:
-            text = read_text_or_none(proc, f"driver/nvidia/gpus/{pci_id}/information", limit=SMALL)
+            text = proc.read_text_or_none(f"driver/nvidia/gpus/{pci_id}/information", limit=SMALL)
         except HostReadError as exc:
             if problems is not None:
                 problems.append(exc.message)

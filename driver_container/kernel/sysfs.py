@@ -40,18 +40,9 @@ class SysfsModule:
         return self.present and self.initstate is None
 
 
-def read_text_or_none(root: Root, inner: str, *, limit: int = SMALL) -> str | None:
-    """``Root.read_text_or_none`` that also reports a directory in a file's place as HostReadError
-    (``Root.read_bytes`` lets fdopen's IsADirectoryError escape; see the closing report)."""
-    try:
-        return root.read_text_or_none(inner, limit=limit)
-    except IsADirectoryError as exc:
-        raise HostReadError(f"{root.resolve(inner)}: not a regular file") from exc
-
-
 def _attr(root: Root, inner: str, problems: list[str]) -> str | None:
     try:
-        text = read_text_or_none(root, inner)
+        text = root.read_text_or_none(inner, limit=SMALL)
     except HostReadError as exc:
         problems.append(exc.message)
         return None
