@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from support import FIXTURES
+from support import FIXTURES, fixture_paths
 
 from driver_container.paths import HostPaths
 from driver_container.runner import Runner
@@ -122,15 +122,7 @@ def make_fake_host(
         "FAKE_SYS": str(root / "sys"),
         "FAKE_VERSION": version,
     }
-    paths = HostPaths(
-        host_root=root / "host",
-        procfs_root=root / "proc",
-        sysfs_root=root / "sys",
-        run_dir=root / "run",
-        userspace_root=root / "image",
-        host_os_release_override=root / "host/etc/os-release",
-        drivers_conf_dir=root / "drivers",
-    )
+    paths = fixture_paths(root, userspace=root / "image")
     return FakeHost(root, paths, Runner(forbidden=forbidden, env=env), log, fake_dir, env)
 
 

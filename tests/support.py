@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from driver_container.paths import HostPaths
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -25,3 +29,18 @@ def require(condition: object, what: str, *, how: str = "run scripts/setup.sh") 
     if IN_CI:
         pytest.fail(message, pytrace=False)
     pytest.skip(message)
+
+
+def fixture_paths(tree: Path, run: Path | None = None, userspace: Path | None = None) -> HostPaths:
+    """HostPaths for a fixture host tree (host/, proc/, sys/, userspace/, drivers/, run/)."""
+    from driver_container.paths import HostPaths
+
+    return HostPaths(
+        host_root=tree / "host",
+        procfs_root=tree / "proc",
+        sysfs_root=tree / "sys",
+        userspace_root=userspace or tree / "userspace",
+        drivers_conf_dir=tree / "drivers",
+        run_dir=run or tree / "run",
+        host_os_release_override=tree / "host/etc/os-release",
+    )

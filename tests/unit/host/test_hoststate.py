@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import FIXTURES, REPO, require
+from support import FIXTURES, REPO, fixture_paths, require
 
 from driver_container.findings import has_errors, talos_module_snippet, values_equal
 from driver_container.hoststate import inspect_host, read_loaded_modules
@@ -20,18 +20,6 @@ from driver_container.userspace import find_userspace
 HOSTS = FIXTURES / "hosts"
 
 
-def paths_for(tree: Path, run: Path | None = None) -> HostPaths:
-    return HostPaths(
-        host_root=tree / "host",
-        procfs_root=tree / "proc",
-        sysfs_root=tree / "sys",
-        userspace_root=tree / "userspace",
-        drivers_conf_dir=tree / "drivers",
-        run_dir=run or tree / "run",
-        host_os_release_override=tree / "host/etc/os-release",
-    )
-
-
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     copy = tmp_path / "tree"
@@ -40,11 +28,11 @@ def tree(tmp_path: Path) -> Path:
 
 
 def codes(tree: Path, settings: Settings | None = None) -> set[str]:
-    return {f.code for f in inspect_host(paths_for(tree), settings or Settings()).findings}
+    return {f.code for f in inspect_host(fixture_paths(tree), settings or Settings()).findings}
 
 
 def test_loaded_modules_from_sysfs_without_proc_modules() -> None:
-    mods = read_loaded_modules(paths_for(HOSTS / "talos-1.13-no-proc-modules"))
+    mods = read_loaded_modules(fixture_paths(HOSTS / "talos-1.13-no-proc-modules"))
     assert [m for m in mods if mods[m].loaded] == ["nvidia", "nvidia_uvm", "nvidia_modeset"]
     assert mods["nvidia"].parameters["NVreg_EnableGpuFirmware"] == "18"
     assert mods["nvidia_uvm"].parameters == {"uvm_perf_prefetch_enable": "1"}
@@ -55,11 +43,11 @@ def test_unexpected_proc_lines_are_reported_not_fatal(tree: Path) -> None:
     with (tree / "proc/modules").open("a") as f:
         f.write("\x00\x01 binary junk\nnvidia_drm 1 2 3 4 5 6 7 8\n")
     problems: list[str] = []
-    mods = read_loaded_modules(paths_for(tree), problems)
+    mods = read_loaded_modules(fixture_paths(tree), problems)
     assert mods["nvidia"].loaded and not mods["nvidia_drm"].loaded
     assert len(problems) == 2 and all("unexpected line" in p for p in problems)
     (tree / "proc/driver/nvidia/version").write_text("garbage\n")
-    state = inspect_host(paths_for(tree), Settings())
+    state = inspect_host(fixture_paths(tree), Settings())
     assert state.nvidia_version is None
     assert any("driver/nvidia/version" in f.message for f in state.findings if f.code == "HOST_FILE_UNREADABLE")
 
@@ -72,7 +60,7 @@ def test_unreadable_and_looping_sysfs_files(tree: Path) -> None:
     (tree / "sys/module/nvidia/srcversion").unlink()
     os.rename(tree / "sys/module/nvidia/srcversion.tmp", tree / "sys/module/nvidia/srcversion")  # self-loop
     problems: list[str] = []
-    nvidia = read_loaded_modules(paths_for(tree), problems)["nvidia"]
+    nvidia = read_loaded_modules(fixture_paths(tree), problems)["nvidia"]
     assert nvidia.loaded and nvidia.version is None and nvidia.srcversion is None
     assert any("not a regular file" in p for p in problems) and any("too many levels" in p for p in problems)
     assert "HOST_FILE_UNREADABLE" in codes(tree)
@@ -85,14 +73,14 @@ def test_absolute_symlink_out_of_host_root_is_not_followed(tree: Path, tmp_path:
     shutil.copy(video / "nvidia.ko", outside / "nvidia.ko")
     (video / "nvidia.ko").unlink()
     os.symlink(str(outside / "nvidia.ko"), video / "nvidia.ko")  # absolute: resolves to <host>/<that path>
-    state = inspect_host(paths_for(tree), Settings())
+    state = inspect_host(fixture_paths(tree), Settings())
     assert "nvidia" not in state.module_files
     assert "MODULE_FILE_MISSING" in {f.code for f in state.findings}
 
 
 def test_corrupt_module_file_is_a_finding(tree: Path) -> None:
     (tree / "host/usr/lib/modules/6.18.24-talos/kernel/drivers/video/nvidia.ko").write_bytes(b"\x7fELF" + b"\x00" * 20)
-    state = inspect_host(paths_for(tree), Settings())
+    state = inspect_host(fixture_paths(tree), Settings())
     assert state.module_files["nvidia"].error
     assert "MODULE_FILE_UNREADABLE" in {f.code for f in state.findings}
 
@@ -109,7 +97,7 @@ def test_vermagic_and_invalid_parameter_file(tree: Path) -> None:
 def test_missing_modules_and_userspace(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     (empty / "proc").mkdir(parents=True)
-    state = inspect_host(paths_for(empty), Settings(gpu_direct_rdma=True))
+    state = inspect_host(fixture_paths(empty), Settings(gpu_direct_rdma=True))
     found = {f.code for f in state.findings}
     assert {"NVIDIA_NOT_LOADED", "UVM_NOT_LOADED", "USERSPACE_MISSING", "PEERMEM_NOT_LOADED"} <= found
     assert "PLATFORM_UNKNOWN" in found and has_errors(state.findings)
@@ -120,7 +108,7 @@ def test_missing_modules_and_userspace(tmp_path: Path) -> None:
 
 def test_firmware_missing_when_image_lacks_it(tree: Path) -> None:
     shutil.rmtree(tree / "userspace/lib/firmware")
-    state = inspect_host(paths_for(tree), Settings())
+    state = inspect_host(fixture_paths(tree), Settings())
     assert state.firmware == {"nvidia/595.91.07/gsp_ga10x.bin": None, "nvidia/595.91.07/gsp_tu10x.bin": None}
     fw = tree / "host/usr/lib/firmware/nvidia/595.91.07"  # Talos: /lib -> usr/lib
     fw.mkdir(parents=True)
@@ -132,10 +120,10 @@ def test_firmware_missing_when_image_lacks_it(tree: Path) -> None:
 def test_userspace_prefers_libcuda_and_reports_ambiguity(tree: Path) -> None:
     lib = tree / "userspace/usr/lib/x86_64-linux-gnu"
     (lib / "libcuda.so.595.91.07").unlink()
-    us = find_userspace(paths_for(tree))
+    us = find_userspace(fixture_paths(tree))
     assert (us.version, us.libcuda, us.source) == ("595.91.07", None, "search-path")
     (lib / "libcuda.so.580.178.04").write_text("x")
-    us = find_userspace(paths_for(tree))
+    us = find_userspace(fixture_paths(tree))
     assert us.version == "580.178.04" and us.versions_seen == ("580.178.04", "595.91.07")
 
 

@@ -9,21 +9,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from support import FIXTURES
+from support import FIXTURES, fixture_paths
 
-from driver_container.paths import HostPaths
 from driver_container.platform import detect_platform, parse_os_release
 
 HOSTS = FIXTURES / "hosts"
-
-
-def paths_for(tree: Path) -> HostPaths:
-    return HostPaths(
-        host_root=tree / "host",
-        procfs_root=tree / "proc",
-        sysfs_root=tree / "sys",
-        host_os_release_override=tree / "host/etc/os-release",
-    )
 
 
 @pytest.fixture
@@ -55,24 +45,24 @@ def test_parse_os_release_never_raises(text: str) -> None:
     ],
 )
 def test_fixture_platforms(tree: str, name: str, version: str | None, evidence: str) -> None:
-    info = detect_platform(paths_for(HOSTS / tree))
+    info = detect_platform(fixture_paths(HOSTS / tree))
     assert (info.name, info.talos_version, info.evidence, info.problems) == (name, version, evidence, ())
 
 
 def test_ubuntu_os_release_relative_link_resolves_in_host_root() -> None:
-    info = detect_platform(paths_for(HOSTS / "ubuntu-24.04-dkms"))
+    info = detect_platform(fixture_paths(HOSTS / "ubuntu-24.04-dkms"))
     assert info.pretty_name == "Ubuntu 24.04.3 LTS" and info.kernel_release == "6.8.0-87-generic"
 
 
 def test_override_wins() -> None:
-    info = detect_platform(paths_for(HOSTS / "ubuntu-24.04-dkms"), "talos")
+    info = detect_platform(fixture_paths(HOSTS / "ubuntu-24.04-dkms"), "talos")
     assert (info.name, info.evidence, info.talos_version) == ("talos", "DRIVER_PLATFORM=talos", None)
-    assert detect_platform(paths_for(HOSTS / "talos-1.13-open-595"), "generic").name == "generic"
+    assert detect_platform(fixture_paths(HOSTS / "talos-1.13-open-595"), "generic").name == "generic"
 
 
 def test_kernel_evidence_order_without_os_release(talos_copy: Path) -> None:
     (talos_copy / "host/etc/os-release").unlink()
-    paths = paths_for(talos_copy)
+    paths = fixture_paths(talos_copy)
     assert detect_platform(paths).evidence == "kernel release 6.18.24-talos ends with -talos"
     (talos_copy / "proc/sys/kernel/osrelease").write_text("6.18.24\n")
     assert detect_platform(paths).evidence == "/proc/version names a -talos kernel"
@@ -93,7 +83,7 @@ def test_kernel_evidence_order_without_os_release(talos_copy: Path) -> None:
 )
 def test_bad_os_release_falls_back_to_kernel_evidence(talos_copy: Path, content: bytes, problem: str) -> None:
     (talos_copy / "host/etc/os-release").write_bytes(content)
-    info = detect_platform(paths_for(talos_copy))
+    info = detect_platform(fixture_paths(talos_copy))
     assert info.name == "talos" and info.evidence.startswith("kernel release")
     assert any(problem in p for p in info.problems), info.problems
 
@@ -102,13 +92,13 @@ def test_os_release_directory_symlink_loop_and_escape(talos_copy: Path, tmp_path
     os_release = talos_copy / "host/etc/os-release"
     os_release.unlink()
     os_release.mkdir()  # unreadable as a file
-    assert any("not a regular file" in p for p in detect_platform(paths_for(talos_copy)).problems)
+    assert any("not a regular file" in p for p in detect_platform(fixture_paths(talos_copy)).problems)
     os_release.rmdir()
     os.symlink("os-release", os_release)  # a link to itself: ELOOP
-    assert any("too many levels" in p for p in detect_platform(paths_for(talos_copy)).problems)
+    assert any("too many levels" in p for p in detect_platform(fixture_paths(talos_copy)).problems)
     os_release.unlink()
     outside = tmp_path / "outside-os-release"
     outside.write_text("ID=ubuntu\n")
     os.symlink(str(outside), os_release)  # absolute: must restart at the host root, not leave it
-    info = detect_platform(paths_for(talos_copy))
+    info = detect_platform(fixture_paths(talos_copy))
     assert info.os_id is None and info.name == "talos"

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import fixture_paths
 
 from driver_container.paths import HostPaths
 from driver_container.runner import Runner
@@ -73,12 +74,5 @@ def node(tmp_path: Path, request: pytest.FixtureRequest) -> Node:
     log = tmp_path / "umount.log"
     (bin_dir / "umount").write_text(f'#!/bin/sh\necho "umount $*" >> {log}\n')
     (bin_dir / "umount").chmod(0o755)
-    paths = HostPaths(
-        host_root=root / "host",
-        procfs_root=root / "proc",
-        sysfs_root=root / "sys",
-        run_dir=run,
-        userspace_root=root / "image",
-        host_os_release_override=root / "host/etc/os-release",
-    )
+    paths = fixture_paths(root, run=run, userspace=root / "image")
     return Node(root, paths, Runner(env={"PATH": str(bin_dir)}), log)
