@@ -20,6 +20,7 @@ from pathlib import PurePosixPath
 from typing import Any, Protocol
 
 from driver_container.errors import HostDriverPresentError, VerificationError
+from driver_container.kernel.mountinfo import mounts_at_or_below
 from driver_container.paths import HostPaths, Root
 from driver_container.runner import MODULE_TOOLS, Runner
 from driver_container.settings import Settings
@@ -118,33 +119,6 @@ def restore_patch(labels: Mapping[str, str]) -> dict[str, str]:
 def operand_selector() -> str:
     apps = sorted(app for app in OPERANDS.values() if app)
     return f"app in ({','.join(apps)})"
-
-
-def _unescape_mountinfo(field: str) -> str:
-    # The kernel escapes space, tab, newline and backslash as \ooo in mountinfo (fs/proc_namespace.c).
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and field[i + 1 : i + 4].isdigit() and len(field[i + 1 : i + 4]) == 3:
-            out.append(chr(int(field[i + 1 : i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
-
-
-def mounts_at_or_below(mountinfo: str, path: str) -> tuple[str, ...]:
-    """Mount points (field 5 of /proc/<pid>/mountinfo, proc(5)) equal to or below ``path``."""
-    top = path.rstrip("/") or "/"
-    found: list[str] = []
-    for line in mountinfo.splitlines():
-        fields = line.split(" ")
-        if len(fields) < 5:
-            continue
-        point = _unescape_mountinfo(fields[4])
-        if point == top or point.startswith(top + "/"):
-            found.append(point)
-    return tuple(found)
 
 
 def find_host_smi(host: Root) -> PurePosixPath | None:

@@ -8,27 +8,14 @@ The directory is kept, never replaced: operands bind-mount it, and replacing it 
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 
 from driver_container.errors import CommandError, PublishError
+from driver_container.kernel.mountinfo import parse_mount_points
 from driver_container.paths import HostPaths
 from driver_container.runner import Runner
 
 log = logging.getLogger(__name__)
-
-_OCTAL = re.compile(r"\\([0-7]{3})")
-
-
-def parse_mount_points(mountinfo: str) -> list[str]:
-    """Mount points (field 5) of /proc/self/mountinfo, with the kernel's \\ooo escapes undone."""
-    points = []
-    for line in mountinfo.splitlines():
-        fields = line.split()
-        if len(fields) >= 5:
-            points.append(_OCTAL.sub(lambda m: chr(int(m.group(1), 8)), fields[4]))
-    return points
-
 
 def create_driver_root(driver_root: Path) -> None:
     for parent in [driver_root, *driver_root.parents]:

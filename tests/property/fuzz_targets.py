@@ -15,13 +15,13 @@ from pathlib import Path
 from driver_container.elfdeps import read_elf_deps
 from driver_container.kernel.devices import parse_mig_minors, parse_proc_devices
 from driver_container.kernel.modules import parse_parameter_conf, parse_proc_modules
+from driver_container.kernel.mountinfo import parse_mount_points
 from driver_container.kernel.nvidia_proc import parse_gpu_information, parse_nvidia_params, parse_nvidia_version
 from driver_container.kmod import format_modinfo, read_module, to_json
 from driver_container.ldcache import parse_ld_cache
 from driver_container.modparams import parse_module_conf
 from driver_container.platform import parse_os_release
 from driver_container.publish.manifest import parse_manifest
-from driver_container.publish.rootdir import parse_mount_points
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 HOST = FIXTURES / "hosts" / "talos-1.13-open-595"

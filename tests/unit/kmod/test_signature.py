@@ -159,9 +159,25 @@ def test_signer_without_common_name_is_the_last_attribute() -> None:
     assert (sig.signer, sig.sig_hashalgo) == ("Unit", "sha256")
 
 
-def test_xz_asking_for_a_huge_dictionary_is_refused() -> None:
+def _xz_claiming_dict(data: bytes, props: int) -> bytes:
+    """An xz stream whose LZMA2 filter claims dictionary-size code ``props`` (xz file format 1.0.4,
+    3.1.1 Block Header and 5.3.1 LZMA2 properties), with the block header CRC32 redone. Compressing with a
+    real 1 GiB dictionary would make this test allocate about 1 GB, and a process's peak RSS is passed on
+    to every child it starts (getrusage(2): preserved across execve), e.g. the fuzzer's rss limit."""
     import lzma
+    import zlib
 
-    data = lzma.compress(b"x" * 100, format=lzma.FORMAT_XZ, filters=[{"id": lzma.FILTER_LZMA2, "dict_size": 1 << 30}])
+    packed = bytearray(lzma.compress(data, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC32))
+    start = 12  # after the stream header
+    size = (packed[start] + 1) * 4
+    header = packed[start : start + size - 4]
+    at = header.index(bytes([0x21, 0x01]))  # filter id LZMA2, 1 byte of properties
+    header[at + 2] = props
+    packed[start : start + size] = header + zlib.crc32(header).to_bytes(4, "little")
+    return bytes(packed)
+
+
+def test_xz_asking_for_a_huge_dictionary_is_refused() -> None:
+    data = _xz_claiming_dict(b"x" * 100, 36)  # code 36: 1.5 GiB, above the decoder's 256 MiB memlimit
     with pytest.raises(ModuleFormatError, match=r"m\.ko: corrupt xz stream: Memory usage limit"):
         read_module(data, filename="m.ko")

@@ -8,12 +8,12 @@ import pytest
 from conftest import FakeApi, Node
 
 from driver_container.errors import ForbiddenCommandError, HostDriverPresentError, VerificationError
+from driver_container.kernel.mountinfo import mounts_at_or_below
 from driver_container.manager import (
     PAUSED,
     ManagerOptions,
     NodeFacts,
     gather_facts,
-    mounts_at_or_below,
     operand_selector,
     pause_patch,
     paused_value,
