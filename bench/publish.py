@@ -60,7 +60,7 @@ def baseline(userspace: Path, dest: Path, version: str) -> float:
 def main() -> None:
     userspace = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / ".cache/artefacts/debian-nvidia-535"
     version = sys.argv[2] if len(sys.argv) > 2 else "535.309.01"
-    rounds = int(os.environ.get("BENCH_ROUNDS", "5"))
+    rounds = int(os.environ.get("BENCH_ROUNDS", "11"))
     bases: list[float] = []
     firsts: list[dict[str, float]] = []
     agains: list[dict[str, float]] = []

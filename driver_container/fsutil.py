@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import stat
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
 
 from driver_container.errors import PublishError
+
+log = logging.getLogger(__name__)
 
 
 def contained(root: Path, target: Path) -> Path:
@@ -39,6 +42,32 @@ def contained(root: Path, target: Path) -> Path:
         if not stat.S_ISDIR(st.st_mode):
             raise PublishError(f"{current}: exists and is not a directory", fix=f"remove {current}")
     return target
+
+
+def ensure_dir(root: Path, rel: PurePosixPath) -> Path:
+    """Create ``root/rel`` component by component; a file or link in the way is ours to replace, so no
+    symlink on the way is ever followed out of ``root``."""
+    current = root
+    for part in rel.parts:
+        current = current / part
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            _mkdir(current)
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            continue
+        log.info("replacing %s (a %s) with a directory", current, "link" if stat.S_ISLNK(st.st_mode) else "file")
+        os.unlink(current)
+        _mkdir(current)
+    return current
+
+
+def _mkdir(path: Path) -> None:
+    try:
+        os.mkdir(path, 0o755)
+    except OSError as exc:
+        raise PublishError(f"{path}: cannot create directory: {exc.strerror}") from exc
 
 
 def _remove_stale_temporaries(target: Path) -> None:
@@ -85,7 +114,8 @@ COPY_CHUNK = 1 << 20  # 1 MiB: large enough that per-call overhead vanishes, sma
 
 @dataclass(frozen=True)
 class StagedFile:
-    """New content written under a temporary name beside ``target``; ``commit`` renames it into place."""
+    """New content under a temporary name on ``target``'s filesystem (beside it, or in the publish's
+    staging directory); ``commit`` renames it into place."""
 
     tmp: Path
     target: Path
@@ -108,10 +138,12 @@ class StagedFile:
 def _copy_hashing(src_fd: int, out_fd: int, digest: hashlib._Hash) -> int:
     """Copy in 1 MiB chunks, hashing what is written; returns the byte count.
 
-    One read into a reused buffer and one write from it. Measured (2026-12, 31 files / 239 MB of the
-    Debian 535 userspace, page cache warm, tmpfs target, best of 5): 0.27 s, against 0.28 s for
-    sendfile + sha256 over an mmap of the source; copy_file_range failed with EXDEV from ext4 to tmpfs,
-    which is the production case (image overlay -> /run), so it would only add a second code path.
+    One read into a buffer, hashed and written from there, so each byte is read once. Measured (2026-12,
+    31 files / 239 MB of the Debian 535 userspace, page cache warm, tmpfs target, one thread, best of 5):
+    0.27 s, against 0.34 s for hashing the source and then copying it with sendfile, and 0.25 s for
+    hashing and writing from an mmap of the source, not taken: a source truncated while mapped kills the
+    publisher with SIGBUS. 4 MiB chunks were no faster. copy_file_range fails with EXDEV from ext4 to
+    tmpfs, which is the production case (image overlay -> /run), so it would only add a second code path.
     """
     buf = bytearray(COPY_CHUNK)
     view = memoryview(buf)
@@ -155,14 +187,6 @@ def _finish(fd: int, mode: int, mtime_ns: int | None) -> None:
         os.utime(fd, ns=(mtime_ns, mtime_ns))
 
 
-def _copy_known(src_fd: int, out_fd: int, size: int) -> int:
-    """Kernel-side copy (sendfile) of a source whose sha256 is already known; returns the byte count."""
-    total = 0
-    while total < size and (sent := os.sendfile(out_fd, src_fd, total, size - total)):
-        total += sent
-    return total
-
-
 def stage_copy(
     src: Path,
     target: Path,
@@ -171,15 +195,8 @@ def stage_copy(
     root: Path | None = None,
     mtime_ns: int | None = None,
     suffix: str = ".tmp",
-    known: tuple[int, int, Callable[[], str]] | None = None,
 ) -> StagedFile:
-    """Copy ``src`` (opened without following a final symlink) to a temporary beside ``target``.
-
-    ``known`` = (size, mtime_ns, digest) for a source being hashed elsewhere (publish/prehash.py): when the
-    opened source still has that size and mtime it is copied without hashing, and ``digest()`` (which may
-    wait for the hash to finish) gives its sha256 after the copy.
-    """
-    known_digest: list[str] = []
+    """Copy ``src`` (opened without following a final symlink) to a temporary beside ``target``."""
 
     def fill(fd: int, digest: hashlib._Hash) -> int:
         try:
@@ -187,12 +204,7 @@ def stage_copy(
         except OSError as exc:
             raise PublishError(f"{src}: cannot read: {exc.strerror}", fix=f"make {src} readable") from exc
         try:
-            st = os.fstat(src_fd)
-            if known is not None and (st.st_size, st.st_mtime_ns) == known[:2]:
-                size = _copy_known(src_fd, fd, st.st_size)
-                known_digest.append(known[2]())  # the copy ran alongside the hashing
-            else:
-                size = _copy_hashing(src_fd, fd, digest)
+            size = _copy_hashing(src_fd, fd, digest)
         except OSError as exc:
             raise PublishError(
                 f"{target}: cannot copy {src}: {exc.strerror}", fix="free space on its filesystem"
@@ -202,8 +214,7 @@ def stage_copy(
         _finish(fd, mode, mtime_ns)
         return size
 
-    staged = _stage(target, root, suffix, fill)
-    return replace(staged, sha256=known_digest[0]) if known_digest else staged
+    return _stage(target, root, suffix, fill)
 
 
 def stage_write(target: Path, data: bytes, *, mode: int, root: Path | None = None, suffix: str = ".tmp") -> StagedFile:

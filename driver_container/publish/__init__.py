@@ -2,8 +2,9 @@
 
 ``publish_driver_root`` is the one entry point for the lifecycle: read USERSPACE_ROOT (``scan``), plan
 the canonical layout (``plan``, pure), make DRIVER_ROOT match it (``apply``), refresh and check the
-ld.so.cache (``verify``), then write the manifest last (``manifest``). Nothing is written before the
-whole userspace has been read and planned, so bad input leaves the previous root untouched.
+ld.so.cache (``verify``), then write the manifest last (``manifest``). Before the whole userspace has
+been read and planned, only temporaries in DRIVER_ROOT/.driver-container/staging are written (``copier``,
+removed whatever the outcome), so bad input leaves the previous root untouched.
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ from pathlib import Path
 
 from driver_container.fsutil import atomic_write_text
 from driver_container.paths import HostPaths
-from driver_container.publish.apply import COPY_WORKERS, apply_plan
+from driver_container.publish.apply import apply_plan
+from driver_container.publish.copier import Copier
 from driver_container.publish.manifest import MANIFEST_PATH, Manifest, format_manifest, parse_manifest
 from driver_container.publish.model import PublishPlan, PublishReport
 from driver_container.publish.plan import plan_publish
-from driver_container.publish.prehash import Prehash
 from driver_container.publish.rootdir import create_driver_root, unmount_leftover
 from driver_container.publish.scan import describe_userspace, early_sources
 from driver_container.publish.verify import refresh_cache
@@ -36,19 +37,20 @@ def publish_driver_root(paths: HostPaths, version: str, runner: Runner) -> Publi
     manifest_file = root / MANIFEST_PATH
     old_text = _read_manifest(manifest_file)
     previous = parse_manifest(old_text) if old_text else None
+    create_driver_root(root)
+    if unmount_leftover(paths, runner):  # what we read before was the mount's content, not ours
+        old_text = _read_manifest(manifest_file)
+        previous = parse_manifest(old_text) if old_text else None
     known_elf = previous.elf_facts() if previous else None
-    prehash = Prehash(COPY_WORKERS)
+    copier = Copier(root)
     try:
-        # Sources already published unchanged need no hash; the others are hashed while the scan runs.
-        prehash.start(early_sources(paths.userspace, version), skip=previous.source_identities() if previous else set())
+        # The big files are copied while the scan runs; those already published unchanged are skipped.
+        skip = previous.source_identities() if previous else set()
+        copier.start_early(early_sources(paths.userspace, version), skip=skip)
         plan = plan_publish(describe_userspace(paths.userspace, version, runner, known_elf=known_elf))
-        create_driver_root(root)
-        if unmount_leftover(paths, runner):  # what we read before was the mount's content, not ours
-            old_text = _read_manifest(manifest_file)
-            previous = parse_manifest(old_text) if old_text else None
-        result = apply_plan(plan, root, previous, prehash)
+        result = apply_plan(plan, root, previous, copier)
     finally:
-        prehash.close()
+        copier.close()
     ran = refresh_cache(plan, root, runner, changed=bool(result.written or result.removed))
     manifest = Manifest(version, plan.triplet, result.records)
     if manifest != previous:  # equal records format to the same text: skip formatting and writing it
@@ -65,10 +67,11 @@ def publish_driver_root(paths: HostPaths, version: str, runner: Runner) -> Publi
         firmware=tuple(str(e.path) for e in plan.entries if str(e.path).startswith("lib/firmware/")),
         duration_s=time.monotonic() - started,
         ldconfig_ran=ran,
+        copied_early=copier.taken,
     )
     log.info(
-        "published %s into %s: %d written, %d unchanged, %d removed in %.2f s",
-        version, root, report.written, report.unchanged, report.removed, report.duration_s,
+        "published %s into %s: %d written (%d while scanning), %d unchanged, %d removed in %.2f s",
+        version, root, report.written, report.copied_early, report.unchanged, report.removed, report.duration_s,
     )  # fmt: skip
     return report
 

@@ -17,21 +17,17 @@ import logging
 import os
 import shutil
 import stat
+from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from driver_container.errors import PublishError
-from driver_container.fsutil import StagedFile, contained, stage_copy, stage_write
+from driver_container.fsutil import StagedFile, contained, ensure_dir, stage_copy, stage_write
+from driver_container.publish.copier import TMP_SUFFIX, Copier
 from driver_container.publish.manifest import Manifest, Record
 from driver_container.publish.model import PlannedEntry, PublishPlan
-from driver_container.publish.prehash import Prehash
 
 log = logging.getLogger(__name__)
-
-TMP_SUFFIX = ".dc-tmp"
-# One worker per core, at most 4: each holds a 1 MiB buffer, and more workers than cores only add
-# contention (measured on 2 cores with the 535 userspace: 0.144 s with 2 workers, 0.167 s with 4).
-COPY_WORKERS = min(4, len(os.sched_getaffinity(0)) or 1)
 
 
 @dataclass(frozen=True)
@@ -40,31 +36,6 @@ class ApplyResult:
     written: int
     unchanged: int
     removed: int
-
-
-def ensure_dir(root: Path, rel: PurePosixPath) -> Path:
-    """Create ``root/rel`` component by component; a file or link in the way is ours to replace."""
-    current = root
-    for part in rel.parts:
-        current = current / part
-        try:
-            st = os.lstat(current)
-        except FileNotFoundError:
-            _mkdir(current)
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            continue
-        log.info("replacing %s (a %s) with a directory", current, "link" if stat.S_ISLNK(st.st_mode) else "file")
-        os.unlink(current)
-        _mkdir(current)
-    return current
-
-
-def _mkdir(path: Path) -> None:
-    try:
-        os.mkdir(path, 0o755)
-    except OSError as exc:
-        raise PublishError(f"{path}: cannot create directory: {exc.strerror}") from exc
 
 
 def _matches(entry: PlannedEntry, rec: Record | None, st: os.stat_result | None) -> bool:
@@ -97,30 +68,28 @@ def _stage_link(dest: Path, target: str) -> StagedFile:
     raise PublishError(f"{dest}: cannot create a temporary link")
 
 
-def _stage_content(
-    entry: PlannedEntry, dest: Path, root: Path, prehash: Prehash | None
-) -> tuple[StagedFile, Record]:
+def _stage_content(entry: PlannedEntry, dest: Path, root: Path) -> StagedFile:
     src = entry.source
     if entry.data is not None:
-        staged = stage_write(dest, entry.data, mode=entry.mode, root=root, suffix=TMP_SUFFIX)
-    elif src is not None:  # keep the source's mtime, as cp -a does
-        known = prehash.known(src.real, src.size, src.mtime_ns) if prehash else None
-        staged = stage_copy(
-            src.real, dest, mode=entry.mode, root=root, mtime_ns=src.mtime_ns, suffix=TMP_SUFFIX, known=known
-        )
-        if staged.size != src.size:
-            staged.discard()
-            raise PublishError(
-                f"{src.shown}: changed while being published ({src.size} -> {staged.size} bytes)", fix="retry"
-            )
-    else:
+        return stage_write(dest, entry.data, mode=entry.mode, root=root, suffix=TMP_SUFFIX)
+    if src is None:
         raise PublishError(f"{entry.path}: planned file has neither data nor source")  # plan_publish never does this
-    record = Record(
+    # Keep the source's mtime, as cp -a does.
+    return stage_copy(src.real, dest, mode=entry.mode, root=root, mtime_ns=src.mtime_ns, suffix=TMP_SUFFIX)
+
+
+def _record(entry: PlannedEntry, staged: StagedFile) -> Record:
+    src = entry.source
+    if src is not None and staged.size != src.size:
+        staged.discard()
+        raise PublishError(
+            f"{src.shown}: changed while being published ({src.size} -> {staged.size} bytes)", fix="retry"
+        )
+    return Record(
         str(entry.path), "file", entry.mode, staged.size, staged.sha256, mtime_ns=staged.mtime_ns,
         source=str(src.real) if src else "", source_size=src.size if src else 0,
         source_mtime_ns=src.mtime_ns if src else 0, elf=src.elf if src else None,
     )  # fmt: skip
-    return staged, record
 
 
 def _sweep_temporaries(root: Path, dirs: set[PurePosixPath]) -> None:
@@ -134,7 +103,7 @@ def _sweep_temporaries(root: Path, dirs: set[PurePosixPath]) -> None:
 
 
 def _stage(
-    plan: PublishPlan, root: Path, old: dict[str, Record], prehash: Prehash | None
+    plan: PublishPlan, root: Path, old: dict[str, Record], copier: Copier
 ) -> tuple[list[StagedFile], list[Record], int]:
     staged: list[StagedFile] = []
     records: list[Record | None] = []
@@ -161,7 +130,7 @@ def _stage(
             else:
                 jobs.append((len(records), entry, dest))
                 records.append(None)
-        for index, new in _stage_contents(jobs, root, staged, prehash):
+        for index, new in _stage_contents(jobs, root, staged, copier):
             records[index] = new
     except OSError as exc:
         _discard(staged)
@@ -177,32 +146,44 @@ def _stage(
 
 
 def _stage_contents(
-    jobs: list[tuple[int, PlannedEntry, Path]], root: Path, staged: list[StagedFile], prehash: Prehash | None
+    jobs: list[tuple[int, PlannedEntry, Path]], root: Path, staged: list[StagedFile], copier: Copier
 ) -> list[tuple[int, Record]]:
-    """Copy in worker threads; every staged file is appended to ``staged`` (so a failure discards all).
+    """Stage every job's content; every staged file is appended to ``staged`` (so a failure discards all).
 
-    Reading, hashing and writing release the GIL (os.readv/os.write, and hashlib for buffers over 2 KiB),
-    so two workers overlap one file's sha256 with another's copy: a first publish of the 535 userspace
-    is then close to `cp -a`, which does not hash. All workers finish before an error is raised.
+    Sources copied ahead of the scan (``Copier.start_early``) are taken from staging; the others are
+    copied on the copier's worker threads, largest first so that one big file does not finish alone on
+    one core at the end. Reading, hashing and writing release the GIL (os.readv/os.write, and hashlib for
+    buffers over 2 KiB). All copies finish before an error is raised.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=COPY_WORKERS, thread_name_prefix="publish-copy") as pool:
-        # Largest first, so that one big library does not finish alone on one core at the end.
-        ordered = sorted(jobs, key=lambda job: -(job[1].source.size if job[1].source else 0))
-        futures = [
-            (index, pool.submit(_stage_content, entry, dest, root, prehash)) for index, entry, dest in ordered
-        ]
+    ordered = sorted(jobs, key=lambda job: -(job[1].source.size if job[1].source else 0))
+    pending: list[tuple[int, PlannedEntry, Future[StagedFile]]] = []
+    early: list[tuple[int, PlannedEntry, Path]] = []
+    for index, entry, dest in ordered:
+        if entry.source is not None and copier.has_early(entry.source):
+            early.append((index, entry, dest))
+        else:
+            pending.append((index, entry, copier.submit(_stage_content, entry, dest, root)))
+    results: list[tuple[int, PlannedEntry, StagedFile | BaseException]] = []
+    for index, entry, dest in early:  # waits for the early copies while the workers copy the rest
+        taken = copier.take_early(entry.source, dest, entry.mode) if entry.source else None
+        if taken is None:
+            pending.append((index, entry, copier.submit(_stage_content, entry, dest, root)))
+        else:
+            results.append((index, entry, taken))
+    for index, entry, future in pending:
+        error = future.exception()
+        results.append((index, entry, error if error is not None else future.result()))
     done: list[tuple[int, Record]] = []
     failure: BaseException | None = None
-    for index, future in futures:
-        error = future.exception()
-        if error is not None:
-            failure = failure or error
+    for index, entry, outcome in results:
+        if isinstance(outcome, BaseException):
+            failure = failure or outcome
             continue
-        content, record = future.result()
-        staged.append(content)
-        done.append((index, record))
+        staged.append(outcome)
+        try:
+            done.append((index, _record(entry, outcome)))
+        except PublishError as exc:
+            failure = failure or exc
     if failure is not None:
         raise failure
     return done
@@ -220,13 +201,18 @@ def _discard(staged: list[StagedFile]) -> None:
         content.discard()
 
 
-def apply_plan(
-    plan: PublishPlan, root: Path, previous: Manifest | None, prehash: Prehash | None = None
-) -> ApplyResult:
+def apply_plan(plan: PublishPlan, root: Path, previous: Manifest | None, copier: Copier | None = None) -> ApplyResult:
     """Write what differs from ``previous``; remove paths it lists that the plan no longer has."""
     old = previous.by_path() if previous else {}
     _sweep_temporaries(root, {e.path.parent for e in plan.entries})
-    staged, records, unchanged = _stage(plan, root, old, prehash)
+    if copier is None:
+        own = Copier(root)
+        try:
+            staged, records, unchanged = _stage(plan, root, old, own)
+        finally:
+            own.close()
+    else:
+        staged, records, unchanged = _stage(plan, root, old, copier)
     for content in staged:
         if os.path.isdir(content.target) and not os.path.islink(content.target):
             shutil.rmtree(content.target)

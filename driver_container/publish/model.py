@@ -71,3 +71,4 @@ class PublishReport:
     firmware: tuple[str, ...]
     duration_s: float
     ldconfig_ran: bool
+    copied_early: int = 0  # of ``written``: copies made while the userspace was still being scanned

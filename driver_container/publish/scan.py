@@ -197,7 +197,7 @@ def _select_firmware(root: Root, version: str) -> dict[str, SourceFile]:
 
 def early_sources(root: Root, version: str) -> list[Path]:
     """Real paths of files the scan will publish, found by listing alone (no ELF header read): the
-    versioned libraries in the library dirs and the firmware. For ``prehash``; the scan still decides."""
+    versioned libraries in the library dirs and the firmware. For ``copier``; the scan still decides."""
     try:
         inner: list[str | PurePosixPath] = [*_listed_libraries(root, version), *_firmware_files(root, version).values()]
     except HostReadError:

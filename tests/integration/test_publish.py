@@ -152,6 +152,16 @@ def test_restart_reads_no_elf_header_and_a_touched_library_is_read_again(
     report = publish_driver_root(host(userspace, dr), V, Runner())
     assert _elf_reads(caplog)[0].startswith("ELF headers: 1 read, ")
     assert report.written == 1
+    assert report.copied_early == 1  # listed by name, so copied while the scan ran, like on a first publish
+
+
+def test_first_publish_copies_the_listed_files_while_scanning(userspace: Path, tmp_path: Path) -> None:
+    report = publish_driver_root(host(userspace, dr := tmp_path / "driver"), V, Runner())
+    versioned = {n for n in os.listdir(dr / LIB) if n.endswith(f".so.{V}") and not (dr / LIB / n).is_symlink()}
+    firmware = os.listdir(dr / "lib/firmware/nvidia" / V)
+    assert versioned and firmware
+    assert report.copied_early == len(versioned) + len(firmware)  # the rest waited for the scan to name it
+    assert sorted(os.listdir(dr / ".driver-container")) == ["manifest.json"]
 
 
 def test_changed_files_replaced_and_stale_removed(userspace: Path, tmp_path: Path) -> None:
@@ -243,6 +253,7 @@ def test_bad_input_is_a_clear_error_and_previous_root_intact(userspace: Path, tm
         publish_driver_root(host(userspace, dr), V, Runner())
     assert info.value.fix
     assert snapshot(dr) == before
+    assert sorted(os.listdir(dr / ".driver-container")) == ["manifest.json"]  # no staging left behind
 
 
 def test_unreadable_library(userspace: Path, tmp_path: Path) -> None:
@@ -282,6 +293,7 @@ def test_full_filesystem_keeps_previous_root(userspace: Path, tmp_path: Path) ->
         with pytest.raises(PublishError, match="No space left on device; the previous root is intact"):
             publish_driver_root(host(userspace, dr), V, Runner())
         assert snapshot(dr) == before
+        assert sorted(os.listdir(dr / ".driver-container")) == ["manifest.json"]  # early copies removed too
     finally:
         subprocess.run(["umount", str(dr)], check=True)
 
