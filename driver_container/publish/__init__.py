@@ -47,7 +47,9 @@ def publish_driver_root(paths: HostPaths, version: str, runner: Runner) -> Publi
         # The big files are copied while the scan runs; those already published unchanged are skipped.
         skip = previous.source_identities() if previous else set()
         copier.start_early(early_sources(paths.userspace, version), skip=skip)
-        plan = plan_publish(describe_userspace(paths.userspace, version, runner, known_elf=known_elf))
+        space = describe_userspace(paths.userspace, version, runner, known_elf=known_elf)
+        copier.scan_finished()
+        plan = plan_publish(space)
         result = apply_plan(plan, root, previous, copier)
     finally:
         copier.close()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
@@ -44,16 +45,23 @@ class Copier:
     def __init__(self, root: Path, workers: int = COPY_WORKERS) -> None:
         self._root = root
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="publish-copy")
-        self._early: dict[Identity, Future[StagedFile]] = {}
+        self._early: dict[Identity, Future[StagedFile | None]] = {}
         self._staging: Path | None = None
         self.taken = 0  # early copies used by apply
+        # While the scan runs, early copies leave it one core: a copier more would time-slice with the
+        # scan's thread and wait for the GIL between its chunks (measured on 2 cores, 535 userspace: the
+        # first publish 1-6% faster in each of 4 interleaved A/B runs). ``scan_finished`` lifts the gate.
+        during_scan = max(1, workers - 1)
+        self._gate = threading.Semaphore(during_scan)
+        self._held_back = workers - during_scan
+        self._closing = False
 
     def submit(self, fn: Callable[..., T], *args: object) -> Future[T]:
         return self._pool.submit(fn, *args)
 
     def start_early(self, files: Iterable[Path], skip: set[Identity]) -> None:
         """Copy ``files`` (largest first) into staging, except those whose identity is in ``skip``."""
-        wanted: dict[Identity, int] = {}
+        wanted: set[Identity] = set()
         for path in files:
             try:
                 st = os.stat(path, follow_symlinks=False)
@@ -61,7 +69,7 @@ class Copier:
                 continue  # the scan reports it
             identity = (str(path), st.st_size, st.st_mtime_ns)
             if identity not in skip and identity not in self._early:
-                wanted[identity] = st.st_mode
+                wanted.add(identity)
         if not wanted:
             return
         try:
@@ -70,11 +78,22 @@ class Copier:
         except (OSError, DriverContainerError) as exc:
             log.debug("not copying ahead of the scan: %s", exc)  # the normal path reports the real problem
             return
-        for n, identity in enumerate(sorted(wanted, key=lambda i: -i[1])):
-            self._early[identity] = self._pool.submit(
-                stage_copy, Path(identity[0]), self._staging / str(n), mode=0o600, root=self._root,
-                mtime_ns=identity[2], suffix=TMP_SUFFIX,
-            )  # fmt: skip
+        for n, identity in enumerate(sorted(wanted, key=lambda i: (-i[1], i[0]))):
+            self._early[identity] = self._pool.submit(self._copy_early, identity, self._staging / str(n))
+
+    def _copy_early(self, identity: Identity, dest: Path) -> StagedFile | None:
+        with self._gate:
+            if self._closing:
+                return None
+            return stage_copy(
+                Path(identity[0]), dest, mode=0o600, root=self._root, mtime_ns=identity[2], suffix=TMP_SUFFIX
+            )
+
+    def scan_finished(self) -> None:
+        """Let every worker copy from now on (see ``__init__``)."""
+        for _ in range(self._held_back):
+            self._gate.release()
+        self._held_back = 0
 
     def has_early(self, src: SourceFile) -> bool:
         return (str(src.real), src.size, src.mtime_ns) in self._early
@@ -89,6 +108,8 @@ class Copier:
         except (OSError, DriverContainerError) as exc:
             log.debug("copying %s again: the early copy failed: %s", src.shown, exc)
             return None
+        if staged is None:
+            return None
         try:
             if staged.size == src.size and os.stat(staged.tmp.parent).st_dev == os.stat(target.parent).st_dev:
                 os.chmod(staged.tmp, mode)  # the plan decides the mode; the temporary was private until now
@@ -101,10 +122,12 @@ class Copier:
 
     def close(self) -> None:
         """Wait for the workers, then remove every staged copy not taken, and the staging directory."""
+        self._closing = True  # copies not started yet are skipped, even by a worker waiting at the gate
+        self.scan_finished()
         self._pool.shutdown(wait=True, cancel_futures=True)
         for future in self._early.values():
-            if not future.cancelled() and future.exception() is None:
-                future.result().discard()
+            if not future.cancelled() and future.exception() is None and (staged := future.result()) is not None:
+                staged.discard()
         self._early.clear()
         staging = self._staging or self._root / STAGING
         try:
