@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 
 from driver_container.errors import PublishError
 from driver_container.fsutil import StagedFile, contained, ensure_dir, stage_copy, stage_write
-from driver_container.publish.copier import TMP_SUFFIX, Copier
+from driver_container.publish.copier import TMP_SUFFIX, Copier, sweep_temporaries
 from driver_container.publish.manifest import Manifest, Record
 from driver_container.publish.model import PlannedEntry, PublishPlan
 
@@ -90,16 +90,6 @@ def _record(entry: PlannedEntry, staged: StagedFile) -> Record:
         source=str(src.real) if src else "", source_size=src.size if src else 0,
         source_mtime_ns=src.mtime_ns if src else 0, elf=src.elf if src else None,
     )  # fmt: skip
-
-
-def _sweep_temporaries(root: Path, dirs: set[PurePosixPath]) -> None:
-    """Remove temporaries left by a killed publish (ours end with TMP_SUFFIX)."""
-    for rel in dirs:
-        with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-            for name in os.listdir(root / rel):
-                if name.startswith(".") and name.endswith(TMP_SUFFIX):
-                    log.info("removing leftover temporary %s", root / rel / name)
-                    os.unlink(root / rel / name)
 
 
 def _stage(
@@ -204,7 +194,8 @@ def _discard(staged: list[StagedFile]) -> None:
 def apply_plan(plan: PublishPlan, root: Path, previous: Manifest | None, copier: Copier | None = None) -> ApplyResult:
     """Write what differs from ``previous``; remove paths it lists that the plan no longer has."""
     old = previous.by_path() if previous else {}
-    _sweep_temporaries(root, {e.path.parent for e in plan.entries})
+    for directory in {e.path.parent for e in plan.entries}:
+        sweep_temporaries(root / directory)
     if copier is None:
         own = Copier(root)
         try:

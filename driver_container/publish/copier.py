@@ -74,7 +74,7 @@ class Copier:
             return
         try:
             self._staging = ensure_dir(self._root, STAGING)
-            _sweep(self._staging)
+            sweep_temporaries(self._staging)
         except (OSError, DriverContainerError) as exc:
             log.debug("not copying ahead of the scan: %s", exc)  # the normal path reports the real problem
             return
@@ -134,17 +134,18 @@ class Copier:
             contained(self._root, staging / "_")  # never sweep through a symlink out of the root
             if not os.path.isdir(staging):
                 return
-            _sweep(staging)
+            sweep_temporaries(staging)
             os.rmdir(staging)
             os.rmdir(staging.parent)  # only when empty: a first publish writes the manifest later
         except (OSError, DriverContainerError):
             pass
 
 
-def _sweep(staging: Path) -> None:
-    """Remove temporaries left in staging by a publish that was killed (SIGKILL) before its ``close``."""
-    for name in os.listdir(staging):
-        if name.endswith(TMP_SUFFIX):
-            log.info("removing leftover temporary %s", staging / name)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(staging / name)
+def sweep_temporaries(directory: Path) -> None:
+    """Remove the temporaries (``.*.dc-tmp``) a publish killed by SIGKILL left in ``directory``."""
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        for name in os.listdir(directory):
+            if name.startswith(".") and name.endswith(TMP_SUFFIX):
+                log.info("removing leftover temporary %s", directory / name)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(directory / name)
