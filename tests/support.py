@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
+MODULES = FIXTURES / "modules"  # the kbuild-built module fixtures and the script that made them
 ARTEFACTS = Path(os.environ.get("ARTEFACTS_DIR", REPO / ".cache" / "artefacts"))
 IN_CI = os.environ.get("CI", "").lower() == "true"
 

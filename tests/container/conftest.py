@@ -1,35 +1,17 @@
-"""Container-test helpers: the engine, the locally built image, and containers that are always removed.
+"""Container-test fixtures: the engine and the locally built image.
 
 Prerequisites come from scripts/setup.sh (engine via scripts/dockerd.sh, image built from the Dockerfile's
-offline route). testcontainers' reaper image cannot be pulled here, so Ryuk is disabled and every test
-removes its own container.
+offline route); helpers are in container_support.py.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
+from container_support import IMAGE
 from support import require
-
-os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
-
-IMAGE = os.environ.get("IMAGE", "talos-nvidia-driver:535.309.01-debian")
-IMAGE_DRIVER_VERSION = "535.309.01"
-
-
-@dataclass(frozen=True)
-class Finished:
-    exit_code: int
-    stdout: str
-    stderr: str
 
 
 @pytest.fixture(scope="session")
@@ -41,8 +23,7 @@ def docker_client() -> Iterator[Any]:
     except Exception as exc:  # any connection failure means: no engine
         client = None
         reason = f"{type(exc).__name__}: {exc}"
-    require(client is not None, f"a Docker engine ({reason if client is None else ''})",
-            how="scripts/dockerd.sh start")
+    require(client is not None, f"a Docker engine ({reason if client is None else ''})", how="scripts/dockerd.sh start")
     yield client
     client.close()
 
@@ -78,127 +59,3 @@ def image(docker_client: Any) -> Any:
         found = None
     require(found is not None, f"image {IMAGE}", how="scripts/setup.sh builds it")
     return found
-
-
-Volumes = dict[str, dict[str, str]]
-
-
-@dataclass(frozen=True)
-class FixtureNode:
-    """A private copy of a host fixture (init writes under its sys/) and the RUN_DIR shared with the host."""
-
-    host: Path
-    run_dir: Path
-
-    @property
-    def driver_root(self) -> Path:
-        return self.run_dir / "driver"
-
-    def fixture_env(self) -> dict[str, str]:
-        env: dict[str, str] = {}
-        for line in (self.host / "env").read_text().splitlines():
-            key, _, value = line.partition("=")
-            if value and not key.lstrip().startswith("#"):
-                env[key.strip()] = value.strip()
-        return env
-
-    def container_env(self, *, userspace: str | None = None) -> dict[str, str]:
-        env = self.fixture_env() | {
-            "PROCFS_ROOT": "/fixture/proc",
-            "SYSFS_ROOT": "/fixture/sys",
-            "RUN_DIR": "/run/nvidia",
-            "HOST_DRIVER_ROOT": str(self.driver_root),
-        }
-        return env | ({"USERSPACE_ROOT": userspace} if userspace else {})
-
-    def volumes(self, **extra: dict[str, str]) -> Volumes:
-        # The mounts gpu-operator gives the driver container (gpu-operator-contract.md): os-release at
-        # /host-etc/os-release, the host root, /proc and /sys (here the fixture's, through PROCFS_ROOT and
-        # SYSFS_ROOT), the drivers config dir, the run dir (read-write, shared with the host side).
-        mounts: Volumes = {
-            str(self.host / "host/etc/os-release"): {"bind": "/host-etc/os-release"},
-            str(self.host / "host"): {"bind": "/host"},
-            str(self.host / "proc"): {"bind": "/fixture/proc"},
-            str(self.host / "sys"): {"bind": "/fixture/sys", "mode": "rw"},
-            str(self.run_dir): {"bind": "/run/nvidia", "mode": "rw"},
-        }
-        if (self.host / "drivers").is_dir():
-            mounts[str(self.host / "drivers")] = {"bind": "/drivers"}
-        return mounts | {host: spec for host, spec in extra.items()}
-
-
-def fixture_node(fixture: Path, base: Path) -> FixtureNode:
-    require(fixture.is_dir(), f"fixture host {fixture}", how="committed under tests/fixtures/hosts")
-    host = Path(shutil.copytree(fixture, base / "host-fixture", symlinks=True))
-    run_dir = base / "run"
-    run_dir.mkdir()
-    return FixtureNode(host, run_dir)
-
-
-def _container(image: Any, command: list[str], *, entrypoint: list[str] | None, env: dict[str, str] | None,
-               volumes: Volumes | None, privileged: bool, cap_add: list[str] | None = None) -> Any:
-    from testcontainers.core.container import DockerContainer
-
-    container = DockerContainer(image.id).with_command(command)
-    for key, value in (env or {}).items():
-        container = container.with_env(key, value)
-    for host, spec in (volumes or {}).items():
-        container = container.with_volume_mapping(host, spec["bind"], spec.get("mode", "ro"))
-    kwargs: dict[str, Any] = {"privileged": privileged}
-    if cap_add:
-        kwargs["cap_add"] = cap_add
-    if entrypoint is not None:
-        kwargs["entrypoint"] = entrypoint
-    return container.with_kwargs(**kwargs)
-
-
-def _start(container: Any) -> Any:
-    """Start a testcontainers container; one that was created but failed to start is removed too."""
-    try:
-        container.start()
-    except Exception:
-        created = container.get_wrapped_container()
-        if created is not None:
-            created.remove(force=True)
-        raise
-    return container.get_wrapped_container()
-
-
-@contextmanager
-def detached(image: Any, command: list[str], *, env: dict[str, str] | None = None, volumes: Volumes | None = None,
-             privileged: bool = False) -> Iterator[Any]:
-    """A running container (the docker SDK object), force-removed at exit whatever happens."""
-    wrapped = _start(_container(image, command, entrypoint=None, env=env, volumes=volumes, privileged=privileged))
-    try:
-        yield wrapped
-    finally:
-        wrapped.remove(force=True)
-
-
-def wait_for_log(container: Any, text: str, *, timeout: float = 60) -> str:
-    """Poll the container's logs until ``text`` shows up; fail with the logs when it exits or times out."""
-    deadline = time.monotonic() + timeout
-    while True:
-        logs = container.logs().decode(errors="replace")
-        if text in logs:
-            return logs
-        container.reload()
-        if container.status == "exited" or time.monotonic() > deadline:
-            raise AssertionError(f"{text!r} not in the logs (status {container.status}):\n{logs}")
-        time.sleep(0.2)
-
-
-def run_to_end(image: Any, command: list[str], *, timeout: float = 120, entrypoint: list[str] | None = None,
-               env: dict[str, str] | None = None, volumes: Volumes | None = None,
-               privileged: bool = False, cap_add: list[str] | None = None) -> Finished:
-    """Run a container to completion with testcontainers and remove it, whatever happens."""
-    container = _container(image, command, entrypoint=entrypoint, env=env, volumes=volumes, privileged=privileged,
-                           cap_add=cap_add)
-    wrapped = _start(container)
-    try:
-        status = wrapped.wait(timeout=timeout)
-        stdout = wrapped.logs(stdout=True, stderr=False).decode(errors="replace")
-        stderr = wrapped.logs(stdout=False, stderr=True).decode(errors="replace")
-        return Finished(int(status["StatusCode"]), stdout, stderr)
-    finally:
-        wrapped.remove(force=True)

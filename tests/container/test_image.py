@@ -7,7 +7,7 @@ import tarfile
 from typing import Any
 
 import pytest
-from conftest import IMAGE_DRIVER_VERSION, run_to_end
+from container_support import IMAGE_DRIVER_VERSION, run_to_end
 
 pytestmark = pytest.mark.container
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import FixtureNode, fixture_node, run_to_end
+from container_support import FixtureNode, fixture_node, run_to_end
 from support import FIXTURES
 
 pytestmark = pytest.mark.container

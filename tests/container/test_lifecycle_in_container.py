@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import IMAGE_DRIVER_VERSION, FixtureNode, detached, fixture_node, run_to_end, wait_for_log
+from container_support import IMAGE_DRIVER_VERSION, FixtureNode, detached, fixture_node, run_to_end, wait_for_log
 from support import FIXTURES, require
 
 pytestmark = pytest.mark.container

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from conftest import FakeHost
+from fakes import FakeHost
 
 from driver_container.errors import ModuleLoadError, UsageError, VerificationError
 from driver_container.generic import build_modprobe_argv, load_modules, mellanox_present, verify_loaded

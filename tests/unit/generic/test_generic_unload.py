@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from conftest import FakeHost
+from fakes import FakeHost
 
 from driver_container.errors import DriverInUseError, ForbiddenCommandError
 from driver_container.generic import load_modules, unload_is_safe, unload_modules

@@ -9,9 +9,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from support import FIXTURES, require
-
-MODULES = FIXTURES / "modules"
+from support import require
 
 
 @pytest.fixture

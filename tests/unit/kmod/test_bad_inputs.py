@@ -12,8 +12,8 @@ import zlib
 from pathlib import Path
 
 import pytest
-from conftest import MODULES
 from elfbuild import build_elf
+from support import MODULES
 
 from driver_container.errors import ModuleFormatError
 from driver_container.kmod import read_module

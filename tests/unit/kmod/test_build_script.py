@@ -7,8 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from conftest import MODULES
-from support import require
+from support import MODULES, require
 
 from driver_container.kmod import ModuleParameter, read_module
 

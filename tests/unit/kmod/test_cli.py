@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import MODULES
+from support import MODULES
 
 from driver_container.cli import main
 

@@ -6,7 +6,7 @@ import io
 from pathlib import Path
 
 import pytest
-from conftest import MODULES
+from support import MODULES
 
 from driver_container.kmod import ModuleParameter, format_modinfo, read_module
 

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import MODULES
+from support import MODULES
 
 from driver_container.errors import ModuleNotFoundInTreeError
 from driver_container.kmod import find_module, read_module

@@ -9,8 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import MODULES
-from support import require
+from support import MODULES, require
 from test_bad_inputs import ELF_PART
 
 from driver_container.errors import ModuleFormatError

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import Node
+from manager_support import Node
 
 from driver_container.cli.manager_cmd import main
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 
 import pytest
-from conftest import FakeApi, Node
+from manager_support import FakeApi, Node
 
 from driver_container.errors import ForbiddenCommandError, HostDriverPresentError, VerificationError
 from driver_container.kernel.mountinfo import mounts_at_or_below
