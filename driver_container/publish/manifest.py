@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -62,13 +62,21 @@ class Manifest:
 
 
 def format_manifest(manifest: Manifest) -> str:
-    body = {
-        "format": FORMAT,
-        "version": manifest.version,
-        "triplet": manifest.triplet,
-        "files": [asdict(r) for r in sorted(manifest.records, key=lambda r: r.path)],
-    }
-    return json.dumps(body, indent=1, sort_keys=True) + "\n"
+    """JSON with one file record per line: readable, greppable, and built by json's C encoder (``indent``
+    would switch to its pure-Python encoder, ~5x slower on the ~50 records of a publish)."""
+    files = ",\n".join(
+        "  " + json.dumps(_fields(r), sort_keys=True) for r in sorted(manifest.records, key=lambda r: r.path)
+    )
+    head = {"format": FORMAT, "version": manifest.version, "triplet": manifest.triplet}
+    return json.dumps(head, sort_keys=True)[:-1] + ', "files": [\n' + files + "\n]}\n"
+
+
+def _fields(record: Record) -> dict[str, Any]:
+    """The record as a dict, without ``dataclasses.asdict``'s deep copies."""
+    fields = dict(record.__dict__)
+    if record.elf is not None:
+        fields["elf"] = dict(record.elf.__dict__)
+    return fields
 
 
 def parse_manifest(text: str) -> Manifest | None:
