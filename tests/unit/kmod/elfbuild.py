@@ -30,41 +30,11 @@ def build_elf(modinfo: bytes, *, bits: int, order: str, this_module_name: bytes 
         body += b"\0" * (-len(body) % 8)
     shoff = ehsize + len(body)
     ident = b"\x7fELF" + bytes([1 if bits == 32 else 2, 1 if order == "<" else 2, 1]) + b"\0" * 9
-    if bits == 32:
-        rest = struct.pack(
-            order + "HHIIIIIHHHHHH",
-            1,
-            EM[bits, order],
-            1,
-            0,
-            0,
-            shoff,
-            0,
-            ehsize,
-            0,
-            0,
-            shentsize,
-            len(headers),
-            len(headers) - 1,
-        )
-        fmt = order + "IIIIIIIIII"
-    else:
-        rest = struct.pack(
-            order + "HHIQQQIHHHHHH",
-            1,
-            EM[bits, order],
-            1,
-            0,
-            0,
-            shoff,
-            0,
-            ehsize,
-            0,
-            0,
-            shentsize,
-            len(headers),
-            len(headers) - 1,
-        )
-        fmt = order + "IIQQQQIIQQ"
+    # Elf{32,64}_Ehdr after e_ident: addresses and offsets are 4 bytes in ELF32, 8 in ELF64 (gABI).
+    ehdr = "HHIIIIIHHHHHH" if bits == 32 else "HHIQQQIHHHHHH"
+    rest = struct.pack(
+        order + ehdr, 1, EM[bits, order], 1, 0, 0, shoff, 0, ehsize, 0, 0, shentsize, len(headers), len(headers) - 1
+    )
+    fmt = order + ("IIIIIIIIII" if bits == 32 else "IIQQQQIIQQ")
     table = b"".join(struct.pack(fmt, n, t, 0, 0, off, size, 0, 0, 1, 0) for n, t, off, size in headers)
     return ident + rest + bytes(body) + table
