@@ -191,19 +191,14 @@ def _discard(staged: list[StagedFile]) -> None:
         content.discard()
 
 
-def apply_plan(plan: PublishPlan, root: Path, previous: Manifest | None, copier: Copier | None = None) -> ApplyResult:
-    """Write what differs from ``previous``; remove paths it lists that the plan no longer has."""
+def apply_plan(plan: PublishPlan, root: Path, previous: Manifest | None, copier: Copier) -> ApplyResult:
+    """Write what differs from ``previous``; remove paths it lists that the plan no longer has.
+
+    ``copier`` (owned and closed by the caller) copies on its workers and holds the early copies."""
     old = previous.by_path() if previous else {}
     for directory in {e.path.parent for e in plan.entries}:
         sweep_temporaries(root / directory)
-    if copier is None:
-        own = Copier(root)
-        try:
-            staged, records, unchanged = _stage(plan, root, old, own)
-        finally:
-            own.close()
-    else:
-        staged, records, unchanged = _stage(plan, root, old, copier)
+    staged, records, unchanged = _stage(plan, root, old, copier)
     for content in staged:
         if os.path.isdir(content.target) and not os.path.islink(content.target):
             shutil.rmtree(content.target)
