@@ -6,6 +6,15 @@ detaches unless ``--foreground`` is given. We run it in the foreground so that w
 its death at once (the kubelet must restart the pod then), and we make that fixed directory a symlink to
 DRIVER_ROOT/run/nvidia-persistenced, so the socket appears where the container toolkit looks for it
 (``<driver root>/run/nvidia-persistenced/socket``) without a bind mount.
+
+A host daemon (Talos: the ``ext-nvidia-persistenced`` extension service, whose wrapper writes
+``/var/run/nvidia-persistenced/nvidia-persistenced.pid``; siderolabs/extensions
+nvidia-gpu/nvidia-container-toolkit/nvidia-persistenced-wrapper/main.go, ec9d5f68fcfb5d2c109219620ef5625ca9f462d6)
+is recognised without trusting pid numbers: with Talos 1.14's ``workloadIsolation`` (default for new
+clusters; talos pkg/machinery/config/types/runtime/security_profile_config.go, v1.14.0-rc.1) pods run in
+sandboxd's PID namespace, so a hostPID pod sees neither machined nor extension services, and the host's
+pid number may name an unrelated process there. A pid counts only when ``/proc/<pid>/comm`` is the daemon;
+otherwise its socket under HOST_ROOT answering a connect() proves a live host daemon.
 """
 
 from __future__ import annotations
@@ -14,11 +23,13 @@ import contextlib
 import logging
 import os
 import signal
+import socket
+import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from driver_container.errors import CommandError, PublishError
+from driver_container.errors import CommandError, HostReadError, PublishError
 from driver_container.fsutil import contained
 from driver_container.paths import HostPaths
 from driver_container.runner import Runner
@@ -31,6 +42,9 @@ ARGV = (BINARY, "--persistence-mode", "--foreground")
 # The daemon's fixed runtime directory inside this container (not a host path).
 CONTAINER_RUNTIME_DIR = Path("/var/run/nvidia-persistenced")
 HOST_PID_FILE = "run/nvidia-persistenced/nvidia-persistenced.pid"  # under HOST_ROOT (Talos ext service)
+HOST_SOCKET = "run/nvidia-persistenced/socket"
+COMM = BINARY[:15]  # /proc/<pid>/comm holds at most TASK_COMM_LEN - 1 = 15 bytes
+SOCKET_CONNECT_S = 0.5
 STOP_GRACE_S = 5.0
 
 
@@ -48,16 +62,47 @@ class Persistenced:
 
 
 def host_daemon_pid(paths: HostPaths) -> int | None:
-    """The pid of a persistenced the host already runs (pid file under HOST_ROOT and a live /proc/<pid>)."""
+    """The pid (host namespace) of a persistenced the host already runs, else None. See the module doc."""
     text = paths.host.read_text_or_none(HOST_PID_FILE, limit=64)
     if text is None or not text.strip().isdigit():
         return None
     pid = int(text.strip())
-    # hostPID: true in the operator's DaemonSet, so PROCFS_ROOT shows the host's processes.
-    if not paths.proc.is_dir(str(pid)):
-        log.info("%s names pid %d which is not running: ignored", paths.host_root / HOST_PID_FILE, pid)
+    comm = _comm(paths, pid)
+    if comm == COMM:
+        return pid
+    if _socket_answers(paths):
+        log.info(
+            "%s names pid %d, not visible as %s in this pid namespace (Talos workloadIsolation?), but %s "
+            "answers: the host runs %s", paths.host_root / HOST_PID_FILE, pid, BINARY,
+            paths.host_root / HOST_SOCKET, BINARY,
+        )
+        return pid
+    what = "not running" if comm is None else f"{comm!r} here, not {BINARY}"
+    log.info("%s names pid %d (%s) and %s does not answer: ignored", paths.host_root / HOST_PID_FILE, pid, what,
+             paths.host_root / HOST_SOCKET)
+    return None
+
+
+def _comm(paths: HostPaths, pid: int) -> str | None:
+    try:
+        text = paths.proc.read_text_or_none(f"{pid}/comm", limit=64)
+    except HostReadError:
         return None
-    return pid
+    return None if text is None else text.strip("\n")
+
+
+def _socket_answers(paths: HostPaths) -> bool:
+    """A unix socket at HOST_SOCKET that accepts a connection (a stale socket file refuses it)."""
+    try:
+        real = paths.host.resolve(HOST_SOCKET)
+        if not stat.S_ISSOCK(os.lstat(real).st_mode):
+            return False
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.settimeout(SOCKET_CONNECT_S)
+            client.connect(str(real))
+    except (OSError, HostReadError):
+        return False
+    return True
 
 
 def should_start(paths: HostPaths, mode: str, runner: Runner) -> bool:

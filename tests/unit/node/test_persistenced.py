@@ -57,6 +57,7 @@ def test_host_daemon_alive_blocks_stale_does_not(node_host: Callable[[str], Host
     pid_file.write_text("4242\n")
     assert persistenced.should_start(paths, "auto", _runner(tmp_path))  # pid 4242 not in fixture /proc
     (paths.procfs_root / "4242").mkdir()
+    (paths.procfs_root / "4242/comm").write_text("nvidia-persiste\n")  # the kernel's 15-byte comm
     assert persistenced.host_daemon_pid(paths) == 4242
     assert not persistenced.should_start(paths, "true", _runner(tmp_path))
 
@@ -95,3 +96,41 @@ def test_death_is_seen(node_host: Callable[[str], HostPaths], tmp_path: Path) ->
     _wait_for(lambda: daemon.exited() is not None)
     assert daemon.exited() == 3
     assert persistenced.stop(daemon) == 3  # stopping a dead daemon is harmless
+
+
+def test_workload_isolation_pid_of_another_process_is_not_the_daemon(
+    node_host: Callable[[str], HostPaths], tmp_path: Path
+) -> None:
+    # Talos 1.14 workloadIsolation: hostPID is sandboxd's PID namespace, so the host pid in the ext
+    # service's pid file can name an unrelated sandbox process here. A stale pid file must not block start.
+    paths = node_host("no-nvidia")
+    pid_file = paths.host_root / persistenced.HOST_PID_FILE
+    pid_file.parent.mkdir(parents=True)
+    pid_file.write_text("1\n")
+    (paths.procfs_root / "1").mkdir()
+    (paths.procfs_root / "1/comm").write_text("sandboxd\n")
+    assert persistenced.host_daemon_pid(paths) is None
+    assert persistenced.should_start(paths, "auto", _runner(tmp_path))
+
+
+def test_workload_isolation_hidden_daemon_found_by_its_socket(
+    node_host: Callable[[str], HostPaths], tmp_path: Path
+) -> None:
+    # ext-nvidia-persistenced runs outside the sandbox: its pid is invisible, its socket is not.
+    import socket
+
+    paths = node_host("no-nvidia")
+    pid_file = paths.host_root / persistenced.HOST_PID_FILE
+    pid_file.parent.mkdir(parents=True)
+    pid_file.write_text("4242\n")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock_path = paths.host_root / persistenced.HOST_SOCKET
+    try:
+        server.bind(str(sock_path))
+        server.listen(1)
+        assert persistenced.host_daemon_pid(paths) == 4242
+        assert not persistenced.should_start(paths, "auto", _runner(tmp_path))
+    finally:
+        server.close()
+    # A socket file nobody listens on (the daemon died) is stale.
+    assert persistenced.host_daemon_pid(paths) is None
