@@ -5,7 +5,8 @@ The kernel's firmware loader tries ``firmware_class.path`` before /lib/firmware/
 Talos' kmod extensions ship no GSP firmware and /usr is read-only, so the only way for the kernel to see
 DRIVER_ROOT/lib/firmware/nvidia/<v>/gsp_*.bin is this parameter, written with the HOST's path of the
 driver root. It must be set before the GPU is first opened (GSP boots on first open). Best effort:
-in SELinux-enforcing Talos /sys/module is read-only, and an operator may have set another path.
+in SELinux-enforcing Talos /sys/module is read-only (EROFS/EACCES), and an operator may have set another
+path; every warning names the persistent fix, the kernel argument ``firmware_class.path=``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,25 @@ class FirmwarePathReport:
     found: str | None
 
 
+def kernel_argument_fix(wanted: str) -> str:
+    """The persistent fix: the firmware loader is built in (CONFIG_FW_LOADER=y in siderolabs/pkgs
+    kernel/build/config-amd64, f541ca434ee63964319bb912e370f0ed407f8a18), so its path is a kernel argument."""
+    return (
+        f"boot with the kernel argument firmware_class.path={wanted} (Talos: machine.install.extraKernelArgs "
+        "or the Image Factory schematic's customization.extraKernelArgs, then upgrade/reboot the node)"
+    )
+
+
+def _write_failure_cause(exc: OSError) -> str:
+    """Why the sysfs write failed, in words a node operator can act on."""
+    if exc.errno == errno.EROFS:
+        # Talos with SELinux enforcing gives pods a read-only /sys/module; a non-privileged pod has ro /sys.
+        return "read-only file system (EROFS: SELinux enforcing on Talos, or /sys mounted read-only)"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return f"permission denied ({errno.errorcode[exc.errno]}: SELinux enforcing, or the pod is not privileged)"
+    return f"cannot write: {exc.strerror}"
+
+
 def wanted_firmware_path(paths: HostPaths) -> str:
     """The host path of DRIVER_ROOT/lib/firmware (HOST_DRIVER_ROOT, default DRIVER_ROOT)."""
     return str(paths.host_driver_root / "lib/firmware")
@@ -57,7 +77,8 @@ def set_firmware_search_path(paths: HostPaths) -> FirmwarePathReport:
         log.warning("%s; firmware search path not set", exc.message)
         return FirmwarePathReport(FirmwarePathResult.READ_ONLY, wanted, None)
     if current_text is None:
-        log.warning("%s: missing; cannot point the kernel at %s (GSP firmware)", param_file, wanted)
+        log.warning("%s: missing; cannot point the kernel at %s (GSP firmware) (fix: %s)", param_file, wanted,
+                    kernel_argument_fix(wanted))
         return FirmwarePathReport(FirmwarePathResult.MISSING, wanted, None)
     current = current_text.strip("\n")
     if current == wanted:
@@ -87,14 +108,11 @@ def _write(paths: HostPaths, param_file: str, wanted: str) -> FirmwarePathReport
         finally:
             os.close(fd)
     except OSError as exc:
-        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            log.warning(
-                "%s: not writable (%s); firmware search path not set: GSP firmware in %s is not visible to the "
-                "kernel unless Talos provides it (fix: run permissive SELinux or set firmware_class.path)",
-                param_file, exc.strerror, wanted,
-            )
-            return FirmwarePathReport(FirmwarePathResult.READ_ONLY, wanted, "")
-        log.warning("%s: cannot write: %s; firmware search path not set", param_file, exc.strerror)
+        log.warning(
+            "%s: not writable, %s; firmware search path not set: the kernel does not see the GSP firmware in %s unless the "
+            "host provides it (fix: %s)",
+            param_file, _write_failure_cause(exc), wanted, kernel_argument_fix(wanted),
+        )
         return FirmwarePathReport(FirmwarePathResult.READ_ONLY, wanted, "")
     log.info("firmware search path set to %s (%s)", wanted, param_file)
     return FirmwarePathReport(FirmwarePathResult.SET, wanted, "")

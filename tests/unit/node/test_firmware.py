@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -60,3 +61,33 @@ def test_read_only_parameter_warns_and_continues(node_host: Callable[[str], Host
     assert done.stdout.strip() == "read-only"
     assert "not writable" in done.stderr
     assert (paths.sysfs_root / PARAM).read_text() == ""
+
+
+def test_read_only_sysfs_names_selinux_and_the_kernel_argument(node_host: Callable[[str], HostPaths]) -> None:
+    # SELinux-enforcing Talos gives pods a read-only /sys/module: the write fails with EROFS. A read-only
+    # bind mount in a private mount namespace reproduces it (gone when the subprocess exits).
+    from support import require
+
+    require(os.geteuid() == 0 and shutil.which("unshare"), "root and unshare (util-linux)", how="run as root")
+    paths = node_host("fw-empty")
+    module = paths.sysfs_root / "module"
+    script = f"mount --bind {module} {module} && mount -o remount,bind,ro {module} && exec \"$@\""
+    argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
+            sys.executable, "-c", _RUN, str(paths.sysfs_root), str(paths.run_dir)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60)
+    assert done.stdout.strip() == "read-only"
+    assert "EROFS: SELinux enforcing on Talos" in done.stderr
+    assert f"firmware_class.path={paths.run_dir}/driver/lib/firmware" in done.stderr
+    assert "machine.install.extraKernelArgs" in done.stderr
+    assert (paths.sysfs_root / PARAM).read_text() == ""
+
+
+def test_denied_write_names_the_cause(node_host: Callable[[str], HostPaths]) -> None:
+    paths = node_host("fw-empty")
+    os.chmod(paths.sysfs_root / PARAM, 0o444)
+    argv = [sys.executable, "-c", _RUN, str(paths.sysfs_root), str(paths.run_dir)]
+    if os.geteuid() == 0:
+        argv = ["setpriv", "--bounding-set=-dac_override", "--inh-caps=-dac_override", "--", *argv]
+    done = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60)
+    assert "permission denied (EACCES: SELinux enforcing" in done.stderr
+    assert "firmware_class.path=" in done.stderr
