@@ -2,8 +2,15 @@
 
 ``probe`` is its startup and liveness probe (every 30 s, failureThreshold 1): NVIDIA's semantics are
 "fail only when mlx5_core is loaded and nvidia_peermem is not". It must be fast and never flaky, so this
-module imports only the stdlib, paths and the /proc/modules parser at top level; ``reload`` imports the
-lifecycle lazily.
+module imports only the stdlib, paths, the /proc/modules parser and the platform probe at top level;
+``reload`` imports the lifecycle lazily.
+
+On Talos nvidia_peermem can never load: there is no MOFED extension, and nvidia-peermem built without
+MOFED's peer-memory symbols returns -EINVAL from its init (docs/talos.md, "GPUDirect RDMA"). NVIDIA's
+probe would then fail the sidecar's liveness forever on every node with a ConnectX NIC, so on Talos the
+probe passes and says why, and ``reload`` neither loads nor waits for the module: it waits for the driver
+pod, warns once that GPUDirect RDMA on Talos means DMA-BUF, and idles until a signal (a sidecar that
+exits would be restarted in a loop).
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from typing import TYPE_CHECKING
 from driver_container.errors import HostReadError
 from driver_container.kernel.modules import parse_proc_modules
 from driver_container.paths import HostPaths
+from driver_container.platform import detect_platform
 
 if TYPE_CHECKING:
     from driver_container.runner import Runner
@@ -23,6 +31,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MLX5 = "mlx5_core"
+TALOS_NO_PEERMEM = (
+    "nvidia_peermem cannot load on Talos (no MOFED: its init returns -EINVAL); GPUDirect RDMA there uses "
+    "DMA-BUF (CONFIG_DMABUF_MOVE_NOTIFY and CONFIG_PCI_P2PDMA in the amd64 kernel since Talos 1.13) "
+    "with the open kernel modules"
+)
 PEERMEM = "nvidia_peermem"
 CTR_READY = ".driver-ctr-ready"  # written by the driver pod's startup probe
 
@@ -38,18 +51,24 @@ def probe(paths: HostPaths) -> tuple[bool, str]:
         return True, f"{paths.procfs_root / 'modules'} missing: no loadable modules"
     names = {m.name for m in parse_proc_modules(text)}
     if MLX5 in names and PEERMEM not in names:
+        if _on_talos(paths):
+            return True, f"{MLX5} is loaded, {PEERMEM} is not and never will be: {TALOS_NO_PEERMEM}"
         return False, f"{MLX5} is loaded but {PEERMEM} is not ({paths.procfs_root / 'modules'})"
     return True, f"{PEERMEM} {'loaded' if PEERMEM in names else 'not needed (no ' + MLX5 + ')'}"
+
+
+def _on_talos(paths: HostPaths) -> bool:
+    # Only asked when the probe would fail; a few small reads (osrelease, os-release), no subprocess.
+    return detect_platform(paths).name == "talos"
 
 
 def run_reload(paths: HostPaths, settings: Settings, runner: Runner) -> None:
     """Wait (bounded) for nvidia_peermem and the driver pod's readiness, then wait for a signal.
 
-    On Talos machined loads nvidia_peermem (machine config) and the runner forbids modprobe; on generic
-    hosts it is loaded here through the runner when missing, as NVIDIA's script does.
+    On Talos nothing loads nvidia_peermem (see the module doc): warn and idle. On generic hosts it is
+    loaded here through the runner when missing, as NVIDIA's script does.
     """
     from driver_container import lifecycle
-    from driver_container.errors import ModuleWaitTimeout
     from driver_container.supervise import Shutdown
 
     info, runner = lifecycle.detect(paths, settings, runner)
@@ -58,22 +77,20 @@ def run_reload(paths: HostPaths, settings: Settings, runner: Runner) -> None:
     try:
         if not _wait_ready_file(paths, settings, shutdown):
             return
-        if not talos and lifecycle.missing_modules(paths, (PEERMEM,)):
-            from driver_container import generic
+        if talos and lifecycle.missing_modules(paths, (PEERMEM,)):
+            # Never modprobe (the runner forbids it) and never wait: machined cannot load it either.
+            log.warning("%s; not waiting for it (set driver.rdma.enabled=false to drop this sidecar)",
+                        TALOS_NO_PEERMEM)
+        else:
+            if not talos and lifecycle.missing_modules(paths, (PEERMEM,)):
+                from driver_container import generic
 
-            params = generic.read_module_params(paths, "nvidia-peermem")
-            runner.run(generic.build_modprobe_argv("nvidia-peermem", params, settings.driver_version))
-        peermem_settings = _only_peermem(settings)
-        try:
-            if not lifecycle.wait_for_modules(paths, peermem_settings, shutdown, talos=talos):
+                params = generic.read_module_params(paths, "nvidia-peermem")
+                runner.run(generic.build_modprobe_argv("nvidia-peermem", params, settings.driver_version))
+            if not lifecycle.wait_for_modules(paths, _only_peermem(settings), shutdown, talos=False,
+                                              names=(PEERMEM,)):
                 return
-        except ModuleWaitTimeout as exc:
-            if talos:
-                exc.fix = "Talos loads nvidia_peermem only from the machine config; add:\n" + (
-                    lifecycle.machine_config_snippet(("nvidia_peermem",))
-                )
-            raise
-        log.info("%s loaded; waiting for a signal", PEERMEM)
+            log.info("%s loaded; waiting for a signal", PEERMEM)
         while not shutdown.wait(3600.0):
             pass
         log.info("%s received: exiting (modules stay loaded)", shutdown.describe())

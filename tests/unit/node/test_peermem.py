@@ -24,11 +24,21 @@ def test_probe_semantics(scenario: str, healthy: bool) -> None:
         assert "mlx5_core is loaded but nvidia_peermem is not" in reason
 
 
+def test_probe_passes_on_talos_where_peermem_cannot_load() -> None:
+    # mlx5_core loaded, no nvidia_peermem, kernel 6.18.44-talos: NVIDIA's rule would fail the liveness
+    # probe forever, restarting the sidecar in a loop.
+    ok, reason = probe(HostPaths(procfs_root=NODE_FIXTURES / "peermem-talos" / "proc"))
+    assert ok is True
+    assert "cannot load on Talos" in reason and "DMA-BUF" in reason
+
+
 def test_no_proc_modules_passes(tmp_path: Path) -> None:
     assert probe(HostPaths(procfs_root=tmp_path))[0] is True
 
 
-@pytest.mark.parametrize(("scenario", "code"), [("peermem-missing", 1), ("peermem-loaded", 0), ("no-mellanox", 0)])
+@pytest.mark.parametrize(
+    ("scenario", "code"), [("peermem-missing", 1), ("peermem-loaded", 0), ("no-mellanox", 0), ("peermem-talos", 0)]
+)
 def test_probe_command_exit_codes(scenario: str, code: int) -> None:
     env = {**os.environ, "PROCFS_ROOT": str(NODE_FIXTURES / scenario / "proc")}
     done = subprocess.run(
@@ -39,7 +49,7 @@ def test_probe_command_exit_codes(scenario: str, code: int) -> None:
     assert ("nvidia_peermem is not" in done.stderr) is (code == 1)
 
 
-@pytest.mark.parametrize(("scenario", "code"), [("peermem-missing", 1), ("no-mellanox", 0)])
+@pytest.mark.parametrize(("scenario", "code"), [("peermem-missing", 1), ("no-mellanox", 0), ("peermem-talos", 0)])
 def test_fast_path_without_typer(scenario: str, code: int) -> None:
     script = (
         "import sys\nfrom driver_container.node.peermem import probe\nfrom driver_container.paths import HostPaths\n"
