@@ -31,25 +31,46 @@ def has_errors(findings: list[Finding] | tuple[Finding, ...]) -> bool:
     return any(f.severity == "error" for f in findings)
 
 
-def talos_module_snippet(module: str, params: list[str]) -> str:
-    """The machine-config text that makes Talos (machined) load ``module`` with ``params``."""
-    items = "".join(f"\n          - {p}" for p in params)
-    items2 = "".join(f"\n  - {p}" for p in params)
-    return (
-        "add to the Talos machine config (Talos < 1.14, machine.kernel.modules):\n"
-        f"machine:\n  kernel:\n    modules:\n      - name: {module}\n        parameters:{items}\n"
-        "or, Talos >= 1.14, a KernelModuleConfig document (applied after a reboot):\n"
-        f"apiVersion: v1alpha1\nkind: KernelModuleConfig\nname: {module}\nparameters:{items2}"
-    )
+def talos_module_snippet(module: str, params: list[str], talos_version: str | None = None) -> str:
+    """The machine-config text that makes Talos (machined) load ``module`` with ``params``, in the one form
+    ``talos_version`` supports (driver_container/talos_config.py)."""
+    from driver_container.talos_config import module_config_snippet, snippet_heading
+
+    return snippet_heading(talos_version) + "\n" + module_config_snippet([(module, params)], talos_version)
 
 
 def _load_fix(state: HostState, module: str) -> str:
     if state.platform.name == "talos":
         return (
             "install the NVIDIA kmod system extension (nvidia-open-gpu-kernel-modules or nonfree-kmod-nvidia) "
-            f"and list {module} in the machine config; " + talos_module_snippet(module, []).split("\nor,")[0]
+            f"and list {module} in the machine config; "
+            + talos_module_snippet(module, [], state.platform.talos_version)
         )
     return f"load it on the host (modprobe {module.replace('_', '-')}) or run `nvidia-driver load`"
+
+
+# GPUDirect RDMA on Talos (docs/talos.md): no MOFED, so nvidia-peermem's init fails with -EINVAL; the
+# DMA-BUF path needs CONFIG_DMABUF_MOVE_NOTIFY and CONFIG_PCI_P2PDMA, both =y in the amd64 kernel since
+# Talos 1.13 (siderolabs/pkgs kernel/build/config-amd64, f541ca434ee63964319bb912e370f0ed407f8a18).
+PEERMEM_ON_TALOS_FIX = (
+    "use DMA-BUF instead: the Talos amd64 kernel (1.13 and later) has CONFIG_DMABUF_MOVE_NOTIFY and "
+    "CONFIG_PCI_P2PDMA, and the open NVIDIA kernel modules export GPU memory as dma-buf (NCCL/UCX use it "
+    "when available); do not list nvidia_peermem in the machine config (machined would retry it forever), "
+    "and set GPU_DIRECT_RDMA_ENABLED=false (driver.rdma.enabled=false) to silence this"
+)
+
+
+def _peermem(state: HostState) -> list[Finding]:
+    if not state.settings.gpu_direct_rdma or state.modules["nvidia_peermem"].loaded:
+        return []
+    if state.platform.name == "talos":
+        message = (
+            "GPU_DIRECT_RDMA_ENABLED=true, but nvidia_peermem cannot load on Talos (no MOFED: its init "
+            "returns -EINVAL); init does not wait for it"
+        )
+        return [Finding("warning", "PEERMEM_NOT_ON_TALOS", message, PEERMEM_ON_TALOS_FIX)]
+    message = "GPU_DIRECT_RDMA_ENABLED=true but nvidia_peermem is not loaded"
+    return [Finding("warning", "PEERMEM_NOT_LOADED", message, _load_fix(state, "nvidia_peermem"))]
 
 
 def values_equal(requested: str, effective: str) -> bool:
@@ -90,15 +111,7 @@ def _module_presence(state: HostState) -> list[Finding]:
                 _load_fix(state, "nvidia_modeset") + " (or set NVIDIA_MODESET=false)",
             )
         )
-    if state.settings.gpu_direct_rdma and not mods["nvidia_peermem"].loaded:
-        out.append(
-            Finding(
-                "warning",
-                "PEERMEM_NOT_LOADED",
-                "GPU_DIRECT_RDMA_ENABLED=true but nvidia_peermem is not loaded",
-                _load_fix(state, "nvidia_peermem"),
-            )
-        )
+    out += _peermem(state)
     for m in mods.values():
         if m.builtin:
             out.append(
@@ -270,7 +283,8 @@ def _flavour(state: HostState) -> list[Finding]:
 def _param_fix(state: HostState, module: str) -> str:
     params = [f"{n}={v}" for n, v in state.requested_params.get(module, ())]
     if state.platform.name == "talos":
-        return talos_module_snippet(module, params) + "\nthen reboot the node (Talos never reloads a loaded module)"
+        snippet = talos_module_snippet(module, params, state.platform.talos_version)
+        return snippet + "\nthen reboot the node (Talos never reloads a loaded module)"
     return f"add `options {module} {' '.join(params)}` to the host's /etc/modprobe.d/ and reload {module}"
 
 
@@ -341,8 +355,7 @@ def _environment(state: HostState) -> list[Finding]:
                     "FIRMWARE_MISSING",
                     f"firmware {name} (named by the module) is in none of "
                     "the kernel's, the toolkit's or the image's firmware directories",
-                    "ship it in the image under /lib/firmware (the GSP firmware of the same driver version) "
-                    "so that `init` publishes it",
+                    _firmware_fix(state),
                 )
             )
     if state.modules["nvidia"].loaded and not state.modules["nvidia"].builtin and not state.gpus:
@@ -373,6 +386,23 @@ def _environment(state: HostState) -> list[Finding]:
             )
         )
     return out
+
+
+def _firmware_fix(state: HostState) -> str:
+    fix = (
+        "ship it in the image under /lib/firmware (the GSP firmware of the same driver version) "
+        "so that `init` publishes it"
+    )
+    if state.platform.name != "talos":
+        return fix
+    # The loader is built in (CONFIG_FW_LOADER=y), so its search path is the kernel argument
+    # firmware_class.path= (drivers/base/firmware_loader/main.c); init writes the runtime parameter too,
+    # but that is lost at reboot and read-only under SELinux enforcing (docs/talos.md).
+    return (
+        fix + "; on Talos also make the search path persistent with the kernel argument "
+        "firmware_class.path=<host driver root>/lib/firmware (machine.install.extraKernelArgs, "
+        "or the Image Factory schematic's extraKernelArgs)"
+    )
 
 
 def check(state: HostState) -> list[Finding]:

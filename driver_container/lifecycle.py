@@ -51,19 +51,25 @@ class InitOptions:
     progress_s: float = PROGRESS_S
 
 
-def required_modules(settings: Settings) -> tuple[str, ...]:
-    """What Talos must preload: nvidia_uvm always (the validator needs its device major)."""
+def required_modules(settings: Settings, *, talos: bool = False) -> tuple[str, ...]:
+    """What Talos must preload: nvidia_uvm always (the validator needs its device major).
+
+    Never nvidia_peermem on Talos: Talos has no MOFED, and NVIDIA's nvidia-peermem built without MOFED's
+    peer-memory symbols fails its init with -EINVAL, so machined would retry it forever and a wait for it
+    could only time out (docs/talos.md, "GPUDirect RDMA"). findings reports PEERMEM_NOT_ON_TALOS instead."""
     names = ["nvidia", "nvidia_uvm"]
     if settings.nvidia_modeset:
         names.append("nvidia_modeset")
-    if settings.gpu_direct_rdma:
+    if settings.gpu_direct_rdma and not talos:
         names.append("nvidia_peermem")
     return tuple(names)
 
 
-def machine_config_snippet(names: tuple[str, ...]) -> str:
-    lines = ["machine:", "  kernel:", "    modules:"] + [f"      - name: {n}" for n in names]
-    return "\n".join(lines)
+def machine_config_snippet(names: tuple[str, ...], talos_version: str | None = None) -> str:
+    """The machine-config text for ``names`` (no parameters) in the form ``talos_version`` supports."""
+    from driver_container.talos_config import module_config_snippet
+
+    return module_config_snippet([(n, ()) for n in names], talos_version)
 
 
 def missing_modules(paths: HostPaths, names: tuple[str, ...]) -> list[str]:
@@ -85,10 +91,10 @@ def missing_modules(paths: HostPaths, names: tuple[str, ...]) -> list[str]:
 
 def wait_for_modules(
     paths: HostPaths, settings: Settings, shutdown: Shutdown, *, talos: bool, poll_s: float = POLL_S,
-    progress_s: float = PROGRESS_S, names: tuple[str, ...] | None = None,
+    progress_s: float = PROGRESS_S, names: tuple[str, ...] | None = None, talos_version: str | None = None,
 ) -> bool:
     """Poll until every required module is live; False when a signal came first; ModuleWaitTimeout."""
-    names = names or required_modules(settings)
+    names = names or required_modules(settings, talos=talos)
     start = time.monotonic()
     deadline = start + settings.module_wait_timeout
     next_progress = start + progress_s
@@ -100,7 +106,7 @@ def wait_for_modules(
             return True
         now = time.monotonic()
         if now >= deadline:
-            raise _timeout_error(paths, settings, missing, names, talos=talos)
+            raise _timeout_error(paths, settings, missing, names, talos=talos, talos_version=talos_version)
         if now >= next_progress:
             log.info("still waiting for %s (%.0f s of %g s)", ", ".join(missing), now - start,
                      settings.module_wait_timeout)
@@ -110,15 +116,19 @@ def wait_for_modules(
 
 
 def _timeout_error(
-    paths: HostPaths, settings: Settings, missing: list[str], names: tuple[str, ...], *, talos: bool
+    paths: HostPaths, settings: Settings, missing: list[str], names: tuple[str, ...], *, talos: bool,
+    talos_version: str | None = None,
 ) -> ModuleWaitTimeout:
     message = (
         f"after {settings.module_wait_timeout:g} s these modules are still not loaded: {', '.join(missing)} "
         f"(read {paths.procfs_root / 'modules'} and {paths.sysfs_root / 'module'})"
     )
     if talos:
-        fix = "Talos loads them only from the machine config; add (then reboot or apply):\n" + (
-            machine_config_snippet(names)
+        from driver_container.talos_config import snippet_heading
+
+        fix = (
+            "Talos loads them only from the machine config (then reboot or apply); "
+            + snippet_heading(talos_version) + "\n" + machine_config_snippet(names, talos_version)
         )
     else:
         fix = "check `dmesg` for why modprobe did not load them"
@@ -179,11 +189,11 @@ def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: Init
         statusfiles.write_daemons_status(paths, ready=False)
         info, runner = detect(paths, settings, runner)
         generic_host = info.name != "talos"
-        names = required_modules(settings)
+        names = required_modules(settings, talos=not generic_host)
         if generic_host:
             names = _prepare_generic(paths, settings, runner, names)
         if not wait_for_modules(paths, settings, shutdown, talos=not generic_host, poll_s=opts.poll_s,
-                                progress_s=opts.progress_s, names=names):
+                                progress_s=opts.progress_s, names=names, talos_version=info.talos_version):
             return
         run_in_child(lambda: _verify_and_publish(paths, settings, runner))
         if shutdown.requested:
@@ -310,7 +320,8 @@ def run_load(paths: HostPaths, settings: Settings, runner: Runner) -> HostState:
         generic.load_modules(paths, settings, runner)
     shutdown = Shutdown().install()
     try:
-        if not wait_for_modules(paths, settings, shutdown, talos=info.name == "talos"):
+        if not wait_for_modules(paths, settings, shutdown, talos=info.name == "talos",
+                                talos_version=info.talos_version):
             raise ModuleWaitTimeout(f"interrupted by {shutdown.describe()} while waiting for the modules")
     finally:
         shutdown.restore()
@@ -323,7 +334,8 @@ def run_unload(paths: HostPaths, settings: Settings, runner: Runner) -> str:
     if info.name == "talos":
         return (
             "Talos owns the NVIDIA kernel modules (loaded by machined from the machine config; pods have no "
-            "CAP_SYS_MODULE): nothing to unload. Remove them from machine.kernel.modules and reboot instead."
+            "CAP_SYS_MODULE): nothing to unload. Remove them from the machine config (machine.kernel.modules, or the "
+            "KernelModuleConfig documents from Talos 1.14) and reboot instead."
         )
     from driver_container import generic
 

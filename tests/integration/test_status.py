@@ -104,12 +104,12 @@ def test_healthy_talos_113_details(
 ) -> None:
     _, doc = run_status(HOSTS / "talos-1.13-open-595", tmp_path, monkeypatch, capsys)
     assert doc["platform"] == {
-        "name": "talos", "talos_version": "v1.13.6", "evidence": "os-release ID=talos",
-        "kernel_release": "6.18.24-talos", "os_id": "talos", "pretty_name": "Talos (v1.13.6)",
+        "name": "talos", "talos_version": "v1.13.9", "evidence": "os-release ID=talos",
+        "kernel_release": "6.18.44-talos", "os_id": "talos", "pretty_name": "Talos (v1.13.9)",
     }  # fmt: skip
     nvidia = module(doc, "nvidia")
     assert nvidia["loaded"] and nvidia["refcnt"] == 82 and nvidia["version"] == "595.91.07"
-    assert nvidia["file"] == "/usr/lib/modules/6.18.24-talos/kernel/drivers/video/nvidia.ko"
+    assert nvidia["file"] == "/usr/lib/modules/6.18.44-talos/kernel/drivers/video/nvidia.ko"
     assert nvidia["file_version"] == "595.91.07" and nvidia["file_srcversion"] == nvidia["srcversion"]
     assert sorted(nvidia["holders"]) == ["nvidia_modeset", "nvidia_uvm"]
     assert module(doc, "nvidia_drm")["loaded"] is False
@@ -132,7 +132,7 @@ def test_talos_19_reads_lib_modules(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _, doc = run_status(HOSTS / "talos-1.9-open-550", tmp_path, monkeypatch, capsys)
-    assert doc["platform"]["talos_version"] == "v1.9.5"
+    assert doc["platform"]["talos_version"] == "v1.9.0"
     assert module(doc, "nvidia")["file"] == "/lib/modules/6.12.5-talos/kernel/drivers/video/nvidia.ko"
 
 
@@ -146,14 +146,23 @@ def test_ubuntu_compressed_dkms_modules(
     assert doc["userspace"]["libcuda"] == "/usr/lib/x86_64-linux-gnu/nvidia/current/libcuda.so.595.91.07"
 
 
-def test_parameter_differs_fix_has_both_talos_forms(
+def test_parameter_differs_fix_fits_the_talos_version(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # One form, the one the node's Talos version supports: never the same module configured both ways.
     _, doc = run_status(HOSTS / "talos-1.13-parameter-differs", tmp_path, monkeypatch, capsys)
     fix = next(f["fix"] for f in doc["findings"] if f["code"] == "PARAMETER_DIFFERS" and "nvidia:" in f["message"])
     assert "machine:\n  kernel:\n    modules:\n      - name: nvidia\n" in fix
-    assert "kind: KernelModuleConfig\nname: nvidia\n" in fix
+    assert "kind: KernelModuleConfig" not in fix.split("\n", 1)[1]
     assert "- NVreg_EnableGpuFirmware=0" in fix
+    tree = tmp_path / "v1.14"
+    shutil.copytree(HOSTS / "talos-1.13-parameter-differs", tree, symlinks=True)
+    release = tree / "host/etc/os-release"
+    release.write_text(release.read_text().replace("v1.13.9", "v1.14.0"))
+    _, doc = run_status(tree, tmp_path / "run14", monkeypatch, capsys)
+    fix = next(f["fix"] for f in doc["findings"] if f["code"] == "PARAMETER_DIFFERS" and "nvidia:" in f["message"])
+    assert "apiVersion: v1alpha1\nkind: KernelModuleConfig\nname: nvidia\nparameters:\n" in fix
+    assert "machine:\n" not in fix and "- NVreg_EnableGpuFirmware=0" in fix
 
 
 def test_builtin_modules_are_loaded_and_flagged(

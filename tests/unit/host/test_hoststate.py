@@ -67,7 +67,7 @@ def test_unreadable_and_looping_sysfs_files(tree: Path) -> None:
 
 
 def test_absolute_symlink_out_of_host_root_is_not_followed(tree: Path, tmp_path: Path) -> None:
-    video = tree / "host/usr/lib/modules/6.18.24-talos/kernel/drivers/video"
+    video = tree / "host/usr/lib/modules/6.18.44-talos/kernel/drivers/video"
     outside = tmp_path / "outside"
     outside.mkdir()
     shutil.copy(video / "nvidia.ko", outside / "nvidia.ko")
@@ -79,7 +79,7 @@ def test_absolute_symlink_out_of_host_root_is_not_followed(tree: Path, tmp_path:
 
 
 def test_corrupt_module_file_is_a_finding(tree: Path) -> None:
-    (tree / "host/usr/lib/modules/6.18.24-talos/kernel/drivers/video/nvidia.ko").write_bytes(b"\x7fELF" + b"\x00" * 20)
+    (tree / "host/usr/lib/modules/6.18.44-talos/kernel/drivers/video/nvidia.ko").write_bytes(b"\x7fELF" + b"\x00" * 20)
     state = inspect_host(fixture_paths(tree), Settings())
     assert state.module_files["nvidia"].error
     assert "MODULE_FILE_UNREADABLE" in {f.code for f in state.findings}
@@ -88,7 +88,7 @@ def test_corrupt_module_file_is_a_finding(tree: Path) -> None:
 def test_vermagic_and_invalid_parameter_file(tree: Path) -> None:
     (tree / "proc/sys/kernel/osrelease").write_text("6.18.25-talos\n")
     mods = tree / "host/usr/lib/modules"
-    (mods / "6.18.24-talos").rename(mods / "6.18.25-talos")
+    (mods / "6.18.44-talos").rename(mods / "6.18.25-talos")
     (tree / "drivers/nvidia.conf").write_text("NVreg_EnableGpuFirmware\n")
     found = codes(tree)
     assert {"VERMAGIC_MISMATCH", "PARAMETER_FILE_INVALID"} <= found
@@ -161,8 +161,10 @@ def test_userspace_from_ld_so_cache(tmp_path: Path) -> None:
 def test_values_equal_and_snippet() -> None:
     assert values_equal("1", "Y") and values_equal("n", "N") and not values_equal("1", "N")
     assert values_equal("0x12", "18") and values_equal('""', '""') and not values_equal("0", "18")
-    snippet = talos_module_snippet("nvidia_uvm", ["uvm_perf_prefetch_enable=0"])
+    snippet = talos_module_snippet("nvidia_uvm", ["uvm_perf_prefetch_enable=0"], "v1.13.9")
     assert "      - name: nvidia_uvm\n        parameters:\n          - uvm_perf_prefetch_enable=0" in snippet
+    assert "kind: KernelModuleConfig" not in snippet  # one form per version (test_talos_facts.py)
+    snippet = talos_module_snippet("nvidia_uvm", ["uvm_perf_prefetch_enable=0"], "v1.14.0")
     assert "kind: KernelModuleConfig\nname: nvidia_uvm\nparameters:\n  - uvm_perf_prefetch_enable=0" in snippet
 
 
