@@ -11,7 +11,7 @@ from support import FIXTURES
 
 pytestmark = pytest.mark.container
 
-HOST = FIXTURES / "hosts" / "talos-1.13-open-595"  # Talos v1.13.6, open 595.91.07 (see its README)
+HOST = FIXTURES / "hosts" / "talos-1.13-open-595"  # Talos v1.13.9, open 595.91.07 (see its README)
 USERSPACE = FIXTURES / "userspace" / "debian-595.91.07"  # synthetic 595.91.07 userspace (its README)
 
 

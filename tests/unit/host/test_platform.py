@@ -39,8 +39,8 @@ def test_parse_os_release_never_raises(text: str) -> None:
 @pytest.mark.parametrize(
     ("tree", "name", "version", "evidence"),
     [
-        ("talos-1.13-open-595", "talos", "v1.13.6", "os-release ID=talos"),
-        ("talos-1.9-open-550", "talos", "v1.9.5", "os-release ID=talos"),
+        ("talos-1.13-open-595", "talos", "v1.13.9", "os-release ID=talos"),
+        ("talos-1.9-open-550", "talos", "v1.9.0", "os-release ID=talos"),
         ("ubuntu-24.04-dkms", "generic", None, "os-release ID=ubuntu, no Talos kernel evidence"),
     ],
 )
@@ -63,7 +63,7 @@ def test_override_wins() -> None:
 def test_kernel_evidence_order_without_os_release(talos_copy: Path) -> None:
     (talos_copy / "host/etc/os-release").unlink()
     paths = fixture_paths(talos_copy)
-    assert detect_platform(paths).evidence == "kernel release 6.18.24-talos ends with -talos"
+    assert detect_platform(paths).evidence == "kernel release 6.18.44-talos ends with -talos"
     (talos_copy / "proc/sys/kernel/osrelease").write_text("6.18.24\n")
     assert detect_platform(paths).evidence == "/proc/version names a -talos kernel"
     (talos_copy / "proc/version").write_text("Linux version 6.18.24 (gcc) #1\n")
