@@ -109,8 +109,8 @@ def _write(paths: HostPaths, param_file: str, wanted: str) -> FirmwarePathReport
             os.close(fd)
     except OSError as exc:
         log.warning(
-            "%s: not writable, %s; firmware search path not set: the kernel does not see the GSP firmware in %s unless the "
-            "host provides it (fix: %s)",
+            "%s: not writable, %s; firmware search path not set: the kernel does not see the GSP firmware in %s "
+            "unless the host provides it (fix: %s)",
             param_file, _write_failure_cause(exc), wanted, kernel_argument_fix(wanted),
         )
         return FirmwarePathReport(FirmwarePathResult.READ_ONLY, wanted, "")
