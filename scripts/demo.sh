@@ -1,5 +1,5 @@
 #!/bin/sh
-# The README's first command: `nvidia-driver init --no-wait` on a simulated Talos v1.13.6 node
+# The README's first command: `nvidia-driver init --no-wait` on a simulated Talos v1.13.9 node
 # (tests/fixtures/hosts/talos-1.13-open-595: open modules 595.91.07 loaded by machined) with the small
 # synthetic 595.91.07 userspace shipped in tests/fixtures/userspace. Publishes into a temp dir.
 # Needs no GPU and no root; nothing outside the temp dir is written.
