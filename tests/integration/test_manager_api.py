@@ -412,7 +412,7 @@ def _facts(**overrides: Any) -> NodeFacts:
     base: dict[str, Any] = {
         "platform": "talos",
         "platform_evidence": "os-release ID=talos",
-        "talos_version": "v1.13.6",
+        "talos_version": "v1.13.9",
         "host_smi": None,
         "nvidia_version": "595.91.07",
         "nvidia_loaded": True,

@@ -82,7 +82,7 @@ def test_mountinfo_points_are_unescaped_and_matched_by_component() -> None:
 @pytest.mark.parametrize("node", ["talos-stale-mount"], indirect=True)
 def test_facts_of_a_talos_node_with_leftovers(node: Node) -> None:
     facts = gather_facts(node.paths, Settings())
-    assert (facts.platform, facts.talos_version) == ("talos", "v1.13.6")
+    assert (facts.platform, facts.talos_version) == ("talos", "v1.13.9")
     assert (facts.nvidia_loaded, facts.nvidia_version, facts.image_version) == (True, "595.91.07", "595.91.07")
     run = node.paths.run_dir
     assert facts.driver_mounts == (f"{run}/driver", f"{run}/driver/proc")
@@ -140,7 +140,7 @@ def test_version_mismatch_names_both_versions_and_the_fix(node: Node) -> None:
     assert caught.value.exit_code == 1
     assert "580.178.04" in caught.value.message and "595.91.07" in caught.value.message
     assert caught.value.fix is not None
-    assert "580.178.04-talosv1.13.6" in caught.value.fix and "kmod extension of version 595.91.07" in caught.value.fix
+    assert "580.178.04-talosv1.13.9" in caught.value.fix and "kmod extension of version 595.91.07" in caught.value.fix
     assert [c for c in api.calls if c[0] == "patch"] == []
 
 
