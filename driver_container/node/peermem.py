@@ -6,7 +6,9 @@ module imports only the stdlib, paths, the /proc/modules parser and the platform
 ``reload`` imports the lifecycle lazily.
 
 On Talos nvidia_peermem can never load: there is no MOFED extension, and nvidia-peermem built without
-MOFED's peer-memory symbols returns -EINVAL from its init (docs/talos.md, "GPUDirect RDMA"). NVIDIA's
+MOFED's peer-memory symbols returns -EINVAL from its init (NVIDIA/open-gpu-kernel-modules
+kernel-open/nvidia-peermem/nvidia-peermem.c, ``nv_mem_client_init`` without
+NV_MLNX_IB_PEER_MEM_SYMBOLS_PRESENT, 0dd4d36d15d05151a2834c66e47b16a8bed177a8; docs/talos.md section 5). NVIDIA's
 probe would then fail the sidecar's liveness forever on every node with a ConnectX NIC, so on Talos the
 probe passes and says why, and ``reload`` neither loads nor waits for the module: it waits for the driver
 pod, warns once that GPUDirect RDMA on Talos means DMA-BUF, and idles until a signal (a sidecar that
