@@ -51,9 +51,10 @@ def parse_port_guid(gid0: str) -> int | None:
     if len(groups) != 8 or not all(1 <= len(g) <= 4 for g in groups):
         return None
     try:
-        return int("".join(g.rjust(4, "0") for g in groups[4:]), 16)
+        gid = int("".join(g.rjust(4, "0") for g in groups), 16)  # the whole GID must be hex
     except ValueError:
         return None
+    return gid & 0xFFFF_FFFF_FFFF_FFFF
 
 
 def usable_management_port(guid: int | None, cap_mask: int | None) -> bool:
