@@ -37,8 +37,9 @@ from pathlib import Path, PurePosixPath
 
 from driver_container.errors import CommandError, DriverContainerError, FabricError
 from driver_container.fsutil import atomic_write_text, ensure_dir
-from driver_container.kernel.fabric import GpuFabric, apply_overrides, parse_config, parse_fabric_states
+from driver_container.kernel.fabric import apply_overrides, parse_config
 from driver_container.node.fabric import FM_BINARY, FM_CONFIG, NVLSM_BINARY, PID_FILES, FabricInfo, inspect_fabric
+from driver_container.node.fabricwait import wait_for_fabric
 from driver_container.paths import HostPaths
 from driver_container.runner import Runner
 from driver_container.settings import Settings
@@ -53,7 +54,7 @@ TOOLKIT_SOCKET = PurePosixPath("run/nvidia-fabricmanager/socket")  # below DRIVE
 STOP_GRACE_S = 5.0  # NVIDIA's _unload_driver polls 50 x 0.1 s
 TAIL_LINES = 20
 TAIL_BYTES = 16 * 1024
-SMI_TIMEOUT_S = 60.0
+SMI_TIMEOUT_S = 60.0  # nvidia-smi -r
 
 
 @dataclass
@@ -161,12 +162,12 @@ def _wait_for_file(daemons: FabricDaemons, path: Path, timeout: float, shutdown:
 
 def _start_nvlsm(paths: HostPaths, info: FabricInfo, runner: Runner, daemons: FabricDaemons) -> None:
     assert info.nvlsm_binary is not None and info.management_port is not None
-    nvlsm_log = paths.fabric_log_dir / "nvlsm.log"
-    argv = [info.nvlsm_binary, "--config", info.nvlsm_config or "", "--guid", info.management_port.guid_hex,
-            "--pid_file", str(paths.fabric_run_dir / PID_FILES[NVLSM_BINARY]), "--log_file", str(nvlsm_log)]
     if info.nvlsm_config is None:
         raise FabricError(f"{NVLSM_BINARY} is in the image but not its nvlsm.conf",
                           fix="install NVIDIA's nvlsm package or archive completely (docs/fabric.md)")
+    nvlsm_log = paths.fabric_log_dir / "nvlsm.log"
+    argv = [info.nvlsm_binary, "--config", info.nvlsm_config, "--guid", info.management_port.guid_hex,
+            "--pid_file", str(paths.fabric_run_dir / PID_FILES[NVLSM_BINARY]), "--log_file", str(nvlsm_log)]
     daemons.started.append(_spawn(runner, paths, NVLSM_BINARY, argv, (nvlsm_log,)))
 
 
@@ -208,65 +209,6 @@ def _wait_for_nvlink5_modules(paths: HostPaths, settings: Settings, shutdown: Sh
     return info
 
 
-def fabric_states(runner: Runner) -> list[GpuFabric] | None:
-    """The GPUs' fabric registration from ``nvidia-smi -q``; None when nvidia-smi failed."""
-    try:
-        done = runner.run(["nvidia-smi", "-q"], timeout=SMI_TIMEOUT_S, check=False)
-    except CommandError as exc:
-        log.info("fabric state unknown: %s", exc.message)
-        return None
-    if done.returncode != 0:
-        log.info("fabric state unknown: nvidia-smi -q exited %d", done.returncode)
-        return None
-    return parse_fabric_states(done.stdout)
-
-
-def _summary(states: list[GpuFabric]) -> str:
-    counts: dict[str, int] = {}
-    for s in states:
-        counts[s.state] = counts.get(s.state, 0) + 1
-    return ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
-
-
-def wait_for_fabric(daemons: FabricDaemons, settings: Settings, runner: Runner, shutdown: Shutdown,
-                    poll_s: float, progress_s: float) -> bool:
-    """Until every GPU that reports a fabric state is Completed/Success; False when a signal came first."""
-    start = time.monotonic()
-    deadline = start + settings.fabric_wait_timeout
-    next_progress = start + progress_s
-    log.info("waiting up to %g s for the GPUs' fabric (nvidia-smi -q: Fabric State Completed)",
-             settings.fabric_wait_timeout)
-    while True:
-        daemons.check_alive()
-        states = fabric_states(runner)
-        if states is not None:
-            failed = [s for s in states if s.failed]
-            if failed:
-                raise FabricError(
-                    "fabric registration failed: " + ", ".join(f"{s.pci_id} status {s.status}" for s in failed)
-                    + _tails(daemons), fix=_fix(daemons.info))
-            supported = [s for s in states if s.supported]
-            if supported and all(s.completed for s in supported):
-                log.info("fabric completed on %d GPU(s)", len(supported))
-                return True
-            if not supported:
-                log.info("no GPU reports a fabric state (before Hopper): Fabric Manager running is the check")
-                return True
-        now = time.monotonic()
-        if now >= deadline:
-            seen = _summary(states) if states else "no answer from nvidia-smi -q"
-            raise FabricError(
-                f"the GPUs' fabric is not completed after {settings.fabric_wait_timeout:g} s ({seen})"
-                + _tails(daemons),
-                fix="raise FABRIC_WAIT_TIMEOUT if training is just slow; " + _fix(daemons.info))
-        if now >= next_progress:
-            log.info("still waiting for the fabric (%s; %.0f s of %g s)", _summary(states or []) or "no state",
-                     now - start, settings.fabric_wait_timeout)
-            next_progress += progress_s
-        if shutdown.wait(min(poll_s, max(deadline - now, 0.0))):
-            return False
-
-
 def _tails(daemons: FabricDaemons) -> str:
     return "".join(log_tail(d.logs) for d in daemons.started)
 
@@ -279,7 +221,8 @@ def start(paths: HostPaths, settings: Settings, runner: Runner, info: FabricInfo
     try:
         if not _start_missing(paths, settings, runner, daemons, shutdown, poll_s, progress_s):
             return daemons
-        if not wait_for_fabric(daemons, settings, runner, shutdown, poll_s, progress_s):
+        if not wait_for_fabric(daemons.check_alive, lambda: _tails(daemons), _fix(daemons.info), settings, runner,
+                               shutdown, poll_s, progress_s):
             return daemons
     except DriverContainerError:
         stop_all(daemons)
