@@ -193,7 +193,7 @@ def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: Init
             return
         _node_steps(paths)
         if opts.no_wait:
-            log.info("--no-wait: starting no daemon (nvidia-persistenced is left to a waiting init)")
+            log.info("--no-wait: starting no daemon (nvidia-persistenced, Fabric Manager are left to a waiting init)")
         else:
             daemon = _start_daemons(paths, settings, runner, opts, shutdown)
             fabric = _start_fabric(paths, settings, runner, opts, shutdown)
