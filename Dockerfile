@@ -15,6 +15,7 @@
 
 ARG BASE_IMAGE=debian:bookworm-slim
 ARG USERSPACE_SOURCE=run
+ARG FABRIC_SOURCE=none
 
 # ---------------------------------------------------------------------------------------------------
 FROM ${BASE_IMAGE} AS python-base
@@ -174,12 +175,75 @@ FROM python-base AS userspace-debian
 COPY --from=nvidia-debian-layout /staging/ /
 
 # ---------------------------------------------------------------------------------------------------
+# Fabric Manager (and NVLSM) for NVSwitch / NVLink5 nodes (docs/fabric.md), optional:
+#   FABRIC_SOURCE=none     (default) neither; NVSwitch nodes then get the FABRIC_MANAGER_MISSING error.
+#   FABRIC_SOURCE=archive  NVIDIA's redist archives (fabricmanager-linux-<arch>-<driver>-archive.tar.xz,
+#                          nvlsm-linux-<arch>-<v>-archive.tar.xz) or .deb packages (nvidia-fabricmanager-*,
+#                          nvlsm) in .cache/fabric/ of the build context.
+#   FABRIC_SOURCE=download the archives from NVIDIA_REDIST_BASE for DRIVER_VERSION (and NVLSM_VERSION when
+#                          set), the URLs siderolabs/extensions' nvidia-fabricmanager package uses.
+# Laid out as NVIDIA's packages install them; the final stage refuses a Fabric Manager of another version.
+FROM python-base AS fabric-base
+RUN mkdir -p /staging /fabric-in
+
+FROM fabric-base AS fabric-get-none
+
+FROM fabric-base AS fabric-get-archive
+COPY .cache/fabri[c] /fabric-in/
+
+FROM fabric-base AS fabric-get-download
+ARG DRIVER_VERSION
+ARG NVLSM_VERSION=""
+ARG TARGETARCH
+ARG NVIDIA_REDIST_BASE=https://developer.download.nvidia.com/compute
+RUN set -eu; \
+    test -n "${DRIVER_VERSION}" || { echo "FABRIC_SOURCE=download needs DRIVER_VERSION" >&2; exit 1; }; \
+    case "${TARGETARCH:-amd64}" in amd64) a=x86_64 ;; arm64) a=sbsa ;; esac; \
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends ca-certificates curl; \
+    cd /fabric-in; \
+    curl -fsSLO --retry 3 "${NVIDIA_REDIST_BASE}/nvidia-driver/redist/fabricmanager/linux-$a/fabricmanager-linux-$a-${DRIVER_VERSION}-archive.tar.xz"; \
+    if [ -n "${NVLSM_VERSION}" ]; then \
+      curl -fsSLO --retry 3 "${NVIDIA_REDIST_BASE}/cuda/redist/nvlsm/linux-$a/nvlsm-linux-$a-${NVLSM_VERSION}-archive.tar.xz"; fi
+
+FROM fabric-get-${FABRIC_SOURCE} AS fabric-layout
+ARG TARGETARCH
+RUN set -eu; \
+    s=/staging; cd /fabric-in; \
+    case "${TARGETARCH:-amd64}" in amd64) triplet=x86_64-linux-gnu ;; arm64) triplet=aarch64-linux-gnu ;; esac; \
+    if ls ./*.tar.xz >/dev/null 2>&1 && ! command -v xz >/dev/null; then \
+      apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends xz-utils; fi; \
+    for f in ./*.deb; do [ -f "$f" ] || continue; dpkg-deb -x "$f" "$s"; \
+      case "$(dpkg-deb -f "$f" Package)" in nvidia-fabricmanager*) dpkg-deb -f "$f" Version | sed 's/-[^-]*$//' \
+        >/tmp/fm-version ;; esac; done; \
+    for f in ./fabricmanager-linux-*-archive.tar.xz; do [ -f "$f" ] || continue; \
+      mkdir -p /tmp/fm && tar -xJf "$f" --strip-components=1 -C /tmp/fm; \
+      install -D -m 0755 /tmp/fm/bin/nv-fabricmanager "$s/usr/bin/nv-fabricmanager"; \
+      mkdir -p "$s/usr/lib/$triplet" "$s/usr/share/nvidia/nvswitch"; cp -a /tmp/fm/lib/libnvfm.so* "$s/usr/lib/$triplet/"; \
+      cp -a /tmp/fm/share/nvidia/nvswitch/. "$s/usr/share/nvidia/nvswitch/"; \
+      cp /tmp/fm/etc/fabricmanager.cfg "$s/usr/share/nvidia/nvswitch/fabricmanager.cfg"; \
+      basename "$f" | sed -E 's/^fabricmanager-linux-[^-]+-(.*)-archive\.tar\.xz$/\1/' >/tmp/fm-version; done; \
+    for f in ./nvlsm-linux-*-archive.tar.xz; do [ -f "$f" ] || continue; \
+      mkdir -p /tmp/sm && tar -xJf "$f" --strip-components=1 -C /tmp/sm; \
+      install -D -m 0755 /tmp/sm/sbin/nvlsm "$s/opt/nvidia/nvlsm/sbin/nvlsm"; \
+      mkdir -p "$s/opt/nvidia/nvlsm/lib" "$s/usr/share/nvidia/nvlsm"; cp -a /tmp/sm/lib/. "$s/opt/nvidia/nvlsm/lib/"; \
+      cp -a /tmp/sm/share/nvidia/nvlsm/. "$s/usr/share/nvidia/nvlsm/"; done; \
+    if [ -f /tmp/fm-version ]; then \
+      test -x "$s/usr/bin/nv-fabricmanager" && test -f "$s/usr/share/nvidia/nvswitch/fabricmanager.cfg"; \
+      mkdir -p "$s/usr/share/nvidia"; cp /tmp/fm-version "$s/usr/share/nvidia/fabricmanager-version"; fi
+
+# ---------------------------------------------------------------------------------------------------
 FROM userspace-${USERSPACE_SOURCE} AS final
 ARG DRIVER_VERSION=""
 ARG USERSPACE_SOURCE
 ARG VERSION=0.1.0
 COPY --from=venv /opt/nvidia-driver /opt/nvidia-driver
+COPY --from=fabric-layout /staging/ /
 RUN set -eu; \
+    # Fabric Manager must be the driver's exact version (NVIDIA pins nvidia-fabricmanager=${DRIVER_VERSION}).
+    if [ -f /usr/share/nvidia/fabricmanager-version ] && [ "$(cat /usr/share/nvidia/fabricmanager-version)" != \
+         "$(cat /usr/share/nvidia/driver-version)" ]; then \
+      echo "Fabric Manager $(cat /usr/share/nvidia/fabricmanager-version) is not driver $(cat /usr/share/nvidia/driver-version)" >&2; \
+      exit 1; fi; \
     ln -sf /opt/nvidia-driver/bin/nvidia-driver /usr/local/bin/nvidia-driver; \
     ln -sf /opt/nvidia-driver/bin/driver-manager /usr/local/bin/driver-manager; \
     # The operator's startup probe runs sh, cat, mkdir, mv, rm and nvidia-smi from PATH.

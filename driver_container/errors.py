@@ -87,5 +87,9 @@ class DaemonError(DriverContainerError):
     """A daemon the entrypoint supervises (nvidia-persistenced) died; the pod must restart."""
 
 
+class FabricError(DaemonError):
+    """Fabric Manager or NVLSM could not start, died, or the GPUs' fabric did not complete in time."""
+
+
 class HostDriverPresentError(DriverContainerError):
     """The host already provides the NVIDIA userspace; the driver container must not run on this node."""

@@ -405,10 +405,69 @@ def _firmware_fix(state: HostState) -> str:
     )
 
 
+def _fabric_image_fix(kind: str) -> str:
+    what = "Fabric Manager and NVLSM" if kind == "nvlink5" else "Fabric Manager"
+    return (
+        f"use an image built with NVIDIA's {what} of the loaded driver version (docs/fabric.md), or run it on "
+        "the host (Talos: the nvidia-fabricmanager extension) and set NVIDIA_FABRICMANAGER=false"
+    )
+
+
+def _fabric(state: HostState) -> list[Finding]:
+    """NVSwitch / NVLink5 nodes (docs/fabric.md): no CUDA job runs until the fabric is trained."""
+    fab = state.fabric
+    if fab is None:
+        return []
+    by_host = fab.host_runs("nv-fabricmanager")
+    out: list[Finding] = []
+    wanted = state.settings.fabricmanager != "false" and by_host is None
+    if wanted and (fab.fm_binary is None or fab.fm_config is None):
+        out.append(Finding(
+            "error", "FABRIC_MANAGER_MISSING",
+            f"{fab.kind} system ({len(fab.nvswitch_devices)} NVSwitch, LPF {', '.join(fab.lpf_devices) or '-'}) but "
+            f"the image has no nv-fabricmanager with usr/share/nvidia/nvswitch/fabricmanager.cfg under "
+            f"{state.userspace.root}: GPU jobs would fail with CUDA_ERROR_SYSTEM_NOT_READY",
+            _fabric_image_fix(fab.kind),
+        ))
+    if wanted and fab.needs_nvlsm and fab.host_runs("nvlsm") is None and (
+        fab.nvlsm_binary is None or fab.nvlsm_config is None
+    ):
+        out.append(Finding(
+            "error", "NVLSM_MISSING",
+            f"NVLink5 system (LPF {', '.join(fab.lpf_devices)}) but the image has no nvlsm with "
+            f"usr/share/nvidia/nvlsm/nvlsm.conf under {state.userspace.root}",
+            _fabric_image_fix(fab.kind),
+        ))
+    if fab.missing_modules:
+        out.append(Finding(
+            "warning", "NVLINK5_MODULES_MISSING",
+            f"NVLink5 system but {', '.join(fab.missing_modules)} not loaded: NVLSM cannot reach the NVSwitches "
+            "(init waits for them up to MODULE_WAIT_TIMEOUT)",
+            "load them on the host; Talos: machine.kernel.modules with - name: mlx5_core, - name: mlx5_ib, "
+            "- name: ib_umad (docs/fabric.md)",
+        ))
+    elif fab.needs_nvlsm and fab.management_port is None:
+        out.append(Finding(
+            "warning", "NVLINK5_NO_MANAGEMENT_PORT",
+            f"no port of {', '.join(fab.lpf_devices)} has a GUID with the subnet manager enabled "
+            "(sysfs ports/<n>/gids/0 and cap_mask)",
+            "check the CX7 bridge's ports (ibstat) and that ib_umad is loaded",
+        ))
+    who = f"run by the host ({by_host.evidence})" if by_host else (
+        "left to the host (NVIDIA_FABRICMANAGER=false)" if state.settings.fabricmanager == "false"
+        else "started by init")
+    out.append(Finding(
+        "info", "FABRIC_SYSTEM",
+        f"{fab.kind} system: Fabric Manager {who}; Ready waits until nvidia-smi -q shows the fabric Completed",
+        "nothing to do",
+    ))
+    return out
+
+
 def check(state: HostState) -> list[Finding]:
     """Every finding for ``state``, errors first, in a stable order."""
     findings = _module_presence(state) + _versions(state) + _flavour(state)
     for name, module in state.modules.items():
         findings += _file_checks(state, module, state.module_files.get(name))
-    findings += _parameters(state) + _environment(state)
+    findings += _parameters(state) + _environment(state) + _fabric(state)
     return sorted(findings, key=lambda f: SEVERITIES.index(f.severity))

@@ -31,6 +31,7 @@ from driver_container.userspace import Userspace, find_userspace
 if TYPE_CHECKING:
     from driver_container.findings import Finding
     from driver_container.modfiles import ModuleFile
+    from driver_container.node.fabric import FabricInfo
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,7 @@ class HostState:
     published: bool
     problems: tuple[str, ...] = ()  # unreadable or malformed host files
     param_errors: tuple[str, ...] = ()  # malformed /drivers/*.conf
+    fabric: FabricInfo | None = None  # NVSwitch / NVLink5 systems only (docs/fabric.md)
     findings: tuple[Finding, ...] = field(default=())
 
     @property
@@ -157,6 +159,7 @@ class HostState:
             "requested_parameters": {m: dict(p) for m, p in self.requested_params.items()},
             "firmware": self.firmware,
             "driver_root": {"path": str(self.driver_root), "published": self.published},
+            "fabric": self.fabric.to_json() if self.fabric is not None else None,
             "findings": [
                 {"severity": f.severity, "code": f.code, "message": f.message, "fix": f.fix} for f in self.findings
             ],
@@ -252,6 +255,7 @@ def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
     """Read the whole host picture and compute the findings. Reads module files (pyelftools)."""
     from driver_container.findings import check
     from driver_container.modfiles import read_module_files
+    from driver_container.node.fabric import inspect_fabric
 
     problems: list[str] = []
     platform = detect_platform(paths, settings.driver_platform)
@@ -265,6 +269,8 @@ def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
     requested, param_errors = read_requested_params(paths)
     userspace = find_userspace(paths)
     problems.extend(userspace.problems)
+    fabric = inspect_fabric(paths)
+    problems.extend(fabric.problems if fabric else ())
     try:
         published = Root(paths.driver_root).is_file(MANIFEST)
     except HostReadError as exc:
@@ -284,5 +290,6 @@ def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
         published=published,
         problems=tuple(dict.fromkeys(problems)),
         param_errors=tuple(param_errors),
+        fabric=fabric,
     )
     return replace(state, findings=tuple(check(state)))

@@ -32,6 +32,7 @@ from driver_container.supervise import Shutdown, run_in_child
 
 if TYPE_CHECKING:
     from driver_container.hoststate import HostState
+    from driver_container.node.fabricmanager import FabricDaemons
     from driver_container.platform import PlatformInfo
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ class InitOptions:
     persistenced_runtime_dir: Path = persistenced.CONTAINER_RUNTIME_DIR
     poll_s: float = POLL_S
     progress_s: float = PROGRESS_S
+    fabric_poll_s: float = 2.0  # nvidia-smi -q while waiting for the fabric (docs/fabric.md)
 
 
 def required_modules(settings: Settings, *, talos: bool = False) -> tuple[str, ...]:
@@ -183,6 +185,7 @@ def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: Init
     shutdown = Shutdown().install()
     lock = PidLock(paths.pid_file)
     daemon: persistenced.Persistenced | None = None
+    fabric: FabricDaemons | None = None
     generic_host = False
     try:
         lock.acquire()
@@ -200,19 +203,24 @@ def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: Init
             return
         _node_steps(paths)
         if opts.no_wait:
-            log.info("--no-wait: starting no daemon (nvidia-persistenced is left to a waiting init)")
+            log.info("--no-wait: starting no daemon (nvidia-persistenced, Fabric Manager are left to a waiting init)")
         else:
             daemon = _start_daemons(paths, settings, runner, opts, shutdown)
+            fabric = _start_fabric(paths, settings, runner, opts, shutdown)
+            if shutdown.requested:
+                return
         statusfiles.write_state(paths, settings.driver_config_digest)
         statusfiles.write_daemons_status(paths, ready=True)
         if opts.no_wait:
             log.info("Done (--no-wait): driver root published at %s", paths.driver_root)
             return
         log.info("Done, now waiting for signal")
-        _wait_for_signal(paths, shutdown, daemon)
+        _wait_for_signal(paths, shutdown, daemon, fabric)
     finally:
         if shutdown.requested:
             log.info("%s received: stopping what init started; %s is kept", shutdown.describe(), paths.driver_root)
+        if fabric is not None:
+            _stop_fabric(fabric)
         if daemon is not None:
             persistenced.stop(daemon)
         if generic_host and shutdown.requested and lock.held:
@@ -276,10 +284,41 @@ def _check_alive(paths: HostPaths, daemon: persistenced.Persistenced) -> None:
     )
 
 
-def _wait_for_signal(paths: HostPaths, shutdown: Shutdown, daemon: persistenced.Persistenced | None) -> None:
-    while not shutdown.wait(POLL_S if daemon is not None else 3600.0):
+def _start_fabric(
+    paths: HostPaths, settings: Settings, runner: Runner, opts: InitOptions, shutdown: Shutdown
+) -> FabricDaemons | None:
+    """NVSwitch/NVLink5 nodes only (docs/fabric.md): after persistenced, before Ready."""
+    from driver_container.node.fabric import inspect_fabric
+
+    info = inspect_fabric(paths)  # one stat on ordinary nodes
+    if info is None:
+        return None
+    from driver_container.node import fabricmanager
+
+    return fabricmanager.start(paths, settings, runner, info, shutdown, poll_s=opts.fabric_poll_s,
+                               progress_s=opts.progress_s)
+
+
+def _stop_fabric(fabric: FabricDaemons) -> None:
+    from driver_container.node import fabricmanager
+
+    fabricmanager.stop_all(fabric)
+
+
+def _wait_for_signal(
+    paths: HostPaths, shutdown: Shutdown, daemon: persistenced.Persistenced | None,
+    fabric: FabricDaemons | None = None,
+) -> None:
+    watched = daemon is not None or (fabric is not None and bool(fabric.started))
+    while not shutdown.wait(POLL_S if watched else 3600.0):
         if daemon is not None:
             _check_alive(paths, daemon)
+        if fabric is not None:
+            try:
+                fabric.check_alive()
+            except DaemonError:
+                statusfiles.write_daemons_status(paths, ready=False)
+                raise
 
 
 def _prepare_generic(

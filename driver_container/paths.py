@@ -176,6 +176,8 @@ ENV_NAMES: dict[str, str] = {
     "USERSPACE_ROOT": "userspace_root",
     "HOST_OS_RELEASE": "host_os_release",
     "DRIVERS_CONF_DIR": "drivers_conf_dir",
+    "FABRICMANAGER_RUN_DIR": "fabric_run_dir",
+    "FABRICMANAGER_LOG_DIR": "fabric_log_dir",
 }
 
 # The operator mounts the host's /etc/os-release here (assets/state-driver/0500_daemonset.yaml).
@@ -195,6 +197,10 @@ class HostPaths:
     userspace_root: Path = Path("/")
     host_os_release_override: Path | None = None
     drivers_conf_dir: Path = Path("/drivers")
+    # gpu-operator mounts the host's /run/nvidia-fabricmanager here (assets/state-driver/0500_daemonset.yaml,
+    # a22dbf6): Fabric Manager's pid files and its fixed FM<->NVLSM socket live there (docs/fabric.md).
+    fabric_run_dir: Path = Path("/run/nvidia-fabricmanager")
+    fabric_log_dir: Path = Path("/var/log")  # the operator mounts the host's /var/log (same DaemonSet)
     _roots: dict[str, Root] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -256,6 +262,10 @@ class HostPaths:
     @property
     def run(self) -> Root:
         return self._root("run", self.run_dir)
+
+    @property
+    def fabric_run(self) -> Root:
+        return self._root("fabric_run", self.fabric_run_dir)
 
     @property
     def validations_dir(self) -> Path:

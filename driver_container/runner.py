@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from driver_container.errors import CommandError, ForbiddenCommandError
 
@@ -73,11 +74,20 @@ class Runner:
             raise CommandError(f"{' '.join(argv)} exited {proc.returncode}" + (f": {detail[-1]}" if detail else ""))
         return done
 
-    def spawn(self, argv: Sequence[str]) -> subprocess.Popen[bytes]:
-        """Start a long-running daemon; the caller owns its lifetime."""
+    def spawn(self, argv: Sequence[str], *, output: Path | None = None) -> subprocess.Popen[bytes]:
+        """Start a long-running daemon; the caller owns its lifetime. ``output``: a file its stdout and
+        stderr are appended to (kept for the log tail of an error), else both are inherited."""
         args = (self.which(argv[0]), *argv[1:])
         log.info("starting %s", " ".join(argv))
+        fd = -1
         try:
-            return subprocess.Popen(args, env=self.env, stdin=subprocess.DEVNULL)
+            if output is not None:
+                flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+                fd = os.open(output, flags, 0o644)
+            sink = fd if fd >= 0 else None
+            return subprocess.Popen(args, env=self.env, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)
         except OSError as exc:
             raise CommandError(f"{argv[0]}: cannot start: {exc.strerror}") from exc
+        finally:
+            if fd >= 0:
+                os.close(fd)

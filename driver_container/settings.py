@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from driver_container.errors import UsageError
+from driver_container.kernel.fabric import overrides_from_env
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}
@@ -60,6 +61,9 @@ class Settings:
     module_wait_timeout: float = 300.0  # MODULE_WAIT_TIMEOUT seconds
     driver_config_digest: str | None = None  # DRIVER_CONFIG_DIGEST (operator)
     persistenced: str = "auto"  # NVIDIA_PERSISTENCED: auto|true|false
+    fabricmanager: str = "auto"  # NVIDIA_FABRICMANAGER: auto|true|false (docs/fabric.md)
+    fabric_wait_timeout: float = 600.0  # FABRIC_WAIT_TIMEOUT seconds: FM up and the GPUs' fabric trained
+    fabric_overrides: tuple[tuple[str, str], ...] = ()  # NVFM_CONFIG_<FIELD>=<value> (NVIDIA's names)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -82,4 +86,9 @@ class Settings:
             persistenced=parse_choice(
                 "NVIDIA_PERSISTENCED", e.get("NVIDIA_PERSISTENCED"), ("auto", "true", "false"), "auto"
             ),
+            fabricmanager=parse_choice(
+                "NVIDIA_FABRICMANAGER", e.get("NVIDIA_FABRICMANAGER"), ("auto", "true", "false"), "auto"
+            ),
+            fabric_wait_timeout=parse_seconds("FABRIC_WAIT_TIMEOUT", e.get("FABRIC_WAIT_TIMEOUT"), 600.0),
+            fabric_overrides=overrides_from_env(e),
         )

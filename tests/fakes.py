@@ -168,3 +168,54 @@ def fixture_host_env(root: Path, base: Path, userspace: Path, *, drop: tuple[str
         FAKE_PERSISTENCED_DIR=runtime_dir, NVIDIA_PERSISTENCED_RUNTIME_DIR=runtime_dir,
     )  # fmt: skip
     return env
+
+
+FAKE_FABRIC = Path(__file__).resolve().parent / "unit" / "node" / "fake_fabric.py"
+FAKE_NVIDIA_SMI = Path(__file__).resolve().parent / "unit" / "node" / "fake_nvidia_smi.py"
+# The fields of NVIDIA's fabricmanager.cfg that matter here, with the packages' defaults (not its text).
+FABRICMANAGER_CFG = """# fabricmanager.cfg (test image)
+LOG_LEVEL=4
+LOG_FILE_NAME=/var/log/fabricmanager.log
+DAEMONIZE=1
+BIND_INTERFACE_IP=127.0.0.1
+STARTING_TCP_PORT=16000
+FABRIC_MODE=0
+FM_CMD_PORT_NUMBER=6666
+FM_CMD_UNIX_SOCKET_PATH=
+TOPOLOGY_FILE_PATH=/usr/share/nvidia/nvswitch
+"""
+
+
+def _script(path: Path, source: Path, interpreter: str = sys.executable) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!{interpreter}\n" + source.read_text())
+    path.chmod(0o755)
+
+
+def add_fabric_to_image(root: Path, *, nvlsm: bool = True, interpreter: str = sys.executable) -> None:
+    """Put the fake nv-fabricmanager (and nvlsm) with their configs into an image root, where NVIDIA's
+    packages install them (usr/bin, opt/nvidia/nvlsm/sbin, usr/share/nvidia/{nvswitch,nvlsm})."""
+    _script(root / "usr/bin/nv-fabricmanager", FAKE_FABRIC, interpreter)
+    cfg = root / "usr/share/nvidia/nvswitch/fabricmanager.cfg"
+    cfg.parent.mkdir(parents=True, exist_ok=True)
+    cfg.write_text(FABRICMANAGER_CFG)
+    if nvlsm:
+        _script(root / "opt/nvidia/nvlsm/sbin/nvlsm", FAKE_FABRIC, interpreter)
+        conf = root / "usr/share/nvidia/nvlsm/nvlsm.conf"
+        conf.parent.mkdir(parents=True, exist_ok=True)
+        conf.write_text("# nvlsm.conf (test image)\n")
+
+
+def install_fake_nvidia_smi(bindir: Path, interpreter: str = sys.executable) -> None:
+    _script(bindir / "nvidia-smi", FAKE_NVIDIA_SMI, interpreter)
+
+
+def fabric_env(base: Path) -> dict[str, str]:
+    """FABRICMANAGER_RUN_DIR/LOG_DIR under ``base`` and the fakes' FAKE_DIR/FAKE_FABRIC_RUN_DIR."""
+    run, logs, fake = base / "run-nvidia-fabricmanager", base / "var-log", base / "fake-fabric"
+    for d in (run, logs, fake):
+        d.mkdir(parents=True, exist_ok=True)
+    return {
+        "FABRICMANAGER_RUN_DIR": str(run), "FABRICMANAGER_LOG_DIR": str(logs),
+        "FAKE_DIR": str(fake), "FAKE_FABRIC_RUN_DIR": str(run),
+    }

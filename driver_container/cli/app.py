@@ -48,6 +48,13 @@ def configure(
     drivers_conf_dir: Annotated[
         Path | None, typer.Option(envvar="DRIVERS_CONF_DIR", help="module parameter files (default /drivers)")
     ] = None,
+    fabricmanager_run_dir: Annotated[
+        Path | None,
+        typer.Option(envvar="FABRICMANAGER_RUN_DIR", help="FM pid files, sockets (default /run/nvidia-fabricmanager)"),
+    ] = None,
+    fabricmanager_log_dir: Annotated[
+        Path | None, typer.Option(envvar="FABRICMANAGER_LOG_DIR", help="FM and NVLSM logs (default /var/log)")
+    ] = None,
     log_format: Annotated[str, typer.Option(envvar="LOG_FORMAT", help="human or json")] = "human",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", envvar="VERBOSE")] = False,
 ) -> None:
@@ -65,6 +72,8 @@ def configure(
             "USERSPACE_ROOT": userspace_root,
             "HOST_OS_RELEASE": host_os_release,
             "DRIVERS_CONF_DIR": drivers_conf_dir,
+            "FABRICMANAGER_RUN_DIR": fabricmanager_run_dir,
+            "FABRICMANAGER_LOG_DIR": fabricmanager_log_dir,
         }
     )
 

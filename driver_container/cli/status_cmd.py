@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -28,6 +28,21 @@ def _module_line(entry: dict[str, object]) -> str:
     return text
 
 
+def _fabric_lines(fab: dict[str, Any]) -> list[str]:
+    port = fab["management_port"]
+    lines = [
+        f"fabric: {fab['kind']}, {len(fab['nvswitch_devices'])} NVSwitch device(s)"
+        + (f", LPF {', '.join(fab['lpf_devices'])}" if fab["lpf_devices"] else "")
+        + (f", management port {port['device']}/{port['port']} {port['guid']}" if port else ""),
+    ]
+    for name, where in fab["image"].items():
+        lines.append(f"  image {name}: {where or 'missing'}")
+    lines += [f"  {d['name']}: running (pid {d['pid'] or '?'}, {d['evidence']})" for d in fab["daemons"]]
+    if not fab["daemons"]:
+        lines.append("  daemons: none running")
+    return lines
+
+
 def render_text(state: HostState) -> str:
     """The human form of ``state.to_json()``."""
     doc = state.to_json()
@@ -45,6 +60,8 @@ def render_text(state: HostState) -> str:
         ]
     lines.append(f"userspace: {us['version'] or 'not found'} (root {us['root']}, {us['libcuda'] or us['source']})")
     lines.append(f"driver root: {root['path']} ({'published' if root['published'] else 'not published'})")
+    if doc["fabric"] is not None:
+        lines += _fabric_lines(doc["fabric"])
     lines.append("findings:" if doc["findings"] else "findings: none")
     for f in doc["findings"]:
         lines.append(f"  {f['severity'].upper()} {f['code']}: {f['message']}")

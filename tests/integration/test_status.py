@@ -74,6 +74,8 @@ EXPECTED: dict[str, tuple[int, set[str], set[str]]] = {
     "ubuntu-24.04-dkms": (0, set(), set()),
     "talos-1.13-no-proc-modules": (0, set(), set()),
     "talos-1.11-kmod-535": (0, set(), set()),  # firmware where the image keeps it (usr/share/nvidia)
+    "talos-1.13-hgx-h100-nvswitch": (1, {"FABRIC_MANAGER_MISSING"}, set()),  # the image lacks FM
+    "talos-1.13-hgx-b200-nvlink5": (1, {"FABRIC_MANAGER_MISSING", "NVLSM_MISSING"}, set()),
 }
 
 
