@@ -97,9 +97,14 @@ def _socket_answers(paths: HostPaths) -> bool:
         real = paths.host.resolve(HOST_SOCKET)
         if not stat.S_ISSOCK(os.lstat(real).st_mode):
             return False
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
-            client.settimeout(SOCKET_CONNECT_S)
-            client.connect(str(real))
+        # sun_path holds 108 bytes (unix(7)); a deep HOST_ROOT is reached through the directory's fd instead.
+        parent = os.open(real.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+                client.settimeout(SOCKET_CONNECT_S)
+                client.connect(f"/proc/self/fd/{parent}/{real.name}")
+        finally:
+            os.close(parent)
     except (OSError, HostReadError):
         return False
     return True

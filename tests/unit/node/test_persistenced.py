@@ -125,12 +125,16 @@ def test_workload_isolation_hidden_daemon_found_by_its_socket(
     pid_file.write_text("4242\n")
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock_path = paths.host_root / persistenced.HOST_SOCKET
+    cwd = os.getcwd()
     try:
-        server.bind(str(sock_path))
+        os.chdir(sock_path.parent)  # bind by a short name: tmp_path can exceed sun_path's 108 bytes
+        server.bind(sock_path.name)
+        os.chdir(cwd)
         server.listen(1)
         assert persistenced.host_daemon_pid(paths) == 4242
         assert not persistenced.should_start(paths, "auto", _runner(tmp_path))
     finally:
+        os.chdir(cwd)
         server.close()
     # A socket file nobody listens on (the daemon died) is stale.
     assert persistenced.host_daemon_pid(paths) is None
