@@ -89,3 +89,7 @@ class DaemonError(DriverContainerError):
 
 class HostDriverPresentError(DriverContainerError):
     """The host already provides the NVIDIA userspace; the driver container must not run on this node."""
+
+
+class VerdictFormatError(DriverContainerError):
+    """The module-file verdict in RUN_DIR does not parse; it is then treated as absent."""

@@ -61,6 +61,27 @@ class Settings:
     driver_config_digest: str | None = None  # DRIVER_CONFIG_DIGEST (operator)
     persistenced: str = "auto"  # NVIDIA_PERSISTENCED: auto|true|false
 
+    def unused_lines(self) -> list[str]:
+        """Operator settings this image parses but does not act on, each with what to do instead
+        (issue 14 item 9: they used to be ignored without a word)."""
+        lines = []
+        if self.use_host_mofed:
+            lines.append(
+                "USE_HOST_MOFED=true has no effect: this image neither waits for MOFED nor loads nvidia_peermem "
+                "against it (on Talos there is no MOFED: GPUDirect RDMA goes through DMA-BUF)"
+            )
+        for name, enabled, module, where in (
+            ("GDS_ENABLED", self.gds_enabled, "nvidia_fs", "nonfree-kmod-nvidia extension (extras/nvidia-fs.ko)"),
+            ("GDRCOPY_ENABLED", self.gdrcopy_enabled, "gdrdrv", "nvidia-open-gpu-kernel-modules extension"),
+        ):
+            if enabled:
+                lines.append(
+                    f"{name}=true: this image neither loads nor waits for {module}; the startup probe passes "
+                    f"{name} on to the operator's validator, which waits for {module} in /proc/modules: on Talos "
+                    f"load it from the machine config ({where})"
+                )
+        return lines
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         e = os.environ if env is None else env
