@@ -70,9 +70,11 @@ class Settings:
                 "USE_HOST_MOFED=true has no effect: this image neither waits for MOFED nor loads nvidia_peermem "
                 "against it (on Talos there is no MOFED: GPUDirect RDMA goes through DMA-BUF)"
             )
+        gds = "the nonfree-kmod-nvidia extension ships extras/nvidia-fs.ko"
+        gdrcopy = "the nvidia-open-gpu-kernel-modules extension ships extras/gdrdrv.ko"
         for name, enabled, module, where in (
-            ("GDS_ENABLED", self.gds_enabled, "nvidia_fs", "nonfree-kmod-nvidia extension (extras/nvidia-fs.ko)"),
-            ("GDRCOPY_ENABLED", self.gdrcopy_enabled, "gdrdrv", "nvidia-open-gpu-kernel-modules extension"),
+            ("GDS_ENABLED", self.gds_enabled, "nvidia_fs", gds),
+            ("GDRCOPY_ENABLED", self.gdrcopy_enabled, "gdrdrv", gdrcopy),
         ):
             if enabled:
                 lines.append(

@@ -92,6 +92,7 @@ def _module_file(record: object) -> ModuleFile:
     name, path = _str_or_none(record, "name"), _str_or_none(record, "path")
     if not name or not path:
         raise VerdictFormatError("module_files: an entry without name or path")
+
     def strings(key: str) -> tuple[str, ...]:
         value = record.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):

@@ -301,7 +301,8 @@ def test_values_wire_the_toolkit_for_talos() -> None:
 
 @pytest.mark.parametrize("where", ["values", "cr"])
 def test_probe_timeout_is_stated_and_long_enough_for_nvidia_smi(where: str) -> None:
-    spec = _docs("gpu-operator-values.yaml")[0]["driver"] if where == "values" else _docs("nvidiadriver.yaml")[0]["spec"]
+    values, cr = _docs("gpu-operator-values.yaml")[0], _docs("nvidiadriver.yaml")[0]
+    spec = values["driver"] if where == "values" else cr["spec"]
     probe = spec["startupProbe"]
     # The NVIDIADriver path renders each field as given: a missing timeoutSeconds is 0, i.e. 1 s.
     assert probe["timeoutSeconds"] >= 30
