@@ -58,6 +58,9 @@ def test_a_mismatching_file_read_by_the_manager_stops_init(tmp_path: Path) -> No
     errors = {f.code for f in state.findings if f.severity == "error"}
     assert "MODULE_FILE_MISMATCH" in errors
     assert state.to_json()["module_files_source"].startswith("driver-manager verdict")
+    from driver_container.cli.status_cmd import render_text
+
+    assert "module files: from driver-manager verdict" in render_text(state)  # `status` says where from
 
 
 def test_a_matching_verdict_verifies_and_carries_the_firmware_names(tmp_path: Path) -> None:
