@@ -40,7 +40,7 @@ class _Api(BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         if self.headers.get("Authorization") != f"Bearer {TOKEN}":
             self._answer(401, {"kind": "Status"})
         elif self.path.startswith(f"/api/v1/nodes/{NODE}"):

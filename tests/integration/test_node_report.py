@@ -100,8 +100,8 @@ def test_outside_a_cluster_nothing_is_called_or_imported(api: Server) -> None:
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
 
 
-def test_init_refusal_is_reported_by_the_cli_through_the_service_account(
-    api: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_init_refusal_is_reported_by_the_cli(
+    api: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The whole path: `nvidia-driver init` fails on a host with no nvidia module (wait timeout) and the
     Node gets the refusal (the in-cluster endpoint is pointed at the local server)."""
@@ -118,7 +118,7 @@ def test_init_refusal_is_reported_by_the_cli_through_the_service_account(
         **ENV, "HOST_ROOT": str(tmp_path / "host"), "PROCFS_ROOT": str(tmp_path / "proc"),
         "SYSFS_ROOT": str(tmp_path / "sys"), "RUN_DIR": str(tmp_path / "run"),
         "HOST_OS_RELEASE": str(tmp_path / "host/etc/os-release"), "MODULE_WAIT_TIMEOUT": "0",
-        "USERSPACE_ROOT": str(tmp_path / "image"), "OPERATOR_NAMESPACE": NS,
+        "USERSPACE_ROOT": str(tmp_path / "image"), "OPERATOR_NAMESPACE": NS, "GDS_ENABLED": "true",
     }  # fmt: skip
     for key, value in env.items():
         monkeypatch.setenv(key, value)
@@ -130,6 +130,9 @@ def test_init_refusal_is_reported_by_the_cli_through_the_service_account(
     assert api.state.annotations[f"{PREFIX}result"] == "refused"
     assert "nvidia" in api.state.annotations[f"{PREFIX}reason"]
     assert len(api.state.events) == 1
+    err = capsys.readouterr().err
+    assert "GDS_ENABLED=true: this image neither loads nor waits for nvidia_fs" in err  # issue 14 item 9
+    assert TOKEN not in err
 
 
 def test_event_message_and_reason_are_bounded() -> None:

@@ -339,6 +339,8 @@ def test_every_helm_install_that_creates_the_namespace_labels_it() -> None:
             if "helm install" in line and "--create-namespace" in line:
                 found += 1
                 assert "psa.enabled=true" in line or "gpu-operator-values.yaml" in line, f"{md}: {line}"
+                assert "psa.enabled=false" not in line
+    assert _docs("gpu-operator-values.yaml")[0]["psa"]["enabled"] is True  # what the -f lines rely on
     assert found >= 2
 
 
