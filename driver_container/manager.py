@@ -214,7 +214,12 @@ def hand_verdict_to_init(paths: HostPaths, settings: Settings, digest: str | Non
     from driver_container import verdict
     from driver_container.hoststate import inspect_host
 
-    state = inspect_host(paths, settings)
+    try:
+        state = inspect_host(paths, settings)
+    except DriverContainerError as exc:
+        log.warning("module files not read, no verdict for init: %s", exc.message)
+        verdict.remove_verdict(paths)
+        return "module-file verdict NOT written"
     if state.module_files_source != "host" or not state.module_files:
         verdict.remove_verdict(paths)
         return f"no NVIDIA module files under {paths.host_root}: no module-file verdict for init"
