@@ -4,7 +4,7 @@ never loaded).
 
 Kept off the critical path: nothing here can fail ``init``. Outside a cluster (no NODE_NAME, or neither
 KUBERNETES_SERVICE_HOST nor KUBECONFIG) it does nothing and imports nothing; in a cluster the client
-(``requests``) is imported only then, every call has a short timeout and no retry, and whatever goes
+(``requests``) is imported only then, every call has a 1.5 s timeout and no retry, and whatever goes
 wrong - API unreachable, RBAC without the verb - is logged once as a warning.
 
 RBAC: ``patch`` on ``nodes`` (the annotations) and ``create`` on ``events``. The operator's driver
@@ -90,8 +90,9 @@ def in_cluster(env: Mapping[str, str]) -> bool:
 def _client(env: Mapping[str, str]) -> KubeClient:
     from driver_container.kube import KubeClient, KubeConfig
 
-    # One short try per call: a slow or absent API must not hold up a node that is otherwise ready.
-    return KubeClient.from_env(env, KubeConfig(timeout=3.0, attempts=1))
+    # One short try per call: a slow or absent API must not hold up a node that is otherwise ready, nor a
+    # SIGTERM (the publishing child that reports ignores it; init must stop within 2 s, issue 14).
+    return KubeClient.from_env(env, KubeConfig(timeout=1.5, attempts=1))
 
 
 def _namespace(env: Mapping[str, str]) -> str:
