@@ -93,3 +93,7 @@ class FabricError(DaemonError):
 
 class HostDriverPresentError(DriverContainerError):
     """The host already provides the NVIDIA userspace; the driver container must not run on this node."""
+
+
+class VerdictFormatError(DriverContainerError):
+    """The module-file verdict in RUN_DIR does not parse; it is then treated as absent."""

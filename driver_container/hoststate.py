@@ -124,6 +124,7 @@ class HostState:
     param_errors: tuple[str, ...] = ()  # malformed /drivers/*.conf
     fabric: FabricInfo | None = None  # NVSwitch / NVLink5 systems only (docs/fabric.md)
     findings: tuple[Finding, ...] = field(default=())
+    module_files_source: str = "host"  # host | driver-manager verdict <file> | none (verdict.py)
 
     @property
     def kernel_release(self) -> str | None:
@@ -141,6 +142,7 @@ class HostState:
                 "pretty_name": self.platform.pretty_name,
             },
             "modules": [self._module_json(m) for m in self.modules.values()],
+            "module_files_source": self.module_files_source,
             "nvidia": {
                 "version": self.nvidia_version.version if self.nvidia_version else None,
                 "flavour": self.nvidia_version.flavour if self.nvidia_version else None,
@@ -265,9 +267,14 @@ def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
     gpus = tuple(read_gpus(paths.proc, problems)) if modules["nvidia"].loaded else ()
     kver = platform.kernel_release
     files = read_module_files(paths, kver, problems) if kver else {}
-    firmware_names = sorted({fw for f in files.values() for fw in f.firmware})
     requested, param_errors = read_requested_params(paths)
     userspace = find_userspace(paths)
+    files_source = "host"
+    if not files and kver:  # no host root here (the operator's main container): driver-manager's verdict
+        from driver_container.verdict import adopt_verdict
+
+        files, files_source = adopt_verdict(paths, settings.driver_config_digest, userspace.version, kver)
+    firmware_names = sorted({fw for f in files.values() for fw in f.firmware})
     problems.extend(userspace.problems)
     fabric = inspect_fabric(paths)
     problems.extend(fabric.problems if fabric else ())
@@ -291,5 +298,6 @@ def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
         problems=tuple(dict.fromkeys(problems)),
         param_errors=tuple(param_errors),
         fabric=fabric,
+        module_files_source=files_source,
     )
     return replace(state, findings=tuple(check(state)))

@@ -214,6 +214,15 @@ class KubeClient:
         node = self._json("PATCH", f"/api/v1/nodes/{quote(name, safe='')}", body=body, content_type=MERGE_PATCH)
         return {str(k): str(v) for k, v in (node.get("metadata", {}).get("labels") or {}).items()}
 
+    def patch_node_annotations(self, name: str, annotations: Mapping[str, str | None]) -> None:
+        """JSON merge patch of node annotations (nodereport.py); ``None`` removes one."""
+        body = {"metadata": {"annotations": dict(annotations)}}
+        self._json("PATCH", f"/api/v1/nodes/{quote(name, safe='')}", body=body, content_type=MERGE_PATCH)
+
+    def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
+        """POST a core/v1 Event (nodereport.py)."""
+        self._json("POST", f"/api/v1/namespaces/{quote(namespace, safe='')}/events", body=dict(event))
+
     def list_pods(self, namespace: str | None, *, node: str, label_selector: str = "") -> list[dict[str, Any]]:
         path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods" if namespace else "/api/v1/pods"
         params = {"fieldSelector": f"spec.nodeName={node}"}

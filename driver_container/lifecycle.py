@@ -232,9 +232,19 @@ def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: Init
 def _verify_and_publish(paths: HostPaths, settings: Settings, runner: Runner) -> str:
     from driver_container.publish import publish_driver_root
 
-    version = loaded_version(verify(paths, settings))
+    state = verify(paths, settings)
+    version = loaded_version(state)
     publish_driver_root(paths, version, runner)  # logs its own summary
+    _report_published(state, version)
     return version
+
+
+def _report_published(state: HostState, version: str) -> None:
+    """Annotate the Node from this (already heavy) child; a no-op outside a cluster, never fatal."""
+    from driver_container.nodereport import READY, NodeVerdict, report
+
+    flavour = state.nvidia_version.flavour if state.nvidia_version else None
+    report(NodeVerdict(READY, version, flavour, state.module_files_source))
 
 
 def _node_steps(paths: HostPaths) -> None:

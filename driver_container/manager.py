@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Protocol
 
-from driver_container.errors import HostDriverPresentError, VerificationError
+from driver_container.errors import DriverContainerError, HostDriverPresentError, KubernetesError, VerificationError
 from driver_container.kernel.mountinfo import mounts_at_or_below
 from driver_container.paths import HostPaths, Root
 from driver_container.runner import MODULE_TOOLS, Runner
@@ -30,8 +30,12 @@ log = logging.getLogger(__name__)
 PAUSED = "paused-for-driver-upgrade"  # value the stock manager and upgrade controller use
 DRIVER_DEPLOY_LABEL = "nvidia.com/gpu.deploy.driver"
 PRE_INSTALLED = "pre-installed"  # the operator stops scheduling its driver pod on such a node
-# Operand deploy label -> ``app`` label of its pods (the stock manager's list; gpu-operator assets).
-# nvsm has a label but its pods are not waited for by the stock manager either.
+# Operand deploy label -> ``app`` label of its pods whose end is waited for (None: paused, not waited for).
+# The stock manager's lists, NVIDIA/k8s-driver-manager v0.12.0 (bd62ca7d) cmd/driver-manager/main.go
+# fetchCurrentLabels, evictAllGPUOperatorComponents and waitForPodsToTerminate.
+CLIENT_LABEL = "nvidia.com/gpu.deploy.client"  # user GPU clients: their DaemonSets select on this key
+DRA_DRIVER_LABEL = "nvidia.com/gpu.deploy.dra-driver"  # the DRA kubelet plugin: paused last (evictKubeletPlugin)
+DRA_PLUGIN_APP = "nvidia-dra-driver-kubelet-plugin"
 OPERANDS: dict[str, str | None] = {
     "nvidia.com/gpu.deploy.operator-validator": "nvidia-operator-validator",
     "nvidia.com/gpu.deploy.container-toolkit": "nvidia-container-toolkit-daemonset",
@@ -44,6 +48,10 @@ OPERANDS: dict[str, str | None] = {
     "nvidia.com/gpu.deploy.sandbox-validator": "nvidia-sandbox-validator",
     "nvidia.com/gpu.deploy.sandbox-device-plugin": "nvidia-sandbox-device-plugin-daemonset",
     "nvidia.com/gpu.deploy.vgpu-device-manager": "nvidia-vgpu-device-manager",
+    "nvidia.com/gpu.deploy.dra-validator": None,
+    "nvidia.com/gpu.deploy.dcgm-exporter-dra": "nvidia-dcgm-exporter-dra",
+    "nvidia.com/gpu.deploy.dcgm-dra": "nvidia-dcgm-dra",
+    CLIENT_LABEL: None,  # waited for by nodeSelector key (client_pods), as the stock manager does
 }
 # The validator's host-driver probe: a regular executable nvidia-smi in these host directories
 # (cmd/nvidia-validator, gpu-operator-contract.md section 5). In-root paths, resolved through Root.
@@ -59,6 +67,7 @@ class ManagerOptions:
     host_driver_delay: float = 60.0  # stock: sleep 60 s before failing, while the pod is replaced
     pod_wait_timeout: float = 300.0  # stock grace period per operand: 5 minutes
     poll_interval: float = 5.0
+    custom_operand_label: str | None = None  # NODE_LABEL_FOR_GPU_POD_EVICTION: paused and restored too
 
 
 class NodeApi(Protocol):
@@ -107,17 +116,32 @@ def restored_value(value: str) -> str:
     return value.replace(f"_{PAUSED}", "").replace(PAUSED, "").strip("_")
 
 
-def pause_patch(labels: Mapping[str, str]) -> dict[str, str]:
-    return {k: paused_value(v) for k, v in labels.items() if k in OPERANDS and paused_value(v) != v}
+def pause_patch(labels: Mapping[str, str], extra: tuple[str, ...] = ()) -> dict[str, str]:
+    """Operand labels (and ``extra`` ones: the custom eviction label) to pause; the DRA plugin comes later."""
+    keys = set(OPERANDS) | set(extra)
+    return {k: paused_value(v) for k, v in labels.items() if k in keys and paused_value(v) != v}
 
 
-def restore_patch(labels: Mapping[str, str]) -> dict[str, str]:
+def restore_patch(labels: Mapping[str, str], extra: tuple[str, ...] = ()) -> dict[str, str]:
     """Undo our pause, including one left behind by an interrupted earlier run."""
-    return {k: restored_value(v) for k, v in labels.items() if k in OPERANDS and PAUSED in v}
+    keys = {*OPERANDS, DRA_DRIVER_LABEL, *extra}
+    return {k: restored_value(v) for k, v in labels.items() if k in keys and PAUSED in v}
 
 
-def operand_selector() -> str:
-    apps = sorted(app for app in OPERANDS.values() if app)
+def client_pods(pods: list[dict[str, Any]], key: str = CLIENT_LABEL) -> list[str]:
+    """Names of DaemonSet pods whose nodeSelector uses ``key`` (the stock WaitForPodsWithNodeSelector rule,
+    k8s-driver-manager v0.12.0 internal/kubernetes/client.go)."""
+    names = []
+    for pod in pods:
+        owners = pod.get("metadata", {}).get("ownerReferences") or []
+        by_daemonset = any(o.get("controller") and o.get("kind") == "DaemonSet" for o in owners)
+        if by_daemonset and key in (pod.get("spec", {}).get("nodeSelector") or {}):
+            names.append(str(pod["metadata"].get("name", "?")))
+    return names
+
+
+def operand_selector(*more: str) -> str:
+    apps = sorted({app for app in OPERANDS.values() if app} | set(more))
     return f"app in ({','.join(apps)})"
 
 
@@ -184,6 +208,34 @@ def check_versions(facts: NodeFacts) -> None:
     )
 
 
+def hand_verdict_to_init(paths: HostPaths, settings: Settings, digest: str | None) -> str:
+    """Read the module files through /host (only this init container has it) and leave the facts for
+    ``init`` in RUN_DIR (verdict.py). Never fatal: without a verdict ``init`` only verifies less."""
+    from driver_container import verdict
+    from driver_container.hoststate import inspect_host
+
+    try:
+        state = inspect_host(paths, settings)
+    except DriverContainerError as exc:
+        log.warning("module files not read, no verdict for init: %s", exc.message)
+        verdict.remove_verdict(paths)
+        return "module-file verdict NOT written"
+    if state.module_files_source != "host" or not state.module_files:
+        verdict.remove_verdict(paths)
+        return f"no NVIDIA module files under {paths.host_root}: no module-file verdict for init"
+    made = verdict.make_verdict(paths, state, digest)
+    for line in made.findings:
+        log.warning("module files: %s", line)
+    try:
+        verdict.write_verdict(paths, made)
+    except (DriverContainerError, OSError) as exc:
+        log.warning("cannot leave the module-file verdict for init: %s", exc)
+        return "module-file verdict NOT written"
+    file_errors = [f for f in state.findings if f.severity == "error" and f.code in verdict.FILE_FINDINGS]
+    outcome = "mismatch, init will refuse" if file_errors else "match"
+    return f"module-file verdict for init: {outcome} ({len(made.module_files)} file(s))"
+
+
 def disable_container_driver(
     api: NodeApi, options: ManagerOptions, facts: NodeFacts, sleep: Callable[[float], None]
 ) -> None:
@@ -226,8 +278,44 @@ def _pause_needed(api: NodeApi, options: ManagerOptions, facts: NodeFacts) -> bo
     changed = options.force_reinstall or digest is None or facts.state_digest != digest
     if not (facts.nvidia_loaded and changed):
         return False
-    running = api.list_pods(options.operator_namespace, node=options.node_name, label_selector=operand_selector())
+    selector = operand_selector(DRA_PLUGIN_APP)
+    running = api.list_pods(options.operator_namespace, node=options.node_name, label_selector=selector)
     return bool(running)
+
+
+def _wait_for_operands(api: NodeApi, options: ManagerOptions, sleep: Callable[[float], None]) -> None:
+    """Operand pods by app label, then GPU-client DaemonSet pods in every namespace by nodeSelector key."""
+    node, timeout, poll = options.node_name, options.pod_wait_timeout, options.poll_interval
+    api.wait_for_pods_gone(
+        options.operator_namespace, node=node, label_selector=operand_selector(), timeout=timeout, poll=poll
+    )
+    for _ in range(max(1, int(timeout / poll) if poll > 0 else 1) + 1):
+        names = client_pods(api.list_pods(None, node=node))
+        if not names:
+            return
+        log.info("waiting for GPU client pod(s) %s (nodeSelector %s) to end", ", ".join(names), CLIENT_LABEL)
+        sleep(poll)
+    raise KubernetesError(
+        f"GPU client pods {', '.join(names)} (nodeSelector {CLIENT_LABEL}) still on node {node} after {timeout:g} s",
+        fix="check why they do not terminate (kubectl describe pod), then restart the driver pod",
+    )
+
+
+def _pause_dra_plugin(api: NodeApi, options: ManagerOptions, labels: Mapping[str, str]) -> bool:
+    """The DRA kubelet plugin goes last: it unprepares the claims of the pods paused before it."""
+    value = labels.get(DRA_DRIVER_LABEL)
+    if value is None or paused_value(value) == value:
+        return False
+    log.info("pausing the DRA kubelet plugin (%s), after its claim holders", DRA_DRIVER_LABEL)
+    api.patch_node_labels(options.node_name, {DRA_DRIVER_LABEL: paused_value(value)})
+    api.wait_for_pods_gone(
+        options.operator_namespace,
+        node=options.node_name,
+        label_selector=f"app={DRA_PLUGIN_APP}",
+        timeout=options.pod_wait_timeout,
+        poll=options.poll_interval,
+    )
+    return True
 
 
 def run_uninstall(
@@ -249,7 +337,10 @@ def run_uninstall(
     if facts.host_smi is not None:
         disable_container_driver(api, options, facts, sleep)
     check_versions(facts)
-    pause = pause_patch(api.node_labels(options.node_name)) if _pause_needed(api, options, facts) else {}
+    verdict_note = hand_verdict_to_init(paths, settings, options.driver_config_digest)
+    extra = (options.custom_operand_label,) if options.custom_operand_label else ()
+    labels = api.node_labels(options.node_name) if _pause_needed(api, options, facts) else {}
+    pause = pause_patch(labels, extra)
     try:
         if pause:
             log.info(
@@ -259,19 +350,52 @@ def run_uninstall(
                 ", ".join(sorted(pause)),
             )
             api.patch_node_labels(options.node_name, dict(pause))
-            api.wait_for_pods_gone(
-                options.operator_namespace,
-                node=options.node_name,
-                label_selector=operand_selector(),
-                timeout=options.pod_wait_timeout,
-                poll=options.poll_interval,
-            )
+            _wait_for_operands(api, options, sleep)
+        if _pause_dra_plugin(api, options, labels):
+            pause[DRA_DRIVER_LABEL] = PAUSED
         done = clean_leftovers(paths, facts, runner)
     finally:
-        restore = restore_patch(api.node_labels(options.node_name))
+        restore = restore_patch(api.node_labels(options.node_name), extra)
         if restore:
             log.info("restoring operand labels %s", ", ".join(f"{k}={v}" for k, v in sorted(restore.items())))
             api.patch_node_labels(options.node_name, dict(restore))
     state = f"nvidia {facts.nvidia_version} loaded" if facts.nvidia_loaded else "nvidia not loaded yet (Talos loads it)"
     actions = ([f"paused {len(pause)} operand label(s)"] if pause else []) + done
-    return f"Talos {facts.talos_version or ''}: {state}; " + ("; ".join(actions) if actions else "nothing to clean")
+    summary = "; ".join(actions) if actions else "nothing to clean"
+    return f"Talos {facts.talos_version or ''}: {state}; {summary}; {verdict_note}"
+
+
+def run_preflight(paths: HostPaths, settings: Settings, facts: NodeFacts | None = None) -> list[str]:
+    """``preflight_check``: what ``uninstall_driver`` and ``init`` would refuse, read-only and without the
+    API. The stock command checks nothing (k8s-driver-manager v0.12.0 preflightCheck only logs); this one
+    checks the platform, a pre-installed host driver, the loaded module against the image's userspace,
+    and the module files under /host against the loaded modules. Returns the lines of what passed."""
+    from driver_container.hoststate import inspect_host
+
+    facts = facts or gather_facts(paths, settings)
+    if facts.platform != "talos":
+        return [f"not a Talos node ({facts.platform_evidence}): nothing to check for this image"]
+    lines = [f"Talos {facts.talos_version or '?'} ({facts.platform_evidence})"]
+    if facts.host_smi is not None:
+        raise HostDriverPresentError(
+            f"host nvidia-smi {facts.host_smi} found: uninstall_driver would label the node "
+            f"{DRIVER_DEPLOY_LABEL}={PRE_INSTALLED}",
+            fix="remove the NVIDIA userspace (nvidia-container-toolkit) extension, keep only the kmod extension",
+        )
+    lines.append("no host NVIDIA userspace (the driver container is wanted here)")
+    check_versions(facts)
+    if facts.nvidia_loaded:
+        lines.append(f"loaded nvidia {facts.nvidia_version} = image userspace {facts.image_version}")
+    else:
+        lines.append("nvidia not loaded yet: versions checked by init once Talos loads it")
+    state = inspect_host(paths, settings)
+    errors = [
+        f for f in state.findings if f.severity == "error" and f.code in ("MODULE_FILE_MISMATCH", "VERMAGIC_MISMATCH")
+    ]
+    if errors:
+        raise VerificationError(
+            "; ".join(f"{f.code}: {f.message}" for f in errors), fix="; ".join(dict.fromkeys(f.fix for f in errors))
+        )
+    files = ", ".join(str(f.path) for f in state.module_files.values()) or f"none under {paths.host_root}"
+    lines.append(f"module files match the loaded modules ({files})")
+    return lines

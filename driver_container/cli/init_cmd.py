@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from driver_container.cli.app import app, host_paths
+from driver_container.errors import DriverContainerError
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,16 @@ def init(
     options = InitOptions(no_wait=no_wait)
     if persistenced_runtime_dir is not None:
         options = InitOptions(no_wait=no_wait, persistenced_runtime_dir=persistenced_runtime_dir)
-    run_init(host_paths(ctx), Settings.from_env(), Runner(), options)
+    settings = Settings.from_env()
+    for line in settings.unused_lines():
+        log.warning("%s", line)
+    try:
+        run_init(host_paths(ctx), settings, Runner(), options)
+    except DriverContainerError as exc:
+        from driver_container.nodereport import REFUSED, NodeVerdict, report
+
+        report(NodeVerdict(REFUSED, reason=exc.message))  # the Node shows why; never masks ``exc``
+        raise
 
 
 @app.command("load")

@@ -31,7 +31,7 @@ app = typer.Typer(
 log = logging.getLogger(__name__)
 
 # Stock variables that only steer module unloading and node draining; modules are never unloaded on
-# Talos, so they are accepted and reported as having no effect there.
+# Talos, so they are accepted and reported as having no effect there (docs/operator.md, "Differences").
 IGNORED_ON_TALOS = (
     "ENABLE_GPU_POD_EVICTION",
     "ENABLE_AUTO_DRAIN",
@@ -39,8 +39,11 @@ IGNORED_ON_TALOS = (
     "DRAIN_POD_SELECTOR_LABEL",
     "DRAIN_TIMEOUT_SECONDS",
     "DRAIN_DELETE_EMPTYDIR_DATA",
-    "NODE_LABEL_FOR_GPU_POD_EVICTION",
 )
+# The stock manager waits (without a bound) for MOFED when GPU_DIRECT_RDMA_ENABLED and a Mellanox device
+# is present (k8s-driver-manager v0.12.0 waitForMofedDriver). Talos has no MOFED and nvidia_peermem
+# cannot load there, so that wait would never end: it is left out, with a warning.
+NO_MOFED_WAIT = ("GPU_DIRECT_RDMA_ENABLED", "USE_HOST_MOFED")
 # Variables this command reads besides HostPaths' and Settings' (checked by tests/unit/test_manifests.py).
 ENV_NAMES = (
     "NODE_NAME",
@@ -52,9 +55,11 @@ ENV_NAMES = (
     "KUBERNETES_SERVICE_PORT",
     "HOST_DRIVER_DELAY",
     "OPERAND_WAIT_TIMEOUT",
+    "NODE_LABEL_FOR_GPU_POD_EVICTION",
     "LOG_FORMAT",
     "VERBOSE",
     *IGNORED_ON_TALOS,
+    *NO_MOFED_WAIT,
 )
 
 
@@ -84,7 +89,25 @@ def _options(env: dict[str, str]) -> ManagerOptions:
         force_reinstall=parse_bool("FORCE_REINSTALL", env.get("FORCE_REINSTALL"), False),
         host_driver_delay=parse_seconds("HOST_DRIVER_DELAY", env.get("HOST_DRIVER_DELAY"), 60.0),
         pod_wait_timeout=parse_seconds("OPERAND_WAIT_TIMEOUT", env.get("OPERAND_WAIT_TIMEOUT"), 300.0),
+        custom_operand_label=(env.get("NODE_LABEL_FOR_GPU_POD_EVICTION") or "").strip() or None,
     )
+
+
+def _warn_about_unused(env: dict[str, str]) -> None:
+    from driver_container.settings import Settings, parse_bool
+
+    set_ignored = [name for name in IGNORED_ON_TALOS if env.get(name)]
+    if set_ignored:
+        log.info(
+            "%s: no effect on Talos (modules are never unloaded, so GPU pods need no eviction)", ", ".join(set_ignored)
+        )
+    if parse_bool("GPU_DIRECT_RDMA_ENABLED", env.get("GPU_DIRECT_RDMA_ENABLED"), False):
+        log.warning(
+            "GPU_DIRECT_RDMA_ENABLED=true: not waiting for MOFED (Talos has none and nvidia_peermem cannot load "
+            "there); GPUDirect RDMA on Talos uses DMA-BUF"
+        )
+    for line in Settings.from_env(env).unused_lines():
+        log.warning("%s", line)
 
 
 @app.command("uninstall_driver")
@@ -104,11 +127,7 @@ def uninstall_driver() -> None:
         clients.append(KubeClient.from_env(env))
         return clients[-1]
 
-    set_ignored = [name for name in IGNORED_ON_TALOS if env.get(name)]
-    if set_ignored:
-        log.info(
-            "%s: no effect on Talos (modules are never unloaded, so GPU pods need no eviction)", ", ".join(set_ignored)
-        )
+    _warn_about_unused(env)
     try:
         summary = run_uninstall(
             HostPaths.from_env(env), Settings.from_env(env), options, runner=Runner(), api_factory=api_factory
@@ -121,8 +140,17 @@ def uninstall_driver() -> None:
 
 @app.command("preflight_check")
 def preflight_check() -> None:
-    """Accepted for compatibility with the stock manager; nothing to check before a Talos driver."""
-    typer.echo("driver-manager: preflight checks passed")
+    """Read-only: platform, pre-installed host driver, loaded module vs image userspace, module files
+    under /host. Exit 1 with the reason when uninstall_driver or init would refuse; no API calls."""
+    from driver_container.manager import run_preflight
+    from driver_container.paths import HostPaths
+    from driver_container.settings import Settings
+
+    env = dict(os.environ)
+    _warn_about_unused(env)
+    for line in run_preflight(HostPaths.from_env(env), Settings.from_env(env)):
+        typer.echo(f"driver-manager: preflight: {line}")
+    typer.echo("driver-manager: preflight checks passed (platform, host driver, versions, module files)")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -52,6 +52,7 @@ def render_text(state: HostState) -> str:
         f"platform: {plat['name']}{talos} ({plat['evidence']}), kernel {plat['kernel_release'] or 'unknown'}",
         "modules:",
         *(_module_line(m) for m in doc["modules"]),
+        f"module files: from {doc['module_files_source']}",
     ]
     if nv["version"]:
         lines.append(f"nvidia: {nv['version']} {nv['flavour']}, {len(nv['gpus'])} GPU(s)")

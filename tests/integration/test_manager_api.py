@@ -53,6 +53,9 @@ class ApiState:
     script: list[tuple[int, dict[str, str]]] = field(default_factory=list)  # (status, headers) answered first
     stall: float = 0.0  # seconds to sleep before answering
     daemonset_controller: bool = False  # pods vanish once their operand label is no longer "true"
+    annotations: dict[str, str] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)  # POSTed core/v1 Events, as received
+    forbidden: set[tuple[str, str]] = field(default_factory=set)  # (method, path) answered 403 (RBAC)
     requests: list[Recorded] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -103,6 +106,9 @@ class Handler(BaseHTTPRequestHandler):
         if self.headers.get("Authorization") not in (f"Bearer {TOKEN}", None):
             self._answer(401, {"kind": "Status", "message": "Unauthorized"})
             return
+        if (self.command, url.path) in st.forbidden:
+            self._answer(403, {"kind": "Status", "message": f"cannot {self.command} {url.path}"})
+            return
         self._route(url.path, parse_qs(url.query), json.loads(raw) if raw else None)
 
     def _route(self, path: str, query: dict[str, list[str]], body: Any) -> None:
@@ -110,12 +116,17 @@ class Handler(BaseHTTPRequestHandler):
         if path == f"/api/v1/nodes/{NODE}":
             if self.command == "PATCH":
                 assert self.headers["Content-Type"] == "application/merge-patch+json"
-                for key, value in body["metadata"]["labels"].items():
-                    if value is None:
-                        st.labels.pop(key, None)
-                    else:
-                        st.labels[key] = value
-            self._answer(200, {"kind": "Node", "metadata": {"name": NODE, "labels": st.labels}})
+                for store, key in ((st.labels, "labels"), (st.annotations, "annotations")):
+                    for name, value in body["metadata"].get(key, {}).items():
+                        if value is None:
+                            store.pop(name, None)
+                        else:
+                            store[name] = value
+            meta = {"name": NODE, "labels": st.labels, "annotations": st.annotations}
+            self._answer(200, {"kind": "Node", "metadata": meta})
+        elif path == f"/api/v1/namespaces/{NS}/events" and self.command == "POST":
+            st.events.append(body)
+            self._answer(201, {**body, "metadata": {**body["metadata"], "name": f"ev-{len(st.events)}"}})
         elif path in (f"/api/v1/namespaces/{NS}/pods", "/api/v1/pods") and self.command == "GET":
             node = query["fieldSelector"][0].removeprefix("spec.nodeName=")
             if st.daemonset_controller:

@@ -27,7 +27,8 @@ RUNTIME_ENV = {"NVIDIA_VISIBLE_DEVICES"}
 # Always present in a (privileged) container: the image root, and its own /proc and /sys, which show
 # the host's module state (modules and sysfs are not namespaced).
 RUNTIME_MOUNTS = {"/", "/proc", "/sys"}
-PROBE = {"initialDelaySeconds": 60, "periodSeconds": 10, "failureThreshold": 120}  # operator defaults
+# The operator's defaults (deployments/gpu-operator/values.yaml driver.startupProbe at a22dbf67).
+PROBE = {"initialDelaySeconds": 60, "periodSeconds": 10, "timeoutSeconds": 60, "failureThreshold": 120}
 
 
 def _docs(name: str) -> list[Any]:
@@ -145,7 +146,7 @@ def test_manager_is_this_image_and_the_driver_image_follows_the_operator_tag_rul
         manager = spec["manager"]
         assert (manager["repository"], manager["image"]) == (spec["repository"], spec["image"])
         # The operator appends -<ID><VERSION_ID> to the driver tag but uses the manager tag as is.
-        assert manager["version"] == f"{spec['version']}-talosv1.13.9"
+        assert manager["version"] == f"{spec['version']}-talosv1.13.9"  # a Talos release that shipped 595.91.07
         assert {e["name"] for e in spec["env"]} == {"DRIVER_PLATFORM"}
     assert cr["spec"]["repository"] == values["driver"]["repository"]
 
@@ -218,3 +219,159 @@ def test_talos_module_lists_agree_in_both_forms() -> None:
     assert old == new
     assert set(old) == {"nvidia", "nvidia_uvm", "nvidia_modeset"}  # underscores, as machined and sysfs spell them
     assert all("=" in p for params in old.values() for p in params)
+
+
+# -- against gpu-operator's chart and CRDs --------------------------------------------------------
+# Verified by reading NVIDIA/gpu-operator at a22dbf671f2e26f9a1e342f8eea28e196235e110 (v26.7.0+3):
+# deployments/gpu-operator/values.yaml (chart keys) and crds/nvidia.com_nvidiadrivers.yaml (v1alpha1
+# spec properties). Only the keys these manifests may use; every one also exists in v26.3.3 (b0a49c0e).
+OPERATOR_COMMIT = "a22dbf671f2e26f9a1e342f8eea28e196235e110"
+CHART_KEYS = frozenset({
+    "psa.enabled", "cdi.enabled", "cdi.nriPluginEnabled", "hostPaths.rootFS", "hostPaths.driverInstallDir",
+    "driver.enabled", "driver.nvidiaDriverCRD.enabled", "driver.nvidiaDriverCRD.deployDefaultCR",
+    "driver.nvidiaDriverCRD.driverType", "driver.nvidiaDriverCRD.nodeSelector", "driver.kernelModuleType",
+    "driver.usePrecompiled", "driver.repository", "driver.image", "driver.version", "driver.imagePullPolicy",
+    "driver.imagePullSecrets", "driver.startupProbe.initialDelaySeconds", "driver.startupProbe.periodSeconds",
+    "driver.startupProbe.timeoutSeconds", "driver.startupProbe.failureThreshold", "driver.rdma.enabled",
+    "driver.rdma.useHostMofed", "driver.upgradePolicy.autoUpgrade", "driver.upgradePolicy.maxParallelUpgrades",
+    "driver.upgradePolicy.maxUnavailable", "driver.manager.repository", "driver.manager.image",
+    "driver.manager.version", "driver.manager.imagePullPolicy", "driver.manager.env", "driver.env",
+    "driver.resources", "driver.kernelModuleConfig.name", "driver.secretEnv", "driver.hostNetwork",
+    "toolkit.enabled", "toolkit.repository", "toolkit.image", "toolkit.version", "toolkit.env",
+    "toolkit.installDir", "toolkit.resources",
+})  # fmt: skip
+NVIDIADRIVER_SPEC_KEYS = frozenset({
+    "driverType", "repository", "image", "version", "usePrecompiled", "kernelModuleType", "nodeSelector",
+    "manager.repository", "manager.image", "manager.version", "manager.env", "manager.imagePullPolicy", "env",
+    "args", "startupProbe.initialDelaySeconds", "startupProbe.periodSeconds", "startupProbe.timeoutSeconds",
+    "startupProbe.successThreshold", "startupProbe.failureThreshold", "tolerations", "priorityClassName",
+    "kernelModuleConfig.name", "rdma.enabled", "rdma.useHostMofed", "resources",
+})  # fmt: skip
+MAP_KEYS = {"nodeSelector", "driver.nvidiaDriverCRD.nodeSelector", "resources", "driver.resources"}  # free-form
+# The driver ClusterRole the operator binds to the driver pod's service account (assets/state-driver/
+# 0210_clusterrole.yaml = manifests/state-driver/0210_clusterrole.yaml at a22dbf67), core group only.
+OPERATOR_DRIVER_RBAC = {"nodes": {"get", "list", "patch", "update", "watch"}, "pods": {"get", "list", "watch"},
+                        "pods/eviction": {"create"}}  # fmt: skip
+# What this image calls: driver-manager (kube.KubeClient) and init's node report (nodereport.py).
+MANAGER_NEEDS = {"nodes": {"get", "patch"}, "pods": {"list"}, "pods/eviction": {"create"}}
+NODE_REPORT_NEEDS = {"nodes": {"patch"}, "events": {"create"}}
+
+
+def _leaves(node: object, prefix: str = "") -> set[str]:
+    if not isinstance(node, dict) or not node or prefix in MAP_KEYS:
+        return {prefix}
+    out: set[str] = set()
+    for key, value in node.items():
+        out |= _leaves(value, f"{prefix}.{key}" if prefix else str(key))
+    return out
+
+
+def test_values_use_only_keys_of_the_chart() -> None:
+    (values,) = _docs("gpu-operator-values.yaml")
+    unknown = sorted(_leaves(values) - CHART_KEYS)
+    assert unknown == [], f"not keys of gpu-operator's chart at {OPERATOR_COMMIT}: {unknown}"
+
+
+def test_nvidiadriver_uses_only_fields_of_the_crd() -> None:
+    (cr,) = _docs("nvidiadriver.yaml")
+    assert (cr["apiVersion"], cr["kind"]) == ("nvidia.com/v1alpha1", "NVIDIADriver")
+    unknown = sorted(_leaves(cr["spec"]) - NVIDIADRIVER_SPEC_KEYS)
+    assert unknown == [], f"not NVIDIADriver spec fields at {OPERATOR_COMMIT}: {unknown}"
+    # The upgrade controller reads only the ClusterPolicy's policy (controllers/upgrade_controller.go).
+    assert "upgradePolicy" not in cr["spec"]
+
+
+def test_the_leaf_walker_sees_nested_keys() -> None:
+    assert _leaves({"a": {"b": 1, "nodeSelector": {"x.y/z": "1"}}, "nodeSelector": {"k": "v"}}) == {
+        "a.b", "a.nodeSelector.x.y/z", "nodeSelector"
+    }  # fmt: skip
+
+
+def test_values_wire_the_toolkit_for_talos() -> None:
+    (values,) = _docs("gpu-operator-values.yaml")
+    assert values["psa"]["enabled"] is True  # Talos enforces baseline outside kube-system
+    assert values["cdi"] == {"enabled": True, "nriPluginEnabled": True}  # no runtimeClass, no conf.d mount
+    assert str(values["toolkit"]["installDir"]).startswith("/var/")  # /usr and /etc are read-only
+    env = {e["name"]: e["value"] for e in values["toolkit"]["env"]}
+    assert env.get("RUNTIME_RESTART_MODE") == "none"  # the installer's variable (toolkit v1.20.0)
+    assert not {"CONTAINERD_RESTART_MODE", "CONTAINERD_CONFIG"} & set(env)  # not read / not needed in NRI mode
+    assert values["driver"]["upgradePolicy"]["autoUpgrade"] is False
+    assert values["hostPaths"]["driverInstallDir"] == "/run/nvidia/driver"
+
+
+@pytest.mark.parametrize("where", ["values", "cr"])
+def test_probe_timeout_is_stated_and_long_enough_for_nvidia_smi(where: str) -> None:
+    values, cr = _docs("gpu-operator-values.yaml")[0], _docs("nvidiadriver.yaml")[0]
+    spec = values["driver"] if where == "values" else cr["spec"]
+    probe = spec["startupProbe"]
+    # The NVIDIADriver path renders each field as given: a missing timeoutSeconds is 0, i.e. 1 s.
+    assert probe["timeoutSeconds"] >= 30
+    if where == "cr":
+        assert set(probe) == {*PROBE, "successThreshold"} and probe["successThreshold"] == 1
+
+
+def _all_yaml_documents() -> list[tuple[str, Any]]:
+    docs = [(p.name, d) for p in sorted(DEPLOY.glob("*.yaml")) for d in yaml.safe_load_all(p.read_text())]
+    for md in ("operator.md", "standalone.md"):
+        blocks = re.findall(r"```yaml\n(.*?)```", (REPO / "docs" / md).read_text(), re.S)
+        docs += [(md, d) for block in blocks for d in yaml.safe_load_all(block)]
+    return [(name, d) for name, d in docs if d is not None]
+
+
+def test_every_manifest_and_doc_snippet_parses() -> None:
+    names = {name for name, _ in _all_yaml_documents()}
+    assert {p.name for p in DEPLOY.glob("*.yaml")} <= names
+    assert {"operator.md"} <= names  # the walk-through's snippets are checked too
+
+
+def test_every_namespace_created_is_privileged() -> None:
+    namespaces = [(n, d) for n, d in _all_yaml_documents() if isinstance(d, dict) and d.get("kind") == "Namespace"]
+    assert any(n == "standalone-daemonset.yaml" for n, _ in namespaces)
+    for name, doc in namespaces:
+        assert doc["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged", name
+
+
+def test_every_helm_install_that_creates_the_namespace_labels_it() -> None:
+    found = 0
+    for md in ("operator.md", "standalone.md"):
+        text = (REPO / "docs" / md).read_text().replace("\\\n", " ")
+        for line in text.splitlines():
+            if "helm install" in line and "--create-namespace" in line:
+                found += 1
+                assert "psa.enabled=true" in line or "gpu-operator-values.yaml" in line, f"{md}: {line}"
+                assert "psa.enabled=false" not in line
+    assert _docs("gpu-operator-values.yaml")[0]["psa"]["enabled"] is True  # what the -f lines rely on
+    assert found >= 2
+
+
+def test_talos_113_nri_patch_enables_containerds_nri_plugin() -> None:
+    (patch,) = _docs("talos-nri-1.13.yaml")
+    (entry,) = patch["machine"]["files"]
+    assert (entry["path"], entry["op"]) == ("/etc/cri/conf.d/20-customization.part", "create")
+    lines = [line.strip() for line in entry["content"].splitlines()]
+    assert '[plugins."io.containerd.nri.v1.nri"]' in lines and "disable = false" in lines
+
+
+def _rbac(rules: list[dict[str, Any]]) -> dict[str, set[str]]:
+    granted: dict[str, set[str]] = {}
+    for rule in rules:
+        if "" in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                granted.setdefault(resource, set()).update(rule["verbs"])
+    return granted
+
+
+def _covers(granted: dict[str, set[str]], needed: dict[str, set[str]]) -> bool:
+    return all(verbs <= granted.get(resource, set()) for resource, verbs in needed.items())
+
+
+def test_rbac_of_the_operator_and_of_the_standalone_manifest() -> None:
+    assert _covers(OPERATOR_DRIVER_RBAC, MANAGER_NEEDS)
+    # docs/operator.md says so: the operator's role lets init annotate the Node but not post Events.
+    assert _covers(OPERATOR_DRIVER_RBAC, {"nodes": {"patch"}}) and not _covers(OPERATOR_DRIVER_RBAC, NODE_REPORT_NEEDS)
+    role = next(d for d in _docs("standalone-daemonset.yaml") if d["kind"] == "ClusterRole")
+    assert _covers(_rbac(role["rules"]), NODE_REPORT_NEEDS)
+    binding = next(d for d in _docs("standalone-daemonset.yaml") if d["kind"] == "ClusterRoleBinding")
+    account = _daemonset()["spec"]["template"]["spec"]["serviceAccountName"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": "gpu-operator"}]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]

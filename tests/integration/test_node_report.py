@@ -1,0 +1,141 @@
+"""init's node verdict (nodereport.py) against the local API server of test_manager_api.py: the Node
+annotations, the Event on a refusal, RBAC refusals and an unreachable API that never fail init, and no
+token in any log line."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+from test_manager_api import NODE, NS, TOKEN, ApiState, Server, _start
+
+from driver_container.kube import Endpoint, KubeClient, KubeConfig
+from driver_container.nodereport import PREFIX, READY, REFUSED, NodeVerdict, event, report
+
+ENV = {"NODE_NAME": NODE, "KUBERNETES_SERVICE_HOST": "set-so-in-cluster"}
+REFUSAL = NodeVerdict(
+    REFUSED, reason="verification failed, /run/nvidia/driver left untouched: MODULE_FILE_MISMATCH: nvidia: ..."
+)
+
+
+@pytest.fixture
+def api() -> Iterator[Server]:
+    state = ApiState(labels={"nvidia.com/gpu.deploy.driver": "true"})
+    httpd, _ = _start(state)
+    yield Server(f"http://127.0.0.1:{httpd.server_address[1]}", state)
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _factory(server: Server) -> object:
+    def make(env: Mapping[str, str]) -> KubeClient:
+        return KubeClient(Endpoint(server.url, token=TOKEN), KubeConfig(timeout=2.0, attempts=1))
+
+    return make
+
+
+def _report(server: Server, verdict: NodeVerdict) -> bool:
+    return report(verdict, ENV, client_factory=_factory(server), namespace=lambda env: NS)  # type: ignore[arg-type]
+
+
+def test_ready_annotates_the_node_and_posts_no_event(api: Server) -> None:
+    api.state.annotations[f"{PREFIX}reason"] = "an old refusal"
+    verdict = NodeVerdict(READY, "595.91.07", "open", "driver-manager verdict /run/nvidia/x.json")
+    assert _report(api, verdict) is True
+    assert api.state.annotations == {
+        f"{PREFIX}result": "ready",
+        f"{PREFIX}version": "595.91.07",
+        f"{PREFIX}flavour": "open",
+        f"{PREFIX}module-files": "driver-manager verdict /run/nvidia/x.json",
+    }  # the old reason is gone
+    assert api.state.events == []
+    (patch,) = api.state.requests
+    assert (patch.method, patch.path) == ("PATCH", f"/api/v1/nodes/{NODE}")
+    assert patch.headers["Content-Type"] == "application/merge-patch+json"
+
+
+def test_refusal_annotates_and_posts_a_warning_event_about_the_node(api: Server) -> None:
+    assert _report(api, REFUSAL) is True
+    assert api.state.annotations[f"{PREFIX}result"] == "refused"
+    assert "MODULE_FILE_MISMATCH" in api.state.annotations[f"{PREFIX}reason"]
+    (posted,) = api.state.events
+    assert posted["involvedObject"] == {"apiVersion": "v1", "kind": "Node", "name": NODE, "uid": NODE}
+    assert (posted["type"], posted["reason"]) == ("Warning", "NvidiaDriverRefused")
+    assert posted["metadata"]["namespace"] == NS and "MODULE_FILE_MISMATCH" in posted["message"]
+
+
+def test_rbac_without_events_logs_once_and_does_not_fail(api: Server, caplog: pytest.LogCaptureFixture) -> None:
+    api.state.forbidden.add(("POST", f"/api/v1/namespaces/{NS}/events"))  # the operator's ClusterRole
+    with caplog.at_level(logging.DEBUG):
+        assert _report(api, REFUSAL) is False
+    assert api.state.annotations[f"{PREFIX}result"] == "refused"  # patch nodes is allowed
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "403" in warnings[0].getMessage() and "init carries on" in warnings[0].getMessage()
+    assert TOKEN not in caplog.text
+
+
+def test_an_unreachable_api_logs_once_within_the_timeout(caplog: pytest.LogCaptureFixture) -> None:
+    dead = Server("http://127.0.0.1:9", ApiState())  # discard port: connection refused
+    start = datetime.datetime.now()
+    with caplog.at_level(logging.DEBUG):
+        assert _report(dead, REFUSAL) is False
+    assert (datetime.datetime.now() - start).total_seconds() < 10
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and TOKEN not in caplog.text
+
+
+def test_outside_a_cluster_nothing_is_called_or_imported(api: Server) -> None:
+    assert report(REFUSAL, {"NODE_NAME": NODE}, client_factory=_factory(api)) is False  # type: ignore[arg-type]
+    assert report(REFUSAL, {"KUBERNETES_SERVICE_HOST": "x"}, client_factory=_factory(api)) is False  # type: ignore[arg-type]
+    assert api.state.requests == []
+    code = (
+        "import sys; from driver_container.nodereport import report, NodeVerdict; "
+        "report(NodeVerdict('ready'), {}); assert 'requests' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
+
+
+def test_init_refusal_is_reported_by_the_cli(
+    api: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The whole path: `nvidia-driver init` fails on a host with no nvidia module (wait timeout) and the
+    Node gets the refusal (the in-cluster endpoint is pointed at the local server)."""
+    from driver_container import kube
+
+    monkeypatch.setattr(kube, "in_cluster_endpoint", lambda env, config: Endpoint(api.url, token=TOKEN))
+    (tmp_path / "proc/sys/kernel").mkdir(parents=True)
+    (tmp_path / "proc/sys/kernel/osrelease").write_text("6.18.44-talos\n")
+    (tmp_path / "proc/modules").write_text("")
+    (tmp_path / "sys/module").mkdir(parents=True)
+    (tmp_path / "host/etc").mkdir(parents=True)
+    (tmp_path / "host/etc/os-release").write_text('ID=talos\nVERSION_ID=v1.13.9\nNAME="Talos"\n')
+    env = {
+        **ENV, "HOST_ROOT": str(tmp_path / "host"), "PROCFS_ROOT": str(tmp_path / "proc"),
+        "SYSFS_ROOT": str(tmp_path / "sys"), "RUN_DIR": str(tmp_path / "run"),
+        "HOST_OS_RELEASE": str(tmp_path / "host/etc/os-release"), "MODULE_WAIT_TIMEOUT": "0",
+        "USERSPACE_ROOT": str(tmp_path / "image"), "OPERATOR_NAMESPACE": NS, "GDS_ENABLED": "true",
+    }  # fmt: skip
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    from driver_container.cli import main
+
+    with pytest.raises(SystemExit) as caught:
+        main(["init", "--no-wait"])
+    assert caught.value.code == 1
+    assert api.state.annotations[f"{PREFIX}result"] == "refused"
+    assert "nvidia" in api.state.annotations[f"{PREFIX}reason"]
+    assert len(api.state.events) == 1
+    err = capsys.readouterr().err
+    assert "GDS_ENABLED=true: this image neither loads nor waits for nvidia_fs" in err  # issue 14 item 9
+    assert TOKEN not in err
+
+
+def test_event_message_and_reason_are_bounded() -> None:
+    long = NodeVerdict(REFUSED, reason="x " * 5000)
+    body = event(long, NODE, NS, datetime.datetime(2026, 12, 3, tzinfo=datetime.UTC))
+    assert len(body["message"]) <= 1024 and body["firstTimestamp"] == "2026-12-03T00:00:00Z"
