@@ -133,7 +133,7 @@ def test_unchanged_digest_leaves_dra_and_clients_alone(node: Node) -> None:
 @pytest.mark.parametrize("node", ["talos-kmod-only-loaded"], indirect=True)
 def test_preflight_passes_on_a_good_node_and_says_what_it_checked(node: Node) -> None:
     lines = run_preflight(node.paths, Settings())
-    assert lines[0].startswith("Talos v1.13.6")
+    assert lines[0].startswith("Talos v1.13.9")
     assert any("loaded nvidia 595.91.07 = image userspace 595.91.07" in line for line in lines)
     assert any(line.startswith("module files match") for line in lines)
 
