@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from driver_container.errors import HostReadError
+from driver_container.kernel.mountinfo import Mount, mount_containing
 from driver_container.kernel.modules import ProcModule, conf_module_name, parse_parameter_conf, parse_proc_modules
 from driver_container.kernel.nvidia_proc import (
     GpuInfo,
@@ -122,6 +123,7 @@ class HostState:
     problems: tuple[str, ...] = ()  # unreadable or malformed host files
     param_errors: tuple[str, ...] = ()  # malformed /drivers/*.conf
     findings: tuple[Finding, ...] = field(default=())
+    driver_root_mount: Mount | None = None  # the mount holding DRIVER_ROOT (None: no mountinfo)
 
     @property
     def kernel_release(self) -> str | None:
@@ -156,11 +158,20 @@ class HostState:
             },
             "requested_parameters": {m: dict(p) for m, p in self.requested_params.items()},
             "firmware": self.firmware,
-            "driver_root": {"path": str(self.driver_root), "published": self.published},
+            "driver_root": {"path": str(self.driver_root), "published": self.published} | self._mount_json(),
             "findings": [
                 {"severity": f.severity, "code": f.code, "message": f.message, "fix": f.fix} for f in self.findings
             ],
         }
+
+    def _mount_json(self) -> dict[str, Any]:
+        from driver_container.node.rootmount import is_ours
+
+        m = self.driver_root_mount
+        if m is None:
+            return {"mount": None}
+        keys = {"mount_point": m.mount_point, "fstype": m.fstype, "source": m.source, "options": list(m.options)}
+        return {"mount": keys | {"ours": is_ours(m)}}
 
     def _module_json(self, module: LoadedModule) -> dict[str, Any]:
         file = self.module_files.get(module.name)
@@ -248,6 +259,18 @@ def locate_firmware(paths: HostPaths, names: list[str], kver: str | None, proble
     return result
 
 
+def read_driver_root_mount(paths: HostPaths, problems: list[str]) -> Mount | None:
+    """The mount holding DRIVER_ROOT in PROCFS_ROOT/self/mountinfo; None where that file does not exist."""
+    from driver_container.node.rootmount import read_mounts
+
+    try:
+        mounts = read_mounts(paths)
+    except HostReadError as exc:
+        problems.append(exc.message)
+        return None
+    return None if mounts is None else mount_containing(mounts, str(paths.driver_root.resolve()))
+
+
 def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
     """Read the whole host picture and compute the findings. Reads module files (pyelftools)."""
     from driver_container.findings import check
@@ -270,6 +293,7 @@ def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
     except HostReadError as exc:
         problems.append(exc.message)
         published = False
+    mount = read_driver_root_mount(paths, problems)
     state = HostState(
         platform=platform,
         settings=settings,
@@ -284,5 +308,6 @@ def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
         published=published,
         problems=tuple(dict.fromkeys(problems)),
         param_errors=tuple(param_errors),
+        driver_root_mount=mount,
     )
     return replace(state, findings=tuple(check(state)))

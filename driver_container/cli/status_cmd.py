@@ -45,6 +45,9 @@ def render_text(state: HostState) -> str:
         ]
     lines.append(f"userspace: {us['version'] or 'not found'} (root {us['root']}, {us['libcuda'] or us['source']})")
     lines.append(f"driver root: {root['path']} ({'published' if root['published'] else 'not published'})")
+    if root["mount"]:
+        m = root["mount"]
+        lines.append(f"  mount {m['mount_point']} {m['fstype']} {m['source']} {','.join(m['options'])}")
     lines.append("findings:" if doc["findings"] else "findings: none")
     for f in doc["findings"]:
         lines.append(f"  {f['severity'].upper()} {f['code']}: {f['message']}")
