@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from driver_container.errors import HostReadError
-from driver_container.kernel.mountinfo import Mount, mount_containing
 from driver_container.kernel.modules import ProcModule, conf_module_name, parse_parameter_conf, parse_proc_modules
+from driver_container.kernel.mountinfo import Mount, mount_containing
 from driver_container.kernel.nvidia_proc import (
     GpuInfo,
     NvidiaProcVersion,
