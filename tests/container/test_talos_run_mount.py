@@ -142,6 +142,20 @@ def _assert_host_runs_it(node: TalosNode) -> None:
         assert NO_DRIVER in smi.stdout
 
 
+def test_without_cap_sys_admin_init_exits_1_before_ready(image: Any, node: TalosNode) -> None:
+    # First in this module: the driver fixture's container starts after it, on the same node.
+    entrypoint = [*ENTRYPOINT[:2], ENTRYPOINT[2].replace("exec ", "exec setpriv --bounding-set -sys_admin "), "sh"]
+    done = run_to_end(
+        image, ["init"], entrypoint=entrypoint, env=node.env(), volumes=node.volumes(), cap_add=["SYS_ADMIN"]
+    )
+    out = done.stdout + done.stderr
+    assert done.exit_code == 1, out
+    assert "rw,nosuid,nodev,noexec,relatime" in out and "permission denied" in out and "CAP_SYS_ADMIN" in out
+    assert READY_LINE not in out
+    assert (node.run_fs / "nvidia/validations/.driver-daemons-status").read_text().strip() == "NotReady"
+    assert not (node.driver_root / ".driver-container").exists() and _ours(node) == []
+
+
 def test_the_host_runs_the_published_nvidia_smi(driver: Any, node: TalosNode) -> None:
     _assert_host_runs_it(node)
     [ours] = _ours(node)  # propagated to the host through the rshared /run/nvidia

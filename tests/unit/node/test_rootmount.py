@@ -99,7 +99,7 @@ def node(tmp_path: Path) -> Node:
         var = tool.upper()
         (bindir / tool).write_text(
             f'#!/bin/sh\n(printf %s {tool}; for a in "$@"; do printf "\\t%s" "$a"; done; echo) >> {calls}\n'
-            f'[ -n "$FAKE_{var}_ERR" ] && echo "$FAKE_{var}_ERR" >&2\nexit "${{FAKE_{var}_RC:-0}}"\n'
+            f'[ -n "$FAKE_{var}_ERR" ] && printf "%s\\n" "$FAKE_{var}_ERR" >&2\nexit "${{FAKE_{var}_RC:-0}}"\n'
         )
         (bindir / tool).chmod(0o755)
     paths = HostPaths(procfs_root=tmp_path / "proc", run_dir=tmp_path / "run")
@@ -140,12 +140,14 @@ def test_leftover_on_top_of_ours_is_unmounted_and_ours_kept(node: Node) -> None:
 
 def test_eperm_names_the_flags_and_the_fix(node: Node) -> None:
     node.write_mountinfo(ROOT + TALOS_RUN)
-    runner = Runner(env=node.runner.env | {"FAKE_MOUNT_RC": "32", "FAKE_MOUNT_ERR": "mount: x: permission denied."})
+    # util-linux's words without CAP_SYS_ADMIN (checked in a container): the reason, then a dmesg hint.
+    err = "mount: x: permission denied.\n       dmesg(1) may have more information after failed mount system call."
+    runner = Runner(env=node.runner.env | {"FAKE_MOUNT_RC": "32", "FAKE_MOUNT_ERR": err})
     with pytest.raises(PublishError) as info:
         prepare_driver_root(node.paths, runner)
     message, fix = info.value.message, info.value.fix or ""
     assert "nosuid,nodev,noexec" in message and "noexec/nodev would stop consumers" in message
-    assert "permission denied" in message
+    assert "exited 32: mount: x: permission denied." in message
     assert "CAP_SYS_ADMIN" in fix and "privileged" in fix and "0500_daemonset.yaml" in fix
     assert node.recorded() == [mount_argv(f"{node.run}/driver")]
 
