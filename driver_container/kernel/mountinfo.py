@@ -47,13 +47,14 @@ def parse_line(line: str) -> Mount | None:
     fields = line.split()
     try:
         dash = fields.index("-", 6)
+        ids = (int(fields[0]), int(fields[1]))
     except ValueError:
         return None
-    if len(fields) < dash + 3 or not (fields[0].isdigit() and fields[1].isdigit()):
+    if len(fields) < dash + 3:
         return None
     return Mount(
-        mount_id=int(fields[0]),
-        parent_id=int(fields[1]),
+        mount_id=ids[0],
+        parent_id=ids[1],
         root=_unescape(fields[3]),
         mount_point=_unescape(fields[4]),
         options=tuple(fields[5].split(",")),

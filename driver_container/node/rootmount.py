@@ -24,6 +24,7 @@ rbind of /run/nvidia carries it) and keeps it.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -123,6 +124,7 @@ def ensure_exec_mount(paths: HostPaths, runner: Runner, mounts: list[Mount]) -> 
             fix="mount RUN_DIR (/run/nvidia) into the driver container with mountPropagation: Bidirectional "
             "(docker: -v /run/nvidia:/run/nvidia:rshared), as gpu-operator's driver DaemonSet does",
         )
+    _log_hidden(target)
     argv = mount_argv(target)
     try:
         done = runner.run(argv, check=False)
@@ -139,6 +141,16 @@ def ensure_exec_mount(paths: HostPaths, runner: Runner, mounts: list[Mount]) -> 
     log.info("mounted tmpfs %s at %s (%s): published files can be executed and mapped", MOUNT_SOURCE, target,
              MOUNT_OPTIONS)  # fmt: skip
     return True
+
+
+def _log_hidden(target: str) -> None:
+    try:
+        hidden = len(os.listdir(target))
+    except OSError:
+        return
+    if hidden:  # e.g. a root an older version published into the plain directory
+        log.info("%d entries of the directory %s stay below the new mount (hidden until the node reboots)",
+                 hidden, target)  # fmt: skip
 
 
 def _mount_fix(message: str) -> str:

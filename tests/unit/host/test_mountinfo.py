@@ -79,3 +79,7 @@ def test_the_mount_holding_a_path_is_the_longest_mount_point_above_it() -> None:
 
 def _id(mount: Mount | None) -> int | None:
     return None if mount is None else mount.mount_id
+
+
+def test_ids_that_are_not_ascii_numbers_make_the_line_malformed() -> None:
+    assert parse_line("\u00b2 1 0:1 / / rw - ext4 /dev/a rw") is None  # str.isdigit() would accept it
