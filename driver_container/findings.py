@@ -464,10 +464,39 @@ def _fabric(state: HostState) -> list[Finding]:
     return out
 
 
+def _driver_root_mount(state: HostState) -> list[Finding]:
+    """A published root on a noexec/nodev filesystem (node/rootmount.py): consumers cannot use it."""
+    from driver_container.node.rootmount import MOUNT_SOURCE, blocking_options
+
+    mount = state.driver_root_mount
+    blocking = blocking_options(mount) if mount is not None and state.published else ()
+    if mount is None or not blocking:
+        return []
+    effects = {
+        "noexec": "nothing in it can be run or mapped executable (validator, device plugin, CDI containers)",
+        "nodev": "its device nodes cannot be opened",
+    }
+    return [
+        Finding(
+            "error",
+            "DRIVER_ROOT_NOT_EXECUTABLE",
+            f"the published driver root {state.driver_root} is on {mount.fstype} {mount.source} at "
+            f"{mount.mount_point} mounted {','.join(mount.options)}: "
+            + "; ".join(f"{o}: {effects[o]}" for o in blocking),
+            f"restart the driver container with CAP_SYS_ADMIN (gpu-operator runs it privileged) and "
+            f"RUN_DIR shared (Bidirectional): `init` then mounts a tmpfs {MOUNT_SOURCE} at DRIVER_ROOT",
+        )
+    ]
+
+
+# Errors ``init`` itself remedies (it mounts DRIVER_ROOT before publishing): its verify step goes on.
+REMEDIED_BY_INIT = frozenset({"DRIVER_ROOT_NOT_EXECUTABLE"})
+
+
 def check(state: HostState) -> list[Finding]:
     """Every finding for ``state``, errors first, in a stable order."""
     findings = _module_presence(state) + _versions(state) + _flavour(state)
     for name, module in state.modules.items():
         findings += _file_checks(state, module, state.module_files.get(name))
-    findings += _parameters(state) + _environment(state) + _fabric(state)
+    findings += _parameters(state) + _environment(state) + _fabric(state) + _driver_root_mount(state)
     return sorted(findings, key=lambda f: SEVERITIES.index(f.severity))

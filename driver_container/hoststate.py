@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from driver_container.errors import HostReadError
 from driver_container.kernel.modules import ProcModule, conf_module_name, parse_parameter_conf, parse_proc_modules
+from driver_container.kernel.mountinfo import Mount, mount_containing
 from driver_container.kernel.nvidia_proc import (
     GpuInfo,
     NvidiaProcVersion,
@@ -125,6 +126,7 @@ class HostState:
     fabric: FabricInfo | None = None  # NVSwitch / NVLink5 systems only (docs/fabric.md)
     findings: tuple[Finding, ...] = field(default=())
     module_files_source: str = "host"  # host | driver-manager verdict <file> | none (verdict.py)
+    driver_root_mount: Mount | None = None  # the mount holding DRIVER_ROOT (None: no mountinfo)
 
     @property
     def kernel_release(self) -> str | None:
@@ -160,12 +162,21 @@ class HostState:
             },
             "requested_parameters": {m: dict(p) for m, p in self.requested_params.items()},
             "firmware": self.firmware,
-            "driver_root": {"path": str(self.driver_root), "published": self.published},
+            "driver_root": {"path": str(self.driver_root), "published": self.published} | self._mount_json(),
             "fabric": self.fabric.to_json() if self.fabric is not None else None,
             "findings": [
                 {"severity": f.severity, "code": f.code, "message": f.message, "fix": f.fix} for f in self.findings
             ],
         }
+
+    def _mount_json(self) -> dict[str, Any]:
+        from driver_container.node.rootmount import is_ours
+
+        m = self.driver_root_mount
+        if m is None:
+            return {"mount": None}
+        keys = {"mount_point": m.mount_point, "fstype": m.fstype, "source": m.source, "options": list(m.options)}
+        return {"mount": keys | {"ours": is_ours(m)}}
 
     def _module_json(self, module: LoadedModule) -> dict[str, Any]:
         file = self.module_files.get(module.name)
@@ -253,6 +264,18 @@ def locate_firmware(paths: HostPaths, names: list[str], kver: str | None, proble
     return result
 
 
+def read_driver_root_mount(paths: HostPaths, problems: list[str]) -> Mount | None:
+    """The mount holding DRIVER_ROOT in PROCFS_ROOT/self/mountinfo; None where that file does not exist."""
+    from driver_container.node.rootmount import read_mounts
+
+    try:
+        mounts = read_mounts(paths)
+    except HostReadError as exc:
+        problems.append(exc.message)
+        return None
+    return None if mounts is None else mount_containing(mounts, str(paths.driver_root.resolve()))
+
+
 def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
     """Read the whole host picture and compute the findings. Reads module files (pyelftools)."""
     from driver_container.findings import check
@@ -283,6 +306,7 @@ def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
     except HostReadError as exc:
         problems.append(exc.message)
         published = False
+    mount = read_driver_root_mount(paths, problems)
     state = HostState(
         platform=platform,
         settings=settings,
@@ -299,5 +323,6 @@ def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
         param_errors=tuple(param_errors),
         fabric=fabric,
         module_files_source=files_source,
+        driver_root_mount=mount,
     )
     return replace(state, findings=tuple(check(state)))

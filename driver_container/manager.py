@@ -20,7 +20,8 @@ from pathlib import PurePosixPath
 from typing import Any, Protocol
 
 from driver_container.errors import DriverContainerError, HostDriverPresentError, KubernetesError, VerificationError
-from driver_container.kernel.mountinfo import mounts_at_or_below
+from driver_container.kernel.mountinfo import mounts_at_or_below, parse_mountinfo, top_mount_at
+from driver_container.node.rootmount import is_ours
 from driver_container.paths import HostPaths, Root
 from driver_container.runner import MODULE_TOOLS, Runner
 from driver_container.settings import Settings
@@ -94,7 +95,7 @@ class NodeFacts:
     nvidia_loaded: bool
     image_version: str | None  # NVIDIA userspace version in this image
     state_digest: str | None  # RUN_DIR/nvidia-driver.state
-    driver_mounts: tuple[str, ...]  # mount points at or below DRIVER_ROOT
+    driver_mounts: tuple[str, ...]  # mount points at or below DRIVER_ROOT, unless ours is on top there
     pid_file_stale: bool  # pid file present and its process gone
 
 
@@ -154,6 +155,13 @@ def find_host_smi(host: Root) -> PurePosixPath | None:
     return None
 
 
+def leftover_mounts(mountinfo: str, driver_root: str) -> tuple[str, ...]:
+    """Mounts a previous driver container left at or below DRIVER_ROOT; none when the visible mount there
+    is init's own exec-capable tmpfs (node/rootmount.py), which must outlive every container."""
+    top = top_mount_at(parse_mountinfo(mountinfo), driver_root.rstrip("/") or "/")
+    return () if top is not None and is_ours(top) else mounts_at_or_below(mountinfo, driver_root)
+
+
 # -- reading the node -----------------------------------------------------------------------------
 
 
@@ -188,7 +196,7 @@ def gather_facts(paths: HostPaths, settings: Settings) -> NodeFacts:
         nvidia_loaded=loaded,
         image_version=find_userspace(paths).version if loaded else None,
         state_digest=state.strip() if state is not None else None,
-        driver_mounts=mounts_at_or_below(mountinfo, str(paths.driver_root)),
+        driver_mounts=leftover_mounts(mountinfo, str(paths.driver_root)),
         pid_file_stale=_pid_file_stale(paths),
     )
 

@@ -34,8 +34,10 @@ VERSION_LIBS = ("libcuda.so", "libnvidia-ml.so")  # in order of preference
 LD_CACHE = "/etc/ld.so.cache"
 # Where the image keeps NVIDIA firmware (nvidia/<version>/gsp_*.bin). The image cannot use /lib/firmware
 # alone: gpu-operator mounts the host's <driver root>/lib/firmware over the container's /lib/firmware
-# (0500_daemonset.yaml), so our Dockerfile keeps it under usr/share/nvidia/firmware.
-FIRMWARE_DIRS = ("lib/firmware", "usr/lib/firmware", "usr/share/nvidia/firmware")
+# (0500_daemonset.yaml), so our Dockerfile keeps it under usr/share/nvidia/firmware. That dir comes first:
+# from the second start on, /lib/firmware shows the copies published last time, and taking those as
+# sources would rewrite them (and rerun ldconfig) on every restart.
+FIRMWARE_DIRS = ("usr/share/nvidia/firmware", "lib/firmware", "usr/lib/firmware")
 LD_CACHE_LIMIT = 64 << 20
 # 64-bit ld.so.cache entry flags (glibc dl-cache.h): x86-64 and aarch64 libc6 libraries.
 _CACHE_FLAGS_64 = (0x0303, 0x0A03)

@@ -61,6 +61,9 @@ def render_text(state: HostState) -> str:
         ]
     lines.append(f"userspace: {us['version'] or 'not found'} (root {us['root']}, {us['libcuda'] or us['source']})")
     lines.append(f"driver root: {root['path']} ({'published' if root['published'] else 'not published'})")
+    if root["mount"]:
+        m = root["mount"]
+        lines.append(f"  mount {m['mount_point']} {m['fstype']} {m['source']} {','.join(m['options'])}")
     if doc["fabric"] is not None:
         lines += _fabric_lines(doc["fabric"])
     lines.append("findings:" if doc["findings"] else "findings: none")

@@ -20,7 +20,7 @@ from driver_container.publish.copier import Copier
 from driver_container.publish.manifest import MANIFEST_PATH, Manifest, format_manifest, parse_manifest
 from driver_container.publish.model import PublishPlan, PublishReport
 from driver_container.publish.plan import plan_publish
-from driver_container.publish.rootdir import create_driver_root, unmount_leftover
+from driver_container.publish.rootdir import create_driver_root, prepare_driver_root
 from driver_container.publish.scan import describe_userspace, early_sources
 from driver_container.publish.verify import refresh_cache
 from driver_container.runner import Runner
@@ -38,7 +38,7 @@ def publish_driver_root(paths: HostPaths, version: str, runner: Runner) -> Publi
     old_text = _read_manifest(manifest_file)
     previous = parse_manifest(old_text) if old_text else None
     create_driver_root(root)
-    if unmount_leftover(paths, runner):  # what we read before was the mount's content, not ours
+    if prepare_driver_root(paths, runner):  # what we read before was another mount's content
         old_text = _read_manifest(manifest_file)
         previous = parse_manifest(old_text) if old_text else None
     known_elf = previous.elf_facts() if previous else None

@@ -1,7 +1,9 @@
-"""DRIVER_ROOT itself: create it, and clear a bind mount NVIDIA's driver container left on it.
+"""DRIVER_ROOT itself: create it, clear a bind mount NVIDIA's driver container left on it, give it its own
+exec-capable mount where needed (``rootmount``).
 
 NVIDIA's script exposes its container root with ``mount --rbind`` at /run/nvidia/driver; after that pod
-is gone the mount can remain (a reported gpu-operator pain point) and would hide what we publish.
+is gone the mount can remain (a reported gpu-operator pain point) and would hide what we publish. Our
+own exec-capable tmpfs there (``rootmount``) is not a leftover and stays.
 The directory is kept, never replaced: operands bind-mount it, and replacing it would detach them.
 """
 
@@ -11,11 +13,13 @@ import logging
 from pathlib import Path
 
 from driver_container.errors import CommandError, PublishError
-from driver_container.kernel.mountinfo import parse_mount_points
+from driver_container.kernel.mountinfo import Mount
+from driver_container.node.rootmount import describe, ensure_exec_mount, leftovers_at, read_mounts
 from driver_container.paths import HostPaths
 from driver_container.runner import Runner
 
 log = logging.getLogger(__name__)
+
 
 def create_driver_root(driver_root: Path) -> None:
     for parent in [driver_root, *driver_root.parents]:
@@ -31,22 +35,34 @@ def create_driver_root(driver_root: Path) -> None:
         raise PublishError(f"DRIVER_ROOT {driver_root}: cannot create: {exc.strerror}") from exc
 
 
-def unmount_leftover(paths: HostPaths, runner: Runner) -> int:
-    """Unmount every mount stacked on DRIVER_ROOT; returns how many were removed."""
-    text = paths.proc.read_text_or_none("self/mountinfo", limit=16 << 20)
-    if text is None:
+def prepare_driver_root(paths: HostPaths, runner: Runner) -> bool:
+    """Leftover mounts off DRIVER_ROOT, then our exec-capable mount where its filesystem needs one
+    (``rootmount``); True when DRIVER_ROOT shows other content than before (what was read is stale)."""
+    mounts = read_mounts(paths)
+    if mounts is None:
         log.debug("no self/mountinfo under %s; assuming DRIVER_ROOT is not a mount point", paths.proc.path)
-        return 0
+        return False
+    removed = unmount_leftover(paths, runner, mounts)
+    remaining = [m for m in mounts if m not in removed]  # their submounts are below DRIVER_ROOT: irrelevant
+    return ensure_exec_mount(paths, runner, remaining) or bool(removed)
+
+
+def unmount_leftover(paths: HostPaths, runner: Runner, mounts: list[Mount]) -> list[Mount]:
+    """Unmount the mounts a previous driver container stacked on DRIVER_ROOT, top first, down to ours
+    (kept) or to none; returns those removed."""
     target = str(paths.driver_root.resolve())
-    count = parse_mount_points(text).count(target)
-    for _ in range(count):
-        log.warning("DRIVER_ROOT %s is a mount point (left by a previous driver container); unmounting", target)
+    leftovers = leftovers_at(mounts, target)
+    for leftover in leftovers:
+        log.warning("DRIVER_ROOT %s is a mount point (%s, left by a previous driver container); unmounting",
+                    target, describe(leftover))  # fmt: skip
         try:
-            runner.run(["umount", target])
+            # -R: NVIDIA's rbind of its container root carries that root's submounts (/proc, /dev...);
+            # it unmounts the top mount at the target and its children, never the one it sits on.
+            runner.run(["umount", "-R", target])
         except CommandError as exc:
             raise PublishError(
                 f"DRIVER_ROOT {target} is still a mount point (found in {paths.proc.path}/self/mountinfo) "
                 f"and unmounting it failed: {exc.message}",
                 fix=f"unmount it on the host (umount -R {paths.host_driver_root}) or reboot the node, then restart",
             ) from exc
-    return count
+    return leftovers

@@ -93,6 +93,7 @@ def _container(
     volumes: Volumes | None,
     privileged: bool,
     cap_add: list[str] | None = None,
+    device_rules: list[str] | None = None,
 ) -> Any:
     from testcontainers.core.container import DockerContainer
 
@@ -104,6 +105,8 @@ def _container(
     kwargs: dict[str, Any] = {"privileged": privileged}
     if cap_add:
         kwargs["cap_add"] = cap_add
+    if device_rules:  # device cgroup rules: what a privileged pod may open in /dev (docker --device-cgroup-rule)
+        kwargs["device_cgroup_rules"] = device_rules
     if entrypoint is not None:
         kwargs["entrypoint"] = entrypoint
     return container.with_kwargs(**kwargs)
@@ -129,9 +132,14 @@ def detached(
     env: dict[str, str] | None = None,
     volumes: Volumes | None = None,
     privileged: bool = False,
+    entrypoint: list[str] | None = None,
+    cap_add: list[str] | None = None,
 ) -> Iterator[Any]:
     """A running container (the docker SDK object), force-removed at exit whatever happens."""
-    wrapped = _start(_container(image, command, entrypoint=None, env=env, volumes=volumes, privileged=privileged))
+    container = _container(
+        image, command, entrypoint=entrypoint, env=env, volumes=volumes, privileged=privileged, cap_add=cap_add
+    )
+    wrapped = _start(container)
     try:
         yield wrapped
     finally:
@@ -161,11 +169,13 @@ def run_to_end(
     volumes: Volumes | None = None,
     privileged: bool = False,
     cap_add: list[str] | None = None,
+    device_rules: list[str] | None = None,
 ) -> Finished:
     """Run a container to completion with testcontainers and remove it, whatever happens."""
     container = _container(
-        image, command, entrypoint=entrypoint, env=env, volumes=volumes, privileged=privileged, cap_add=cap_add
-    )
+        image, command, entrypoint=entrypoint, env=env, volumes=volumes, privileged=privileged, cap_add=cap_add,
+        device_rules=device_rules,
+    )  # fmt: skip
     wrapped = _start(container)
     try:
         status = wrapped.wait(timeout=timeout)

@@ -94,7 +94,7 @@ def test_status_json_exit_code_and_findings(
     exit_code, errors, warnings = EXPECTED[name]
     assert (rc, codes(doc, "error"), codes(doc, "warning")) == (exit_code, errors, warnings)
     assert set(doc) >= {"platform", "modules", "userspace", "driver_root", "findings"}
-    assert doc["driver_root"] == {"path": str(tmp_path / "run" / "driver"), "published": False}
+    assert doc["driver_root"] == {"path": str(tmp_path / "run" / "driver"), "published": False, "mount": None}
     for entry in doc["modules"]:
         assert set(entry) >= {"name", "loaded", "version", "srcversion", "refcnt", "file", "file_version"}
     for finding in doc["findings"]:

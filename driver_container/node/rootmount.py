@@ -1,0 +1,166 @@
+"""DRIVER_ROOT's own mount: an exec-capable tmpfs where the filesystem holding it is noexec or nodev.
+
+Talos mounts /run as a tmpfs with ``nosuid,nodev,noexec`` (siderolabs/talos
+internal/pkg/mount/v3/helpers.go ``PseudoLate``: ``WithSecure()`` = MOUNT_ATTR_NOSUID|MOUNT_ATTR_NODEV,
+``WithNoExec()``; commit ad8823176e75b9cd07647ddde13c34f2ab77c663). A plain directory /run/nvidia/driver
+inherits those flags for everyone who reaches it (a hostPath bind copies the source mount's flags), so
+the validator could not run ``<root>/usr/bin/nvidia-smi`` nor the device plugin map libnvidia-ml.
+NVIDIA's script escapes this by accident: its ``mount --rbind /`` puts the container's root there.
+
+Why a tmpfs and not DRIVER_ROOT bound onto itself and remounted ``exec,dev``:
+- it is recognisable: its source is ``MOUNT_SOURCE``, so a restarted container keeps it and a leftover
+  rbind of NVIDIA's script (an overlay or the node's root filesystem) is told apart by mountinfo alone;
+  a self-bind of /run would look like any other bind of /run;
+- its flags are its own (nosuid only), whatever the parent mount carries or later gains;
+- it starts empty: nothing published before it (on the noexec directory) is mistaken for its content.
+What we give up: a directory published into before the mount existed stays hidden below it (a few
+hundred MB of the node's /run tmpfs) until the node reboots.
+
+The mount is made through the operator's Bidirectional ``/run/nvidia`` (rshared), so it propagates to
+the host and outlives the container; a restarted container finds it in its own mountinfo (the kubelet's
+rbind of /run/nvidia carries it) and keeps it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from driver_container.errors import CommandError, PublishError
+from driver_container.kernel.mountinfo import Mount, mount_containing, parse_mountinfo, top_mount_at
+from driver_container.paths import HostPaths
+
+if TYPE_CHECKING:  # status reads mounts through this module too: no subprocess import for it
+    from driver_container.runner import Runner
+
+log = logging.getLogger(__name__)
+
+MOUNT_SOURCE = "nvidia-driver-root"  # the "source" of our tmpfs in mountinfo: what makes it ours
+MOUNT_OPTIONS = "mode=0755,nosuid"  # no setuid file is ever published; exec and dev are what we need
+BLOCKING_OPTIONS = ("noexec", "nodev")  # noexec: no exec/mmap(PROT_EXEC); nodev: /dev/nvidia* unusable
+MOUNTINFO = "self/mountinfo"
+MOUNTINFO_LIMIT = 16 << 20
+
+
+def is_ours(mount: Mount) -> bool:
+    return mount.fstype == "tmpfs" and mount.source == MOUNT_SOURCE
+
+
+def blocking_options(mount: Mount) -> tuple[str, ...]:
+    """The per-mount options of ``mount`` that keep consumers from using a driver root on it."""
+    return tuple(o for o in BLOCKING_OPTIONS if mount.has(o))
+
+
+def describe(mount: Mount) -> str:
+    return f"{mount.fstype} {mount.source} at {mount.mount_point} ({','.join(mount.options)})"
+
+
+@dataclass(frozen=True)
+class RootMountDecision:
+    """What to do at DRIVER_ROOT; ``holder`` is the mount that holds it now (None: unknown)."""
+
+    action: str  # "keep" (ours is there) | "mount" (make ours) | "none" (the filesystem allows exec)
+    holder: Mount | None
+    reason: str
+
+
+def decide(mounts: list[Mount], driver_root: str) -> RootMountDecision:
+    """Pure: the decision for DRIVER_ROOT (resolved path) once leftovers are gone."""
+    top = top_mount_at(mounts, driver_root)
+    if top is not None and is_ours(top):
+        return RootMountDecision("keep", top, f"{driver_root} is already our {describe(top)}")
+    holder = mount_containing(mounts, driver_root)
+    if holder is None:
+        return RootMountDecision("none", None, f"no mount holds {driver_root} in mountinfo")
+    blocking = blocking_options(holder)
+    if not blocking:
+        return RootMountDecision("none", holder, f"{driver_root} is on {describe(holder)}, which allows exec")
+    return RootMountDecision(
+        "mount", holder, f"{driver_root} is on {describe(holder)}: {'/'.join(blocking)} would stop consumers"
+    )
+
+
+def leftovers_at(mounts: list[Mount], driver_root: str) -> list[Mount]:
+    """The mounts stacked on DRIVER_ROOT above ours (all of them when ours is not there), top first:
+    a previous driver container's, to be unmounted in that order."""
+    stack = {m.mount_id: m for m in mounts if m.mount_point == driver_root}
+    found: list[Mount] = []
+    mount = top_mount_at(mounts, driver_root)
+    while mount is not None and not is_ours(mount) and len(found) < len(stack):
+        found.append(mount)
+        mount = stack.get(mount.parent_id)
+    return found
+
+
+def read_mounts(paths: HostPaths) -> list[Mount] | None:
+    """This process's mounts (PROCFS_ROOT/self/mountinfo); None where the file does not exist."""
+    text = paths.proc.read_text_or_none(MOUNTINFO, limit=MOUNTINFO_LIMIT)
+    return None if text is None else parse_mountinfo(text)
+
+
+def mount_argv(driver_root: str) -> list[str]:
+    return ["mount", "-t", "tmpfs", "-o", MOUNT_OPTIONS, MOUNT_SOURCE, driver_root]
+
+
+def ensure_exec_mount(paths: HostPaths, runner: Runner, mounts: list[Mount]) -> bool:
+    """Give DRIVER_ROOT an exec-capable mount of its own where needed; True when one was made now.
+
+    ``mounts``: this namespace's, once leftovers are gone (``rootdir.prepare_driver_root``); runs before
+    anything is written into DRIVER_ROOT.
+    """
+    target = str(paths.driver_root.resolve())
+    decision = decide(mounts, target)
+    log.info("DRIVER_ROOT mount: %s", decision.reason)
+    if decision.action != "mount":
+        return False
+    holder = decision.holder
+    assert holder is not None  # "mount" is only decided from a holder's flags
+    if not holder.shared:
+        raise PublishError(
+            f"{decision.reason}, and a tmpfs mounted there would stay in this container: {holder.mount_point} "
+            f"is not a shared mount ({' '.join(holder.propagation) or 'private'})",
+            fix="mount RUN_DIR (/run/nvidia) into the driver container with mountPropagation: Bidirectional "
+            "(docker: -v /run/nvidia:/run/nvidia:rshared), as gpu-operator's driver DaemonSet does",
+        )
+    _log_hidden(target)
+    argv = mount_argv(target)
+    try:
+        done = runner.run(argv, check=False)
+    except CommandError as exc:  # not found, timed out
+        raise PublishError(f"{decision.reason}; {exc.message}", fix=_mount_fix(exc.message)) from exc
+    if done.returncode != 0:
+        # util-linux puts the reason first ("mount: <dir>: permission denied.") and a dmesg hint last.
+        detail = " ".join(line.strip() for line in done.stderr.strip().splitlines()[:2])
+        raise PublishError(
+            f"{decision.reason}; mounting an exec-capable tmpfs at {target} failed: {' '.join(argv)} exited "
+            f"{done.returncode}: {detail}",
+            fix=_mount_fix(detail),
+        )
+    log.info("mounted tmpfs %s at %s (%s): published files can be executed and mapped", MOUNT_SOURCE, target,
+             MOUNT_OPTIONS)  # fmt: skip
+    return True
+
+
+def _log_hidden(target: str) -> None:
+    try:
+        hidden = len(os.listdir(target))
+    except OSError:
+        return
+    if hidden:  # e.g. a root an older version published into the plain directory
+        log.info("%d entries of the directory %s stay below the new mount (hidden until the node reboots)",
+                 hidden, target)  # fmt: skip
+
+
+def _mount_fix(message: str) -> str:
+    # util-linux mount reports EPERM as "permission denied" (no CAP_SYS_ADMIN) or "only root can ...".
+    lowered = message.lower()
+    if "permission denied" in lowered or "only root" in lowered or "not permitted" in lowered:
+        return (
+            "give the driver container CAP_SYS_ADMIN: gpu-operator's driver DaemonSet runs it privileged "
+            "(assets/state-driver/0500_daemonset.yaml, securityContext.privileged: true); standalone: "
+            "docker run --cap-add SYS_ADMIN (or --privileged); or set RUN_DIR to a filesystem mounted "
+            "without noexec and nodev"
+        )
+    return "see the mount error above; DRIVER_ROOT needs a mount that allows exec and device nodes"

@@ -1,0 +1,191 @@
+"""node/rootmount.py and publish/rootdir.prepare_driver_root: which mount DRIVER_ROOT gets, with what argv,
+and what happens without the privilege to mount; driver-manager and status on the same mounts."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from driver_container.errors import PublishError
+from driver_container.kernel.mountinfo import Mount, parse_mountinfo
+from driver_container.manager import NodeFacts, clean_leftovers, leftover_mounts
+from driver_container.node.rootmount import MOUNT_SOURCE, decide, leftovers_at, mount_argv
+from driver_container.paths import HostPaths
+from driver_container.publish.rootdir import create_driver_root, prepare_driver_root
+from driver_container.runner import Runner
+
+# The driver pod's view on a Talos node (see tests/unit/host/test_mountinfo.py for the sources).
+ROOT = "1021 985 0:301 / / rw,relatime master:412 - overlay overlay rw\n"
+TALOS_RUN = "1030 1021 0:26 /nvidia {run} rw,nosuid,nodev,noexec,relatime shared:18 - tmpfs none rw,mode=755\n"
+OURS = "1040 1030 0:52 / {run}/driver rw,nosuid,relatime shared:44 - tmpfs nvidia-driver-root rw,mode=755\n"
+NVIDIA_RBIND = "1041 {parent} 0:301 / {run}/driver rw,relatime shared:412 - overlay overlay rw\n"
+NVIDIA_SUB = "1042 1041 0:305 / {run}/driver/proc rw,nosuid,nodev,noexec - proc proc rw\n"
+
+
+def _mounts(text: str, run: str = "/run/nvidia") -> list[Mount]:
+    return parse_mountinfo(text.format(run=run, parent=1030))
+
+
+@pytest.mark.parametrize(
+    ("run_line", "action"),
+    [
+        (TALOS_RUN, "mount"),  # Talos /run: noexec and nodev
+        (TALOS_RUN.replace("nodev,noexec", "noexec"), "mount"),
+        (TALOS_RUN.replace("nodev,noexec", "nodev"), "mount"),  # device nodes in the root unusable
+        (TALOS_RUN.replace("nosuid,nodev,noexec", "nosuid"), "none"),  # nosuid is fine
+    ],
+)
+def test_decision_from_the_flags_of_the_filesystem_holding_driver_root(run_line: str, action: str) -> None:
+    decision = decide(_mounts(ROOT + run_line), "/run/nvidia/driver")
+    assert decision.action == action
+    assert decision.holder is not None and decision.holder.mount_point == "/run/nvidia"
+
+
+def test_our_mount_is_kept_and_is_no_leftover() -> None:
+    mounts = _mounts(ROOT + TALOS_RUN + OURS)
+    assert decide(mounts, "/run/nvidia/driver").action == "keep"
+    assert leftovers_at(mounts, "/run/nvidia/driver") == []
+
+
+def test_a_tmpfs_of_someone_else_at_driver_root_is_a_leftover() -> None:
+    foreign = OURS.replace(MOUNT_SOURCE, "tmpfs")
+    assert [m.mount_id for m in leftovers_at(_mounts(ROOT + TALOS_RUN + foreign), "/run/nvidia/driver")] == [1040]
+
+
+def test_nvidia_rbind_on_top_of_ours_is_the_only_leftover() -> None:
+    mounts = parse_mountinfo((ROOT + TALOS_RUN + OURS + NVIDIA_RBIND + NVIDIA_SUB).format(run="/r", parent=1040))
+    assert [m.mount_id for m in leftovers_at(mounts, "/r/driver")] == [1041]
+    assert decide(mounts, "/r/driver").action == "none"  # the rbind (exec-capable) is what shows until removed
+    assert decide([m for m in mounts if m.mount_id != 1041], "/r/driver").action == "keep"
+
+
+def test_mount_argv_is_a_tmpfs_with_our_source_exec_and_dev_allowed() -> None:
+    assert mount_argv("/run/nvidia/driver") == [
+        "mount", "-t", "tmpfs", "-o", "mode=0755,nosuid", "nvidia-driver-root", "/run/nvidia/driver",
+    ]  # fmt: skip
+
+
+# -- through prepare_driver_root, with recording mount/umount -------------------------------------
+
+
+@dataclass(frozen=True)
+class Node:
+    paths: HostPaths
+    runner: Runner
+    calls: Path
+
+    @property
+    def run(self) -> str:
+        return str(self.paths.run_dir)
+
+    def write_mountinfo(self, text: str, parent: int = 1030) -> None:
+        (self.paths.procfs_root / "self/mountinfo").write_text(text.format(run=self.run, parent=parent))
+
+    def recorded(self) -> list[list[str]]:
+        return [line.split("\t") for line in self.calls.read_text().splitlines()] if self.calls.exists() else []
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Node:
+    (tmp_path / "proc/self").mkdir(parents=True)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    calls = tmp_path / "calls"
+    for tool in ("mount", "umount"):
+        # Records argv (tab-separated); exits with $FAKE_<TOOL>_RC and prints $FAKE_<TOOL>_ERR.
+        var = tool.upper()
+        (bindir / tool).write_text(
+            f'#!/bin/sh\n(printf %s {tool}; for a in "$@"; do printf "\\t%s" "$a"; done; echo) >> {calls}\n'
+            f'[ -n "$FAKE_{var}_ERR" ] && printf "%s\\n" "$FAKE_{var}_ERR" >&2\nexit "${{FAKE_{var}_RC:-0}}"\n'
+        )
+        (bindir / tool).chmod(0o755)
+    paths = HostPaths(procfs_root=tmp_path / "proc", run_dir=tmp_path / "run")
+    create_driver_root(paths.driver_root)
+    return Node(paths, Runner(env={"PATH": f"{bindir}:{os.environ['PATH']}"}), calls)
+
+
+def test_noexec_run_gets_our_tmpfs_before_anything_is_written(node: Node) -> None:
+    node.write_mountinfo(ROOT + TALOS_RUN)
+    assert prepare_driver_root(node.paths, node.runner) is True
+    assert node.recorded() == [mount_argv(f"{node.run}/driver")]
+    assert os.listdir(node.paths.driver_root) == []
+
+
+def test_restart_finds_our_mount_and_runs_nothing(node: Node) -> None:
+    node.write_mountinfo(ROOT + TALOS_RUN + OURS)
+    assert prepare_driver_root(node.paths, node.runner) is False
+    assert node.recorded() == []
+
+
+def test_exec_capable_filesystem_needs_no_mount(node: Node) -> None:
+    node.write_mountinfo(ROOT + TALOS_RUN.replace("nosuid,nodev,noexec", "nosuid"))
+    assert prepare_driver_root(node.paths, node.runner) is False
+    assert node.recorded() == []
+
+
+def test_nvidia_rbind_leftover_is_unmounted_then_ours_mounted(node: Node) -> None:
+    node.write_mountinfo(ROOT + TALOS_RUN + NVIDIA_RBIND + NVIDIA_SUB)
+    assert prepare_driver_root(node.paths, node.runner) is True
+    assert node.recorded() == [["umount", "-R", f"{node.run}/driver"], mount_argv(f"{node.run}/driver")]
+
+
+def test_leftover_on_top_of_ours_is_unmounted_and_ours_kept(node: Node) -> None:
+    node.write_mountinfo(ROOT + TALOS_RUN + OURS + NVIDIA_RBIND + NVIDIA_SUB, parent=1040)
+    assert prepare_driver_root(node.paths, node.runner) is True  # the content changed: ours shows again
+    assert node.recorded() == [["umount", "-R", f"{node.run}/driver"]]
+
+
+def test_eperm_names_the_flags_and_the_fix(node: Node) -> None:
+    node.write_mountinfo(ROOT + TALOS_RUN)
+    # util-linux's words without CAP_SYS_ADMIN (checked in a container): the reason, then a dmesg hint.
+    err = "mount: x: permission denied.\n       dmesg(1) may have more information after failed mount system call."
+    runner = Runner(env=node.runner.env | {"FAKE_MOUNT_RC": "32", "FAKE_MOUNT_ERR": err})
+    with pytest.raises(PublishError) as info:
+        prepare_driver_root(node.paths, runner)
+    message, fix = info.value.message, info.value.fix or ""
+    assert "nosuid,nodev,noexec" in message and "noexec/nodev would stop consumers" in message
+    assert "exited 32: mount: x: permission denied." in message
+    assert "CAP_SYS_ADMIN" in fix and "privileged" in fix and "0500_daemonset.yaml" in fix
+    assert node.recorded() == [mount_argv(f"{node.run}/driver")]
+
+
+def test_unshared_run_dir_is_refused_before_mounting(node: Node) -> None:
+    node.write_mountinfo(ROOT + TALOS_RUN.replace(" shared:18", ""))
+    with pytest.raises(PublishError, match="not a shared mount") as info:
+        prepare_driver_root(node.paths, node.runner)
+    assert "Bidirectional" in (info.value.fix or "")
+    assert node.recorded() == []
+
+
+def test_without_mountinfo_nothing_runs(node: Node) -> None:
+    assert prepare_driver_root(node.paths, node.runner) is False
+    assert node.recorded() == []
+
+
+# -- driver-manager -------------------------------------------------------------------------------
+
+
+def _facts(mounts: tuple[str, ...]) -> NodeFacts:
+    return NodeFacts(
+        platform="talos", platform_evidence="os-release", talos_version="v1.11.0", host_smi=None,
+        nvidia_version="535.309.01", nvidia_loaded=True, image_version="535.309.01", state_digest=None,
+        driver_mounts=mounts, pid_file_stale=False,
+    )  # fmt: skip
+
+
+def test_driver_manager_leaves_our_mount_alone(node: Node) -> None:
+    text = (ROOT + TALOS_RUN + OURS).format(run=node.run)
+    assert leftover_mounts(text, f"{node.run}/driver") == ()
+    assert clean_leftovers(node.paths, _facts(leftover_mounts(text, f"{node.run}/driver")), node.runner) == []
+    assert node.recorded() == []
+
+
+def test_driver_manager_still_removes_nvidias_rbind(node: Node) -> None:
+    text = (ROOT + TALOS_RUN + NVIDIA_RBIND + NVIDIA_SUB).format(run=node.run, parent=1030)
+    found = leftover_mounts(text, f"{node.run}/driver")
+    assert found == (f"{node.run}/driver", f"{node.run}/driver/proc")
+    assert clean_leftovers(node.paths, _facts(found), node.runner) == [f"unmounted {node.paths.driver_root}"]
+    assert node.recorded() == [["umount", "-l", "-R", f"{node.run}/driver"]]
