@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from driver_container.numbers import parse_c_int
+
 if TYPE_CHECKING:
     from driver_container.hoststate import HostState, LoadedModule
     from driver_container.modfiles import ModuleFile
@@ -59,10 +61,8 @@ def values_equal(requested: str, effective: str) -> bool:
         return True
     if b in ("Y", "N") and a.lower() in _TRUE | _FALSE:
         return (a.lower() in _TRUE) == (b == "Y")
-    try:
-        return int(a, 0) == int(b, 0)
-    except ValueError:
-        return False
+    number_a, number_b = parse_c_int(a), parse_c_int(b)
+    return number_a is not None and number_a == number_b
 
 
 def _module_presence(state: HostState) -> list[Finding]:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from driver_container.errors import KubernetesError
+from driver_container.numbers import parse_uint
 
 if TYPE_CHECKING:
     import requests
@@ -325,7 +326,9 @@ def _describe(exc: Exception) -> str:
 
 def _retry_after(response: requests.Response, delay: float, cap: float) -> float:
     value = response.headers.get("Retry-After", "")
-    return min(float(value), cap) if value.isdigit() else delay
+    # RFC 9110 section 10.2.3: delay-seconds is 1*DIGIT (an HTTP-date is not honoured: the caller's delay).
+    seconds = parse_uint(value.strip())
+    return min(float(seconds), cap) if seconds is not None else delay
 
 
 def _status_error(method: str, path: str, response: requests.Response) -> KubernetesError:

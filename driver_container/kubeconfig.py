@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from driver_container.errors import KubernetesError
+from driver_container.numbers import parse_int
 
 _INT = re.compile(r"[-+]?(0|[1-9][0-9]*)")
 _FIX = "flatten it to JSON: kubectl config view --flatten -o json > kubeconfig.json"
@@ -85,8 +86,8 @@ def _scalar(text: str, number: int) -> YamlValue:
         return text.lower() == "true"
     if text in ("null", "Null", "NULL", "~"):
         return None
-    if _INT.fullmatch(text):
-        return int(text)
+    if _INT.fullmatch(text) and (integer := parse_int(text)) is not None:
+        return integer  # longer digit strings stay text (a YAML int of 5000 digits is nobody's config)
     return text
 
 

@@ -39,7 +39,7 @@ FIRMWARE_DIRS = ("lib/firmware", "usr/lib/firmware", "usr/share/nvidia/firmware"
 LD_CACHE_LIMIT = 64 << 20
 # 64-bit ld.so.cache entry flags (glibc dl-cache.h): x86-64 and aarch64 libc6 libraries.
 _CACHE_FLAGS_64 = (0x0303, 0x0A03)
-_VERSIONED = re.compile(r"(?P<lib>lib[A-Za-z0-9_+-]+\.so)\.(?P<version>\d+\.\d+(?:\.\d+)?)")
+_VERSIONED = re.compile(r"(?P<lib>lib[A-Za-z0-9_+-]+\.so)\.(?P<version>[0-9]+\.[0-9]+(?:\.[0-9]+)?)")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from driver_container.errors import CommandError, PublishError
 from driver_container.fsutil import contained
+from driver_container.numbers import parse_uint
 from driver_container.paths import HostPaths
 from driver_container.runner import Runner
 
@@ -50,9 +51,9 @@ class Persistenced:
 def host_daemon_pid(paths: HostPaths) -> int | None:
     """The pid of a persistenced the host already runs (pid file under HOST_ROOT and a live /proc/<pid>)."""
     text = paths.host.read_text_or_none(HOST_PID_FILE, limit=64)
-    if text is None or not text.strip().isdigit():
+    pid = parse_uint(text.strip()) if text is not None else None
+    if pid is None:
         return None
-    pid = int(text.strip())
     # hostPID: true in the operator's DaemonSet, so PROCFS_ROOT shows the host's processes.
     if not paths.proc.is_dir(str(pid)):
         log.info("%s names pid %d which is not running: ignored", paths.host_root / HOST_PID_FILE, pid)
