@@ -149,3 +149,20 @@ def test_agrees_with_pyyaml_on_block_documents(doc: dict[str, object], indent: i
     for dumper in (yaml.SafeDumper, _IndentedSequences):  # kubectl's and talosctl's sequence layouts
         text = yaml.dump(doc, Dumper=dumper, default_flow_style=False, indent=indent, sort_keys=False)
         assert parse_yaml_subset(text) == yaml.safe_load(text)
+
+
+def test_token_files_that_are_fifos_or_devices_are_refused_not_read(tmp_path: Path) -> None:
+    """A tokenFile (or kubeconfig) that is /dev/zero or a FIFO must neither exhaust memory nor hang."""
+    import os
+
+    from driver_container.kube import read_small_file
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in (Path("/dev/zero"), fifo):
+        with pytest.raises(KubernetesError, match="not a regular file"):
+            read_small_file(path, "tokenFile")
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * 100)
+    with pytest.raises(KubernetesError, match="larger than 10 bytes"):
+        read_small_file(big, "tokenFile", limit=10)
