@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from driver_container.elfarch import machine_name, normalise_arch
 from driver_container.numbers import parse_c_int
 
 if TYPE_CHECKING:
@@ -267,6 +268,36 @@ def _flavour(state: HostState) -> list[Finding]:
     ]
 
 
+def _node_arch(state: HostState) -> tuple[str | None, str]:
+    """The node's architecture: the ELF machine of its nvidia module files, else the arch NVIDIA's
+    loaded module prints in /proc/driver/nvidia/version."""
+    files = [state.module_files[n] for n in ("nvidia", *sorted(state.module_files)) if n in state.module_files]
+    for file in files:
+        if file.machine is not None:
+            return machine_name(file.machine), str(file.path)
+    if state.nvidia_version is not None and state.nvidia_version.arch:
+        return normalise_arch(state.nvidia_version.arch), "/proc/driver/nvidia/version"
+    return None, ""
+
+
+def _architecture(state: HostState) -> list[Finding]:
+    """A userspace of another architecture cannot open the GPU at all (every binary fails with
+    "Exec format error" in the GPU pods), so it is an error before anything is published."""
+    userspace = machine_name(state.userspace.machine)
+    node, source = _node_arch(state)
+    if userspace is None or node is None or userspace == node:
+        return []
+    lib = state.userspace.libcuda or state.userspace.libnvidia_ml
+    return [
+        Finding(
+            "error",
+            "ARCH_MISMATCH",
+            f"the image's NVIDIA userspace is {userspace} ({lib}) but the node is {node} ({source})",
+            f"use the {node} variant of the driver image (multi-arch tag or the -{node} build)",
+        )
+    ]
+
+
 def _param_fix(state: HostState, module: str) -> str:
     params = [f"{n}={v}" for n, v in state.requested_params.get(module, ())]
     if state.platform.name == "talos":
@@ -377,7 +408,7 @@ def _environment(state: HostState) -> list[Finding]:
 
 def check(state: HostState) -> list[Finding]:
     """Every finding for ``state``, errors first, in a stable order."""
-    findings = _module_presence(state) + _versions(state) + _flavour(state)
+    findings = _module_presence(state) + _versions(state) + _flavour(state) + _architecture(state)
     for name, module in state.modules.items():
         findings += _file_checks(state, module, state.module_files.get(name))
     findings += _parameters(state) + _environment(state)

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
+from driver_container.elfarch import HEADER_BYTES, elf_machine
 from driver_container.errors import ModuleFormatError
 from driver_container.kmod.compression import Buffer, decompress, detect_compression
 from driver_container.kmod.elf import read_sections
@@ -151,4 +152,5 @@ def _parse(data: Buffer, label: str, filename: str | None, max_size: int) -> Mod
         fields=fields,
         signature=signature,
         compression=kind,
+        machine=elf_machine(bytes(data[:HEADER_BYTES])),
     )
