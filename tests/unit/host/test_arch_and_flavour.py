@@ -64,7 +64,9 @@ def test_proprietary_uvm_is_proprietary_although_its_license_is_dual_mit_gpl() -
 def test_a_companion_of_another_build_keeps_an_unknown_flavour() -> None:
     core = ModuleFile(PurePosixPath("/m/extras/nvidia.ko"), "nvidia", version="1.2", license="NVIDIA")
     uvm_here = ModuleFile(PurePosixPath("/m/extras/nvidia-uvm.ko"), "nvidia_uvm", version="1.2", license="Dual MIT/GPL")
-    uvm_elsewhere = ModuleFile(PurePosixPath("/m/updates/nvidia-drm.ko"), "nvidia_drm", version="1.2", license="Dual MIT/GPL")
+    uvm_elsewhere = ModuleFile(
+        PurePosixPath("/m/updates/nvidia-drm.ko"), "nvidia_drm", version="1.2", license="Dual MIT/GPL"
+    )
     flavours = {n: m.flavour for n, m in with_companion_flavours(
         {"nvidia": core, "nvidia_uvm": uvm_here, "nvidia_drm": uvm_elsewhere}).items()}  # fmt: skip
     assert flavours == {"nvidia": "proprietary", "nvidia_uvm": "proprietary", "nvidia_drm": None}
