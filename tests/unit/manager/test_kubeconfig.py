@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import require_module
 
 from driver_container.errors import KubernetesError
 from driver_container.kubeconfig import parse_yaml_subset, select_context
@@ -119,7 +120,7 @@ def test_exec_users_are_refused() -> None:
         select_context(doc, Path("/cfg/config"))
 
 
-yaml = pytest.importorskip("yaml")  # PyYAML: the oracle (test extra); the reader itself never needs it
+yaml = require_module("yaml")  # PyYAML: the oracle (test extra); the reader itself never needs it
 
 
 class _IndentedSequences(yaml.SafeDumper):  # type: ignore[name-defined,misc]
