@@ -120,7 +120,9 @@ def run_in_child(func: Callable[[], T], shutdown: Shutdown | None = None, grace_
         data = _collect(read_fd, pid, shutdown, grace_s)  # before waitpid: a large result must not block
     finally:
         os.close(read_fd)
-    _, status = os.waitpid(pid, 0)
+    _, status, usage = os.wait4(pid, 0)
+    # ru_maxrss of the child is in KiB on Linux (getrusage(2)); bench/run_all.py reads this line.
+    log.info("verify-and-publish process (pid %d): peak RSS %.1f MB", pid, usage.ru_maxrss / 1024)
     try:
         kind, value = pickle.loads(data) if data else ("died", None)
     except (pickle.UnpicklingError, EOFError, AttributeError, TypeError):
