@@ -75,6 +75,7 @@ def _clean_state(h: Host) -> tuple[object, object]:
     return root_state(h.base / "clean-run/driver")
 
 
+@pytest.mark.timeout(600)  # 3 rounds of 6 processes, each bounded at 120 s
 def test_concurrent_init_status_and_driver_manager(tmp_path: Path, kubeconfig: Path) -> None:
     h = make_host(tmp_path / "h")
     expected = _clean_state(h)
@@ -133,6 +134,7 @@ def _pin(links: list[tuple[Path, Path, Path]], which: int) -> None:
         os.replace(tmp, link)
 
 
+@pytest.mark.timeout(600)  # 10 inits, each bounded at 120 s
 def test_host_files_changing_during_verification(tmp_path: Path) -> None:
     h = make_host(tmp_path / "h")
     expected = _clean_state(h)

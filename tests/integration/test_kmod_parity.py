@@ -20,7 +20,8 @@ from support import ARTEFACTS, require
 
 from driver_container.kmod import format_modinfo, read_module
 
-pytestmark = pytest.mark.artefact
+# The whole Debian module tree (thousands of modules, kmod as the oracle): up to 15 minutes on a slow runner.
+pytestmark = [pytest.mark.artefact, pytest.mark.timeout(900)]
 
 MODINFO = shutil.which("modinfo") or "/sbin/modinfo"
 
