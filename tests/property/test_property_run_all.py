@@ -8,7 +8,6 @@ from pathlib import Path
 from support import REPO
 
 sys.path.insert(0, str(REPO / "bench"))
-sys.path.insert(0, str(REPO / "tests" / "hostile"))
 import run_all
 
 MODINFO = """tree: 1234 modules (best of 5; wall / CPU)
