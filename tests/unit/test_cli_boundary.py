@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from driver_container import lifecycle, manager
-from driver_container.cli import main
-from driver_container.cli import manager_cmd
+from driver_container.cli import main, manager_cmd
 
 
 def _boom(*_args: object, **_kwargs: object) -> None:
