@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from driver_container.numbers import parse_uint
+
 # The kernel writes space, tab, newline and backslash in paths as \ooo (fs/proc_namespace.c, mangle()).
 _OCTAL = re.compile(r"\\([0-7]{3})")
 
@@ -14,7 +16,7 @@ def parse_mount_points(mountinfo: str) -> list[str]:
     for line in mountinfo.splitlines():
         fields = line.split()
         if len(fields) >= 5:
-            points.append(_OCTAL.sub(lambda m: chr(int(m.group(1), 8)), fields[4]))
+            points.append(_OCTAL.sub(lambda m: chr(parse_uint(m.group(1), base=8) or 0), fields[4]))
     return points
 
 
