@@ -96,8 +96,8 @@ def probe_rows(quick: bool) -> list[Row]:
     except ValueError:
         result = None
     if not result:
-        return [Row("probe vs python -c 'import typer'", None, "x", 1.5, _why(out))]
-    return [Row("probe vs python -c 'import typer'", result["ratio_cli"], "x", result.get("target_ratio", 1.5))]
+        return [Row("probe vs python -c pass", None, "x", 1.5, _why(out))]
+    return [Row("probe vs python -c pass", result["ratio_cli"], "x", result.get("target_ratio", 1.5))]
 
 
 def _status_kb(pid: int, key: str) -> float:
@@ -122,10 +122,24 @@ def rss_rows(quick: bool) -> list[Row]:
                 return [Row("idle RSS of waiting init", None, "MB", 30.0, _why(proc.communicate()[1]))]
             time.sleep(0.1)
         time.sleep(1.0)  # settle in the wait
-        idle, peak = _status_kb(proc.pid, "VmRSS") / 1024, _status_kb(proc.pid, "VmHWM") / 1024
+        idle, parent_peak = _status_kb(proc.pid, "VmRSS") / 1024, _status_kb(proc.pid, "VmHWM") / 1024
         proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=30)
-    return [Row("idle RSS of waiting init", idle, "MB", 30.0), Row("peak RSS of init (fixture host)", peak, "MB", 80.0)]
+        _out, err = proc.communicate(timeout=30)
+    child_peak = publishing_child_peak_mb(err)
+    # The peak is the publishing child's (it imports pyelftools and hashes every file); the parent's
+    # VmHWM only covers the waiting process. Both are reported; the target applies to the larger.
+    peak = max(parent_peak, child_peak) if child_peak is not None else None
+    return [
+        Row("idle RSS of waiting init", idle, "MB", 30.0),
+        Row("peak RSS of init's publishing child", peak, "MB", 80.0,
+            "" if child_peak is not None else "init logged no 'peak RSS' line for its child"),
+    ]  # fmt: skip
+
+
+def publishing_child_peak_mb(stderr: str) -> float | None:
+    """The child's ru_maxrss that init logs after verify-and-publish (supervise.run_in_child)."""
+    match = re.search(r"verify-and-publish process \(pid \d+\): peak RSS ([\d.]+) MB", stderr)
+    return float(match[1]) if match else None
 
 
 def image_rows(image: str) -> list[Row]:

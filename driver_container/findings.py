@@ -10,6 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from driver_container.elfarch import machine_name, normalise_arch
+from driver_container.numbers import parse_c_int
+
 if TYPE_CHECKING:
     from driver_container.hoststate import HostState, LoadedModule
     from driver_container.modfiles import ModuleFile
@@ -80,10 +83,8 @@ def values_equal(requested: str, effective: str) -> bool:
         return True
     if b in ("Y", "N") and a.lower() in _TRUE | _FALSE:
         return (a.lower() in _TRUE) == (b == "Y")
-    try:
-        return int(a, 0) == int(b, 0)
-    except ValueError:
-        return False
+    number_a, number_b = parse_c_int(a), parse_c_int(b)
+    return number_a is not None and number_a == number_b
 
 
 def _module_presence(state: HostState) -> list[Finding]:
@@ -276,6 +277,36 @@ def _flavour(state: HostState) -> list[Finding]:
             "FLAVOUR_MISMATCH",
             f"KERNEL_MODULE_TYPE={wanted} but the nvidia module is {found} ({source})",
             f"{fix}, or set KERNEL_MODULE_TYPE={found} (driver.kernelModuleType in the ClusterPolicy)",
+        )
+    ]
+
+
+def _node_arch(state: HostState) -> tuple[str | None, str]:
+    """The node's architecture: the ELF machine of its nvidia module files, else the arch NVIDIA's
+    loaded module prints in /proc/driver/nvidia/version."""
+    files = [state.module_files[n] for n in ("nvidia", *sorted(state.module_files)) if n in state.module_files]
+    for file in files:
+        if file.machine is not None:
+            return machine_name(file.machine), str(file.path)
+    if state.nvidia_version is not None and state.nvidia_version.arch:
+        return normalise_arch(state.nvidia_version.arch), "/proc/driver/nvidia/version"
+    return None, ""
+
+
+def _architecture(state: HostState) -> list[Finding]:
+    """A userspace of another architecture cannot open the GPU at all (every binary fails with
+    "Exec format error" in the GPU pods), so it is an error before anything is published."""
+    userspace = machine_name(state.userspace.machine)
+    node, source = _node_arch(state)
+    if userspace is None or node is None or userspace == node:
+        return []
+    lib = state.userspace.libcuda or state.userspace.libnvidia_ml
+    return [
+        Finding(
+            "error",
+            "ARCH_MISMATCH",
+            f"the image's NVIDIA userspace is {userspace} ({lib}) but the node is {node} ({source})",
+            f"use the {node} variant of the driver image (multi-arch tag or the -{node} build)",
         )
     ]
 
@@ -495,7 +526,7 @@ REMEDIED_BY_INIT = frozenset({"DRIVER_ROOT_NOT_EXECUTABLE"})
 
 def check(state: HostState) -> list[Finding]:
     """Every finding for ``state``, errors first, in a stable order."""
-    findings = _module_presence(state) + _versions(state) + _flavour(state)
+    findings = _module_presence(state) + _versions(state) + _flavour(state) + _architecture(state)
     for name, module in state.modules.items():
         findings += _file_checks(state, module, state.module_files.get(name))
     findings += _parameters(state) + _environment(state) + _fabric(state) + _driver_root_mount(state)

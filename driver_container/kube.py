@@ -14,6 +14,7 @@ import binascii
 import logging
 import os
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from driver_container.errors import KubernetesError
+from driver_container.numbers import parse_uint
 
 if TYPE_CHECKING:
     import requests
@@ -34,6 +36,7 @@ log = logging.getLogger(__name__)
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 RETRY_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
 MERGE_PATCH = "application/merge-patch+json"
+SECRET_LIMIT = 1 << 20  # a kubeconfig with embedded certificates is a few KiB; tokens are ~1 KiB
 
 
 @dataclass(frozen=True)
@@ -62,13 +65,10 @@ def in_cluster_endpoint(env: Mapping[str, str], config: KubeConfig) -> Endpoint:
     host = env.get("KUBERNETES_SERVICE_HOST", "").strip()
     port = env.get("KUBERNETES_SERVICE_PORT", "").strip() or "443"
     sa = config.service_account_dir
-    try:
-        token = (sa / "token").read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise KubernetesError(
-            f"{sa / 'token'}: cannot read the service-account token: {exc.strerror}",
-            fix="mount the service account (automountServiceAccountToken: true) or set KUBECONFIG",
-        ) from exc
+    token = read_small_file(
+        sa / "token", "the service-account token",
+        fix="mount the service account (automountServiceAccountToken: true) or set KUBECONFIG",
+    ).strip()  # fmt: skip
     ca = sa / "ca.crt"
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"  # IPv6 service address
@@ -82,9 +82,30 @@ def in_cluster_endpoint(env: Mapping[str, str], config: KubeConfig) -> Endpoint:
 
 def namespace_of_service_account(config: KubeConfig) -> str | None:
     try:
-        return (config.service_account_dir / "namespace").read_text(encoding="utf-8").strip() or None
-    except OSError:
+        return read_small_file(config.service_account_dir / "namespace", "namespace").strip() or None
+    except KubernetesError:
         return None
+
+
+def read_small_file(path: Path, what: str, *, limit: int = SECRET_LIMIT, fix: str | None = None) -> str:
+    """A token, namespace or kubeconfig: opened non-blocking, a regular file, at most ``limit`` bytes.
+    Links are followed on purpose: service-account files are links into ``..data`` (kubelet's atomic
+    writer), and a kubeconfig is often a link; what matters is that a FIFO or /dev/zero cannot hang or
+    exhaust the manager."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise KubernetesError(f"{path}: cannot read {what}: {exc.strerror}", fix=fix) from exc
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise KubernetesError(f"{path}: {what} is not a regular file", fix=fix)
+        try:
+            data = handle.read(limit + 1)
+        except OSError as exc:
+            raise KubernetesError(f"{path}: cannot read {what}: {exc.strerror}", fix=fix) from exc
+    if len(data) > limit:
+        raise KubernetesError(f"{path}: {what} is larger than {limit} bytes", fix=fix)
+    return data.decode("utf-8", errors="replace")
 
 
 def _materialise(data: str | None, name: str, workdir: Path, what: str) -> str:
@@ -110,17 +131,24 @@ def kubeconfig_endpoint(path_list: str, workdir: Path, context: str | None = Non
         raise KubernetesError(f"KUBECONFIG={path_list}: no such file", fix="point KUBECONFIG at a kubeconfig file")
     entry = select_context(load_kubeconfig_file(source), source, context)
     where = f"{source} context {entry.context}"
-    verify: str | bool = not entry.insecure
+    if entry.insecure:
+        # Decision (issue 14 item 8): every user driver-manager accepts carries a credential (token or
+        # client key), and without verification anyone on the path receives it. kubectl allows the flag;
+        # we refuse it rather than silently sending a cluster-admin token to an unverified peer.
+        raise KubernetesError(
+            f"{where}: the cluster sets insecure-skip-tls-verify; driver-manager never sends credentials "
+            "over a TLS connection it has not verified",
+            fix="remove insecure-skip-tls-verify and set certificate-authority(-data) to the API server's CA "
+            "(talosctl kubeconfig writes it)",
+        )
+    verify: str | bool = True
     if entry.ca_data:
         verify = _materialise(entry.ca_data, "ca.crt", workdir, f"{where}: certificate-authority-data")
     elif entry.ca_file:
         verify = str(entry.ca_file)
     token = entry.token
     if token is None and entry.token_file is not None:
-        try:
-            token = entry.token_file.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise KubernetesError(f"{entry.token_file}: cannot read tokenFile: {exc.strerror}") from exc
+        token = read_small_file(entry.token_file, "tokenFile").strip()
     cert = _client_cert(entry, workdir, where)
     if token is None and cert is None:
         raise KubernetesError(f"{where}: the user has neither a token nor a client certificate", fix="check KUBECONFIG")
@@ -334,7 +362,9 @@ def _describe(exc: Exception) -> str:
 
 def _retry_after(response: requests.Response, delay: float, cap: float) -> float:
     value = response.headers.get("Retry-After", "")
-    return min(float(value), cap) if value.isdigit() else delay
+    # RFC 9110 section 10.2.3: delay-seconds is 1*DIGIT (an HTTP-date is not honoured: the caller's delay).
+    seconds = parse_uint(value.strip())
+    return min(float(seconds), cap) if seconds is not None else delay
 
 
 def _status_error(method: str, path: str, response: requests.Response) -> KubernetesError:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from driver_container.errors import KubernetesError
+from driver_container.numbers import parse_int
 
 _INT = re.compile(r"[-+]?(0|[1-9][0-9]*)")
 _FIX = "flatten it to JSON: kubectl config view --flatten -o json > kubeconfig.json"
@@ -85,8 +86,8 @@ def _scalar(text: str, number: int) -> YamlValue:
         return text.lower() == "true"
     if text in ("null", "Null", "NULL", "~"):
         return None
-    if _INT.fullmatch(text):
-        return int(text)
+    if _INT.fullmatch(text) and (integer := parse_int(text)) is not None:
+        return integer  # longer digit strings stay text (a YAML int of 5000 digits is nobody's config)
     return text
 
 
@@ -186,10 +187,9 @@ def parse_yaml_subset(text: str, *, source: str = "<kubeconfig>") -> YamlValue:
 
 
 def load_kubeconfig_file(path: Path) -> dict[str, YamlValue]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise KubernetesError(f"{path}: cannot read kubeconfig: {exc.strerror}", fix="check KUBECONFIG") from exc
+    from driver_container.kube import read_small_file
+
+    text = read_small_file(path, "kubeconfig", fix="check KUBECONFIG")
     value = parse_yaml_subset(text, source=str(path))
     if not isinstance(value, dict):
         raise KubernetesError(f"{path}: not a kubeconfig (top level is not a mapping)", fix="check KUBECONFIG")
@@ -262,7 +262,8 @@ def select_context(doc: dict[str, YamlValue], source: Path, context: str | None 
         server=server.rstrip("/"),
         ca_file=_path(cluster, "certificate-authority", base),
         ca_data=_text(cluster, "certificate-authority-data"),
-        insecure=cluster.get("insecure-skip-tls-verify") is True,
+        # Any value but absent/false counts (a quoted "true" must not slip past the refusal in kube.py).
+        insecure=cluster.get("insecure-skip-tls-verify") not in (None, False, "false"),
         token=_text(user, "token"),
         token_file=_path(user, "tokenFile", base),
         client_cert_file=_path(user, "client-certificate", base),

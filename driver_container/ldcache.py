@@ -114,6 +114,15 @@ def parse_ld_cache(data: bytes, *, source: str = "ld.so.cache") -> list[CacheEnt
     return old_entries
 
 
+def _compare_digit_runs(run1: bytes, run2: bytes) -> int:
+    """Numeric order of two ASCII digit runs without int(): a hostile library name with thousands of
+    digits must neither build a huge integer nor hit Python's int-digits limit (ValueError)."""
+    run1, run2 = run1.lstrip(b"0") or b"0", run2.lstrip(b"0") or b"0"
+    if len(run1) != len(run2):
+        return len(run1) - len(run2)
+    return (run1 > run2) - (run1 < run2)
+
+
 def libcmp(a: str, b: str) -> int:
     """glibc ``_dl_cache_libcmp``: byte order, but runs of digits compare as numbers; digits sort after others."""
     p1, p2 = a.encode() + b"\0", b.encode() + b"\0"
@@ -128,9 +137,9 @@ def libcmp(a: str, b: str) -> int:
                 i2 += 1
             while 48 <= p2[j2] <= 57:
                 j2 += 1
-            v1, v2 = int(p1[i:i2]), int(p2[j:j2])
-            if v1 != v2:
-                return v1 - v2
+            order = _compare_digit_runs(p1[i:i2], p2[j:j2])
+            if order:
+                return order
             i, j = i2, j2
         elif 48 <= c2 <= 57:
             return -1

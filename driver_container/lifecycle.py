@@ -179,54 +179,94 @@ def detect(paths: HostPaths, settings: Settings, runner: Runner) -> tuple[Platfo
     return info, runner
 
 
+@dataclass
+class _Started:
+    """What ``init`` started so far, for the cleanup in ``run_init``."""
+
+    runner: Runner
+    daemon: persistenced.Persistenced | None = None
+    fabric: FabricDaemons | None = None
+    generic_host: bool = False
+
+
 def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: InitOptions | None = None) -> None:
     """The whole ``init``. Returns normally on success and on a termination signal; raises on failure."""
     opts = options or InitOptions()
     shutdown = Shutdown().install()
     lock = PidLock(paths.pid_file)
-    daemon: persistenced.Persistenced | None = None
-    fabric: FabricDaemons | None = None
-    generic_host = False
+    started = _Started(runner)
     try:
         lock.acquire()
-        statusfiles.write_daemons_status(paths, ready=False)
-        info, runner = detect(paths, settings, runner)
-        generic_host = info.name != "talos"
-        names = required_modules(settings, talos=not generic_host)
-        if generic_host:
-            names = _prepare_generic(paths, settings, runner, names)
-        if not wait_for_modules(paths, settings, shutdown, talos=not generic_host, poll_s=opts.poll_s,
-                                progress_s=opts.progress_s, names=names, talos_version=info.talos_version):
-            return
-        run_in_child(lambda: _verify_and_publish(paths, settings, runner))
-        if shutdown.requested:
-            return
-        _node_steps(paths)
-        if opts.no_wait:
-            log.info("--no-wait: starting no daemon (nvidia-persistenced, Fabric Manager are left to a waiting init)")
-        else:
-            daemon = _start_daemons(paths, settings, runner, opts, shutdown)
-            fabric = _start_fabric(paths, settings, runner, opts, shutdown)
-            if shutdown.requested:
-                return
-        statusfiles.write_state(paths, settings.driver_config_digest)
-        statusfiles.write_daemons_status(paths, ready=True)
-        if opts.no_wait:
-            log.info("Done (--no-wait): driver root published at %s", paths.driver_root)
-            return
-        log.info("Done, now waiting for signal")
-        _wait_for_signal(paths, shutdown, daemon, fabric)
+        _init_stages(paths, settings, opts, shutdown, started)
     finally:
         if shutdown.requested:
             log.info("%s received: stopping what init started; %s is kept", shutdown.describe(), paths.driver_root)
-        if fabric is not None:
-            _stop_fabric(fabric)
-        if daemon is not None:
-            persistenced.stop(daemon)
-        if generic_host and shutdown.requested and lock.held:
-            _unload_generic(paths, settings, runner)
+        if started.fabric is not None:
+            _stop_fabric(started.fabric)
+        if started.daemon is not None:
+            persistenced.stop(started.daemon)
+        if started.generic_host and shutdown.requested and lock.held:
+            _unload_generic(paths, settings, started.runner)
         lock.release()
         shutdown.restore()
+
+
+def _interrupted(shutdown: Shutdown, before: str) -> bool:
+    """A signal ends init between any two stages: nothing after it may start (no daemon, no Ready)."""
+    if shutdown.requested:
+        log.info("%s received: not starting %s", shutdown.describe(), before)
+    return shutdown.requested
+
+
+def _init_stages(
+    paths: HostPaths, settings: Settings, opts: InitOptions, shutdown: Shutdown, started: _Started
+) -> None:
+    statusfiles.write_daemons_status(paths, ready=False)
+    info, runner = detect(paths, settings, started.runner)
+    started.runner, started.generic_host = runner, info.name != "talos"
+    names = required_modules(settings, talos=not started.generic_host)
+    if started.generic_host and not _interrupted(shutdown, "the module reload"):
+        names = _prepare_generic(paths, settings, runner, names)
+    if _interrupted(shutdown, "the module wait") or not wait_for_modules(
+        paths, settings, shutdown, talos=not started.generic_host, poll_s=opts.poll_s,
+        progress_s=opts.progress_s, names=names, talos_version=info.talos_version,
+    ):  # fmt: skip
+        return
+    if _interrupted(shutdown, "verify and publish") or not _publish(paths, settings, runner, shutdown):
+        return
+    if _interrupted(shutdown, "the node steps"):
+        return
+    _node_steps(paths)
+    if _interrupted(shutdown, "the daemons"):
+        return
+    if opts.no_wait:
+        log.info("--no-wait: starting no daemon (nvidia-persistenced, Fabric Manager are left to a waiting init)")
+    else:
+        started.daemon = _start_daemons(paths, settings, runner, opts, shutdown)
+        if _interrupted(shutdown, "Fabric Manager"):
+            return
+        started.fabric = _start_fabric(paths, settings, runner, opts, shutdown)
+    if _interrupted(shutdown, f"writing {statusfiles.READY}"):
+        return
+    statusfiles.write_state(paths, settings.driver_config_digest)
+    statusfiles.write_daemons_status(paths, ready=True)
+    if opts.no_wait:
+        log.info("Done (--no-wait): driver root published at %s", paths.driver_root)
+        return
+    log.info("Done, now waiting for signal")
+    _wait_for_signal(paths, shutdown, started.daemon, started.fabric)
+
+
+def _publish(paths: HostPaths, settings: Settings, runner: Runner, shutdown: Shutdown) -> bool:
+    """Verify and publish in the child; False when a signal stopped it (the child is killed after a grace)."""
+    try:
+        run_in_child(lambda: _verify_and_publish(paths, settings, runner), shutdown)
+    except DriverContainerError:
+        if shutdown.requested:
+            log.info("%s received while verifying and publishing: stopped", shutdown.describe())
+            return False
+        raise
+    return not shutdown.requested
 
 
 def _verify_and_publish(paths: HostPaths, settings: Settings, runner: Runner) -> str:

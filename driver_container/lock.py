@@ -15,6 +15,7 @@ from pathlib import Path
 from types import TracebackType
 
 from driver_container.errors import LockError
+from driver_container.numbers import parse_uint
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ def _read_pid(fd: int) -> int | None:
         text = os.pread(fd, 32, 0).decode("ascii", errors="replace").strip()
     except OSError:
         return None
-    return int(text) if text.isdigit() else None
+    return parse_uint(text)
 
 
 def _same_file(fd: int, path: Path) -> bool:

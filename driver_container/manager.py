@@ -19,9 +19,16 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any, Protocol
 
-from driver_container.errors import DriverContainerError, HostDriverPresentError, KubernetesError, VerificationError
+from driver_container.errors import (
+    DriverContainerError,
+    HostDriverPresentError,
+    HostReadError,
+    KubernetesError,
+    VerificationError,
+)
 from driver_container.kernel.mountinfo import mounts_at_or_below, parse_mountinfo, top_mount_at
 from driver_container.node.rootmount import is_ours
+from driver_container.numbers import parse_uint
 from driver_container.paths import HostPaths, Root
 from driver_container.runner import MODULE_TOOLS, Runner
 from driver_container.settings import Settings
@@ -166,15 +173,25 @@ def leftover_mounts(mountinfo: str, driver_root: str) -> tuple[str, ...]:
 
 
 def _pid_file_stale(paths: HostPaths) -> bool:
-    try:
-        text = paths.pid_file.read_text(encoding="utf-8", errors="replace").strip()
-    except FileNotFoundError:
+    """True when a pid file is there and no live init holds it. init creates it as a regular file with
+    O_NOFOLLOW (lock.py), so anything else at that name (a symlink, e.g. to /dev/zero, a FIFO) is no
+    lock of ours: stale, and removed as a name. The read goes through Root: non-blocking, regular file,
+    64 bytes at most."""
+    name = paths.pid_file.name
+    st = paths.run.lstat(name)
+    if st is None:
         return False
-    except OSError as exc:
-        log.warning("%s: cannot read: %s", paths.pid_file, exc.strerror)
+    if not stat.S_ISREG(st.st_mode):
+        log.warning("%s is not a regular file (mode %o): treated as stale", paths.pid_file, st.st_mode)
+        return True
+    try:
+        text = paths.run.read_text(name, limit=64).strip()
+    except HostReadError as exc:
+        log.warning("%s", exc.message)
         return False
     # The driver pod runs with hostPID (0500_daemonset.yaml), so the pid is a host pid visible in /proc.
-    return not (text.isdigit() and paths.proc.is_dir(text))
+    pid = parse_uint(text)
+    return not (pid is not None and paths.proc.is_dir(str(pid)))
 
 
 def gather_facts(paths: HostPaths, settings: Settings) -> NodeFacts:

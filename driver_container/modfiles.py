@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
 
 from driver_container.errors import DriverContainerError, HostReadError
@@ -39,15 +39,41 @@ class ModuleFile:
     parameters: tuple[str, ...] = ()
     signer: str | None = None
     error: str | None = None  # set when the file could not be read as a module
+    machine: int | None = None  # ELF e_machine: the architecture the file was built for
+    # "open" | "proprietary" | None (unknown); decided by read_module_files, see license_flavour.
+    flavour: str | None = None
 
-    @property
-    def flavour(self) -> str | None:
-        """``Dual MIT/GPL`` = NVIDIA's open modules, ``NVIDIA`` = proprietary (their MODULE_LICENSE)."""
-        if self.license == "Dual MIT/GPL":
-            return "open"
-        if self.license == "NVIDIA":
-            return "proprietary"
+
+# Which files' MODULE_LICENSE tells the flavour. Only nvidia.ko and nvidia-modeset.ko differ between the
+# two builds: "NVIDIA" in the proprietary package, "Dual MIT/GPL" in open-gpu-kernel-modules
+# (kernel-open/nvidia/nv.c, kernel-open/nvidia-modeset/nvidia-modeset-linux.c). nvidia-uvm and
+# nvidia-drm are "Dual MIT/GPL" in BOTH (the proprietary package ships their sources under that
+# license too), nvidia-peermem is "Dual BSD/GPL" in both: their flavour is that of the nvidia.ko built
+# with them (same directory, same version), never their own license.
+_LICENSE_FLAVOURS = {"NVIDIA": "proprietary", "Dual MIT/GPL": "open"}
+_LICENSE_DECIDES = ("nvidia", "nvidia_modeset")
+
+
+def license_flavour(name: str, license_text: str | None) -> str | None:
+    """The flavour a module's own license proves, or None when its license is the same in both builds."""
+    if name not in _LICENSE_DECIDES or license_text is None:
         return None
+    return _LICENSE_FLAVOURS.get(license_text)
+
+
+def with_companion_flavours(files: dict[str, ModuleFile]) -> dict[str, ModuleFile]:
+    """Set each file's flavour: its own license where that decides, else that of the nvidia.ko of the
+    same build (same directory and version); unknown otherwise."""
+    core = files.get("nvidia")
+    core_flavour = license_flavour("nvidia", core.license) if core is not None else None
+    result: dict[str, ModuleFile] = {}
+    for name, module in files.items():
+        flavour = license_flavour(name, module.license)
+        if flavour is None and core is not None and core_flavour is not None and module.error is None:
+            same_build = module.path.parent == core.path.parent and module.version == core.version
+            flavour = core_flavour if same_build else None
+        result[name] = replace(module, flavour=flavour)
+    return result
 
 
 def name_from_file(file_name: str) -> str:
@@ -116,6 +142,7 @@ def read_module_file(host: Root, path: PurePosixPath) -> ModuleFile:
         firmware=tuple(fw for fw in info.firmware if fw),  # build.sh writes an empty one for "none"
         parameters=tuple(info.parameters),
         signer=getattr(signature, "signer", None) if signature is not None else None,
+        machine=info.machine,
     )
 
 
@@ -133,4 +160,4 @@ def read_module_files(
     for path in candidates:
         module = read_module_file(paths.host, path)
         result.setdefault(module.name, module)
-    return result
+    return with_companion_flavours(result)

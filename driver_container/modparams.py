@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from driver_container.errors import UsageError
 from driver_container.kernel.modules import parse_parameter_conf
+from driver_container.numbers import parse_uint
 
 COHERENT_MEMORY_PARAM = "NVreg_CoherentGPUMemoryMode"
 COHERENT_MEMORY_VALUE = "driver"
@@ -47,12 +48,13 @@ def has_parameter(params: Sequence[tuple[str, str]], name: str) -> bool:
 def driver_major(version: str) -> int:
     """``580.105.08`` -> 580. Raises UsageError for anything that is not MAJOR.MINOR[.PATCH] digits."""
     parts = version.strip().split(".")
-    if len(parts) not in (2, 3) or not all(p.isdigit() for p in parts):
+    numbers = [parse_uint(p) for p in parts]
+    if len(parts) not in (2, 3) or None in numbers:
         raise UsageError(
             f"driver version {version!r}: expected MAJOR.MINOR[.PATCH], e.g. 595.91.07",
             fix="set DRIVER_VERSION to the version of the modules in the image",
         )
-    return int(parts[0])
+    return numbers[0]  # type: ignore[return-value]
 
 
 def nvidia_parameters(params: Sequence[tuple[str, str]], driver_version: str | None) -> list[tuple[str, str]]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from driver_container.errors import UsageError
 from driver_container.kernel.fabric import overrides_from_env
+from driver_container.numbers import parse_decimal_seconds
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}
@@ -39,12 +40,9 @@ def parse_choice(name: str, value: str | None, choices: tuple[str, ...], default
 def parse_seconds(name: str, value: str | None, default: float) -> float:
     if value is None or value.strip() == "":
         return default
-    try:
-        seconds = float(value)
-    except ValueError as exc:
-        raise UsageError(f"{name}={value!r}: expected a number of seconds") from exc
-    if seconds < 0:
-        raise UsageError(f"{name}={value!r}: must not be negative")
+    seconds = parse_decimal_seconds(value.strip())
+    if seconds is None:
+        raise UsageError(f"{name}={value!r}: expected a non-negative number of seconds, e.g. 300 or 1.5")
     return seconds
 
 

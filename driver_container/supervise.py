@@ -13,6 +13,7 @@ import os
 import pickle
 import select
 import signal
+import time
 from collections.abc import Callable
 from types import FrameType
 from typing import TypeVar, cast
@@ -66,6 +67,21 @@ class Shutdown:
                     break
         return self.requested
 
+    def wait_readable(self, fd: int, timeout: float | None) -> bool:
+        """Sleep until ``fd`` is readable (True), a first signal arrives or ``timeout`` passes (False)."""
+        wake = self._pipe is not None and not self.requested
+        watched = [fd, self._pipe[0]] if wake and self._pipe is not None else [fd]
+        ready, _, _ = select.select(watched, [], [], None if timeout is None else max(timeout, 0.0))
+        if self._pipe is not None and self._pipe[0] in ready:
+            self._drain()
+        return fd in ready
+
+    def _drain(self) -> None:
+        assert self._pipe is not None
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._pipe[0], 64):
+                pass
+
     def restore(self) -> None:
         if self._pipe is None:
             return
@@ -80,13 +96,18 @@ class Shutdown:
         return signal.Signals(self.signum).name if self.signum is not None else "no signal"
 
 
-def run_in_child(func: Callable[[], T]) -> T:
+CHILD_GRACE_S = 1.0  # after a signal: time for the child to finish; then it is killed (SIGTERM within 2 s)
+
+
+def run_in_child(func: Callable[[], T], shutdown: Shutdown | None = None, grace_s: float = CHILD_GRACE_S) -> T:
     """Run ``func`` in a forked child and return its result (or raise its error).
 
     Verifying and publishing import pyelftools and hash every file; done in a child, none of that stays
     in the parent that then waits for days (issue 4: waiting RSS <= 30 MB). The child ignores termination
-    signals (the parent decides, and an interrupted publish is only finished, never cut) and dies with
-    its parent (PR_SET_PDEATHSIG), as it would with the container's PID namespace.
+    signals (the parent decides) and dies with its parent (PR_SET_PDEATHSIG), as it would with the
+    container's PID namespace. When ``shutdown`` sees a signal, the child gets ``grace_s`` to finish and is
+    then killed: a publish only renames complete files into place, so a cut one is redone by the next init,
+    while a child stuck on a hostile file would otherwise keep the pod from stopping (issue 14 item 7).
     """
     read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
     parent = os.getpid()
@@ -95,9 +116,13 @@ def run_in_child(func: Callable[[], T]) -> T:
         os.close(read_fd)
         _child_main(func, write_fd, parent)
     os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as pipe:
-        data = pipe.read()  # read before waitpid: a result larger than the pipe buffer must not block
-    _, status = os.waitpid(pid, 0)
+    try:
+        data = _collect(read_fd, pid, shutdown, grace_s)  # before waitpid: a large result must not block
+    finally:
+        os.close(read_fd)
+    _, status, usage = os.wait4(pid, 0)
+    # ru_maxrss of the child is in KiB on Linux (getrusage(2)); bench/run_all.py reads this line.
+    log.info("verify-and-publish process (pid %d): peak RSS %.1f MB", pid, usage.ru_maxrss / 1024)
     try:
         kind, value = pickle.loads(data) if data else ("died", None)
     except (pickle.UnpicklingError, EOFError, AttributeError, TypeError):
@@ -111,6 +136,27 @@ def run_in_child(func: Callable[[], T]) -> T:
         f"the verify-and-publish process (pid {pid}) ended without a result ({how})",
         fix="see the messages above; run init again (publishing is idempotent)",
     )
+
+
+def _collect(read_fd: int, pid: int, shutdown: Shutdown | None, grace_s: float) -> bytes:
+    """Everything the child writes, until EOF; the child is killed ``grace_s`` after a signal."""
+    chunks: list[bytes] = []
+    deadline: float | None = None
+    while True:
+        if deadline is None and shutdown is not None and shutdown.requested:
+            deadline = time.monotonic() + grace_s
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            log.warning("%s: stopping the verify-and-publish process (pid %d)", shutdown and shutdown.describe(), pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            return b""
+        if shutdown is not None and not shutdown.wait_readable(read_fd, remaining):
+            continue
+        chunk = os.read(read_fd, 1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
 
 
 def _child_main(func: Callable[[], object], write_fd: int, parent: int) -> None:

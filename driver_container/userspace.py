@@ -11,10 +11,13 @@ two must be equal exactly.
 from __future__ import annotations
 
 import logging
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from driver_container.elfarch import HEADER_BYTES, elf_machine
 from driver_container.errors import HostReadError
 from driver_container.paths import HostPaths, Root
 
@@ -41,7 +44,7 @@ FIRMWARE_DIRS = ("usr/share/nvidia/firmware", "lib/firmware", "usr/lib/firmware"
 LD_CACHE_LIMIT = 64 << 20
 # 64-bit ld.so.cache entry flags (glibc dl-cache.h): x86-64 and aarch64 libc6 libraries.
 _CACHE_FLAGS_64 = (0x0303, 0x0A03)
-_VERSIONED = re.compile(r"(?P<lib>lib[A-Za-z0-9_+-]+\.so)\.(?P<version>\d+\.\d+(?:\.\d+)?)")
+_VERSIONED = re.compile(r"(?P<lib>lib[A-Za-z0-9_+-]+\.so)\.(?P<version>[0-9]+\.[0-9]+(?:\.[0-9]+)?)")
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class Userspace:
     source: str  # "search-path" | "ld.so.cache" | "none"
     versions_seen: tuple[str, ...] = ()  # every version found; more than one is ambiguous
     problems: tuple[str, ...] = field(default=())
+    machine: int | None = None  # ELF e_machine of libcuda (else libnvidia-ml): the userspace's architecture
 
 
 def version_of(file_name: str, lib: str) -> str | None:
@@ -130,6 +134,7 @@ def find_userspace(paths: HostPaths) -> Userspace:
         dict.fromkeys(f.parent for files in found.values() for f in files if f.name.endswith(f".so.{version}"))
     )
     log.debug("userspace %s from %s (%s)", version, chosen, source)
+    machine = _elf_machine_of(root, chosen, problems)
     return Userspace(
         version=version,
         root=root.path,
@@ -139,4 +144,26 @@ def find_userspace(paths: HostPaths) -> Userspace:
         source=source,
         versions_seen=tuple(versions),
         problems=tuple(problems),
+        machine=machine,
     )
+
+
+def _elf_machine_of(root: Root, inner: PurePosixPath, problems: list[str]) -> int | None:
+    """e_machine from the first 20 bytes of a library: opened without following a last link (it was
+    resolved inside the root), non-blocking, and only when it is a regular file."""
+    real = root.resolve(inner)
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        problems.append(f"{real}: cannot open: {exc.strerror}")
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            problems.append(f"{real}: not a regular file")
+            return None
+        return elf_machine(os.pread(fd, HEADER_BYTES, 0))
+    except OSError as exc:
+        problems.append(f"{real}: cannot read: {exc.strerror}")
+        return None
+    finally:
+        os.close(fd)

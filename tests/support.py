@@ -6,8 +6,10 @@ developer machine it is a skip that says which set-up step provides it.
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import pytest
@@ -45,3 +47,15 @@ def fixture_paths(tree: Path, run: Path | None = None, userspace: Path | None = 
         run_dir=run or tree / "run",
         host_os_release_override=tree / "host/etc/os-release",
     )
+
+
+def require_module(name: str, *, how: str = "pip install -e '.[test]'") -> ModuleType:
+    """``import name`` as a prerequisite: a skip on a developer machine, a failure under CI=true
+    (``pytest.importorskip`` would skip silently in CI too)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        message = f"missing prerequisite: Python module {name!r} ({how})"
+        if IN_CI:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message, allow_module_level=True)

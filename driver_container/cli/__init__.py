@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from driver_container.errors import DriverContainerError
+
+log = logging.getLogger(__name__)
 
 
 def _register_commands() -> None:
@@ -18,6 +21,16 @@ def report_error(exc: DriverContainerError, prog: str = "nvidia-driver") -> int:
     if exc.fix:
         sys.stderr.write(f"{prog}: fix: {exc.fix}\n")
     return exc.exit_code
+
+
+def report_unexpected(exc: Exception, prog: str = "nvidia-driver") -> int:
+    """A bug or an input no parser anticipated: one line and exit 1, the traceback only with --verbose
+    (a raw traceback in the pod log hides the one line that says what happened)."""
+    log.debug("%s: unexpected error", prog, exc_info=exc)
+    detail = str(exc).splitlines()[0][:200] if str(exc) else ""
+    sys.stderr.write(f"{prog}: error: internal error: {type(exc).__name__}{': ' + detail if detail else ''}\n")
+    sys.stderr.write(f"{prog}: fix: run again with --verbose (VERBOSE=true) for the traceback and report it\n")
+    return 1
 
 
 def _probe_fast_path(args: list[str]) -> int | None:
@@ -36,15 +49,17 @@ def _probe_fast_path(args: list[str]) -> int | None:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    fast = _probe_fast_path(args)
-    if fast is not None:
-        sys.exit(fast)
-
-    from driver_container.cli.app import app
-
-    _register_commands()
     try:
+        fast = _probe_fast_path(args)
+        if fast is not None:
+            sys.exit(fast)
+
+        from driver_container.cli.app import app
+
+        _register_commands()
         # Standalone mode: typer prints usage errors (exit 2) and turns typer.Exit into sys.exit.
         app(args=args)
     except DriverContainerError as exc:
         sys.exit(report_error(exc))
+    except Exception as exc:  # the one boundary where an unexpected error becomes a message
+        sys.exit(report_unexpected(exc))

@@ -154,9 +154,11 @@ def preflight_check() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from driver_container.cli import report_error
+    from driver_container.cli import report_error, report_unexpected
 
     try:
         app(args=argv)
     except DriverContainerError as exc:
         sys.exit(report_error(exc, "driver-manager"))
+    except Exception as exc:  # see driver_container.cli.main
+        sys.exit(report_unexpected(exc, "driver-manager"))

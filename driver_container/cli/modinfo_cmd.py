@@ -40,11 +40,11 @@ def _running_kernel(ctx: typer.Context) -> str:
     return text.strip() if text else os.uname().release
 
 
-def _resolve(ctx: typer.Context, arg: str, kver: str | None, basedir: Path | None) -> Path:
+def _resolve(ctx: typer.Context, arg: str, kver: str | None, basedir: Path | None) -> str | Path:
     from driver_container.kmod import find_module
 
     if _is_path(arg):
-        return Path(arg)
+        return arg  # the text as given: kmod prints it unnormalised (kmod/reader.py absolute_name)
     return find_module(arg, kver or _running_kernel(ctx), basedir or host_paths(ctx).host_root)
 
 

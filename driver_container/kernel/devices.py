@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from driver_container.numbers import parse_uint
+
 # Kernel char-device majors are 12 bits (include/linux/kdev_t.h MINORBITS=20 -> major < 4096).
 MAX_MAJOR = 4095
 # Minors are 20 bits.
@@ -53,9 +55,9 @@ def parse_proc_devices(text: str) -> CharDevices:
             continue
         number, _, name = line.partition(" ")
         name = name.strip()
-        if not number.isdigit() or not name or " " in name:
+        major = parse_uint(number)
+        if major is None or not name or " " in name:
             continue
-        major = int(number)
         if major <= MAX_MAJOR:
             majors.append((name, major))
     return CharDevices(tuple(majors))
@@ -66,9 +68,9 @@ def parse_mig_minors(text: str) -> tuple[MigMinor, ...]:
     entries: list[MigMinor] = []
     for raw in text.splitlines():
         parts = raw.split()
-        if len(parts) != 2 or not parts[1].isdigit():
+        minor = parse_uint(parts[1]) if len(parts) == 2 else None
+        if minor is None:
             continue
-        minor = int(parts[1])
         if minor <= MAX_MINOR:
             entries.append(MigMinor(parts[0], minor))
     return tuple(entries)

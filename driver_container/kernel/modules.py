@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass
 
 from driver_container.errors import HostReadError
+from driver_container.numbers import parse_int, parse_uint
 
 _NAME = re.compile(r"[A-Za-z0-9_]+")
 _STATES = ("Live", "Loading", "Unloading")
@@ -31,10 +32,12 @@ class ProcModule:
 
 def _parse_line(line: str) -> ProcModule | None:
     fields = line.split()
-    if len(fields) not in (6, 7) or not _NAME.fullmatch(fields[0]) or not fields[1].isdigit():
+    if len(fields) not in (6, 7) or not _NAME.fullmatch(fields[0]):
         return None
-    name, size, refcnt, users, state, _address = fields[:6]
-    if state not in _STATES or not (refcnt == "-" or refcnt.lstrip("-").isdigit()):
+    name, size_text, refcnt_text, users, state, _address = fields[:6]
+    size = parse_uint(size_text)
+    refcnt = None if refcnt_text == "-" else parse_int(refcnt_text)
+    if size is None or state not in _STATES or (refcnt is None and refcnt_text != "-"):
         return None
     taint = ""
     if len(fields) == 7:
@@ -44,8 +47,8 @@ def _parse_line(line: str) -> ProcModule | None:
     user_names = tuple(u for u in users.split(",") if u and u != "-")
     return ProcModule(
         name=name,
-        size=int(size),
-        refcnt=None if refcnt == "-" else int(refcnt),
+        size=size,
+        refcnt=refcnt,
         users=user_names,
         state=state,
         taint=taint,

@@ -11,12 +11,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from driver_container.numbers import parse_uint
+
 # The kernel writes space, tab, newline and backslash in paths as \ooo (fs/proc_namespace.c, mangle()).
 _OCTAL = re.compile(r"\\([0-7]{3})")
 
 
 def _unescape(field: str) -> str:
-    return _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), field) if "\\" in field else field
+    return _OCTAL.sub(lambda m: chr(parse_uint(m.group(1), base=8) or 0), field) if "\\" in field else field
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,12 @@ import re
 from dataclasses import dataclass
 
 from driver_container.errors import HostReadError
+from driver_container.numbers import parse_uint
 from driver_container.paths import Root
 
 _NVRM = re.compile(
     r"NVRM version:\s+NVIDIA UNIX\s+(?P<kind>Open Kernel Module for (?P<arch1>\S+)|(?P<arch2>\S+) Kernel Module)"
-    r"\s+(?P<version>\d+\.\d+(?:\.\d+)?)(?=\s|$)(?P<rest>.*)"
+    r"\s+(?P<version>[0-9]+\.[0-9]+(?:\.[0-9]+)?)(?=\s|$)(?P<rest>.*)"
 )
 _PCI = re.compile(r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
 SMALL = 64 * 1024
@@ -94,7 +95,7 @@ def gpu_from_information(pci_id: str, fields: dict[str, str]) -> GpuInfo:
         pci_id=pci_id,
         model=fields.get("Model") or None,
         uuid=fields.get("GPU UUID") or None,
-        device_minor=int(minor_text) if minor_text.isdigit() else None,
+        device_minor=parse_uint(minor_text),
         fields=fields,
     )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from driver_container.errors import HostReadError
+from driver_container.numbers import parse_int
 from driver_container.paths import Root
 
 SMALL = 64 * 1024  # sysfs attributes are at most one page
@@ -70,9 +71,8 @@ def read_sysfs_module(sys_root: Root, name: str, *, with_parameters: bool = True
     refcnt_text = _attr(sys_root, f"{base}/refcnt", problems)
     refcnt: int | None = None
     if refcnt_text is not None:
-        try:
-            refcnt = int(refcnt_text)
-        except ValueError:
+        refcnt = parse_int(refcnt_text.strip())
+        if refcnt is None:
             problems.append(f"{sys_root.resolve(base + '/refcnt')}: not a number: {refcnt_text[:40]!r}")
     parameters: dict[str, str] = {}
     if with_parameters:

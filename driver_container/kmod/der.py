@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from driver_container.numbers import parse_uint
+
 _MAX_LENGTH_BYTES = 4  # lengths above 4 GiB cannot occur inside a module signature
 
 
@@ -84,7 +86,10 @@ def oid_text(tlv: Tlv) -> str:
 
 def encode_oid(text: str) -> bytes:
     """The DER contents of an OBJECT IDENTIFIER (for comparing raw bytes instead of decoding)."""
-    arcs = [int(a) for a in text.split(".")]
+    parsed = [parse_uint(a) for a in text.split(".")]
+    arcs = [a for a in parsed if a is not None]
+    if len(arcs) < 2 or len(arcs) != len(parsed):
+        raise DerError(f"not a dotted OBJECT IDENTIFIER: {text[:40]!r}")
     out = bytearray()
     for arc in [40 * arcs[0] + arcs[1], *arcs[2:]]:
         chunk = [arc & 0x7F]

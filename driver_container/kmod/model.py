@@ -42,6 +42,7 @@ class ModuleInfo:
     fields: tuple[tuple[str, str], ...]
     signature: Signature | None = None
     compression: str | None = None
+    machine: int | None = None  # ELF e_machine of the (decompressed) module: the node's architecture
 
     def get(self, key: str) -> str | None:
         """The first value of ``key`` (kernel semantics: the first entry wins for unique keys)."""

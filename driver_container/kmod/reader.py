@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
+from driver_container.elfarch import HEADER_BYTES, elf_machine
 from driver_container.errors import ModuleFormatError
 from driver_container.kmod.compression import Buffer, decompress, detect_compression
 from driver_container.kmod.elf import read_sections
@@ -32,9 +33,15 @@ DEFAULT_MAX_SIZE = 1 << 30  # the largest real module (nvidia.ko, ~100 MB) is fa
 MMAP_THRESHOLD = 1 << 20
 
 
-def absolute_name(path: Path) -> str:
-    """The file name kmod prints: made absolute by prefixing the cwd, without normalising."""
-    text = os.fsdecode(path)
+def absolute_name(path: str | Path) -> str:
+    """The file name kmod prints: made absolute by prefixing the cwd, without normalising.
+
+    libkmod's kmod_module_new_from_path keeps the argument's text and only prefixes ``cwd + "/"``
+    when it is relative (path_make_absolute_cwd): ``./x.ko`` prints ``<cwd>/./x.ko`` and ``a//b.ko``
+    keeps its ``//`` (checked against kmod 30's modinfo). Pass the argument as given: ``Path()``
+    already drops ``./`` and doubled slashes.
+    """
+    text = path if isinstance(path, str) else os.fsdecode(path)
     return text if text.startswith("/") else f"{os.getcwd()}/{text}"
 
 
@@ -112,7 +119,9 @@ def _module_name(fields: tuple[tuple[str, str], ...], this_module: bytes | None,
     return ""
 
 
-def read_module(source: Path | bytes, *, max_size: int = DEFAULT_MAX_SIZE, filename: str | None = None) -> ModuleInfo:
+def read_module(
+    source: str | Path | bytes, *, max_size: int = DEFAULT_MAX_SIZE, filename: str | None = None
+) -> ModuleInfo:
     """Read one module. Raises ``ModuleFormatError`` naming the file and the problem."""
     if isinstance(source, bytes | bytearray | memoryview):
         data = bytes(source)
@@ -121,7 +130,7 @@ def read_module(source: Path | bytes, *, max_size: int = DEFAULT_MAX_SIZE, filen
             raise ModuleFormatError(f"{label}: {len(data)} bytes is over the {max_size}-byte cap")
         return _parse(data, label, filename, max_size)
     path = source if isinstance(source, Path) else Path(source)
-    filename = filename or absolute_name(path)
+    filename = filename or absolute_name(source)
     with _contents(path, filename, max_size) as contents:
         return _parse(contents, filename, filename, max_size)
 
@@ -143,4 +152,5 @@ def _parse(data: Buffer, label: str, filename: str | None, max_size: int) -> Mod
         fields=fields,
         signature=signature,
         compression=kind,
+        machine=elf_machine(bytes(data[:HEADER_BYTES])),
     )

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from driver_container.errors import CommandError, HostReadError, PublishError
 from driver_container.fsutil import contained
+from driver_container.numbers import parse_uint
 from driver_container.paths import HostPaths
 from driver_container.runner import Runner
 
@@ -64,9 +65,9 @@ class Persistenced:
 def host_daemon_pid(paths: HostPaths) -> int | None:
     """The pid (host namespace) of a persistenced the host already runs, else None. See the module doc."""
     text = paths.host.read_text_or_none(HOST_PID_FILE, limit=64)
-    if text is None or not text.strip().isdigit():
+    pid = parse_uint(text.strip()) if text is not None else None
+    if pid is None:
         return None
-    pid = int(text.strip())
     comm = _comm(paths, pid)
     if comm == COMM:
         return pid

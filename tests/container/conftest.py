@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 from container_support import IMAGE
-from support import require
+from support import require, require_module
 
 
 @pytest.fixture(scope="session")
 def docker_client() -> Iterator[Any]:
-    docker = pytest.importorskip("docker")
+    docker = require_module("docker", how="pip install -e '.[test]' (testcontainers brings docker)")
     try:
         client = docker.from_env()
         client.ping()

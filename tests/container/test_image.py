@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from container_support import IMAGE_DRIVER_VERSION, run_to_end
 
-pytestmark = pytest.mark.container
+# Containers start in seconds, but a cold engine or image pull can take minutes: 10 minutes per test.
+pytestmark = [pytest.mark.container, pytest.mark.timeout(600)]
 
 
 def test_help_lists_the_operator_commands(image: Any) -> None:

@@ -9,7 +9,8 @@ import pytest
 from container_support import FixtureNode, fixture_node, run_to_end
 from support import FIXTURES
 
-pytestmark = pytest.mark.container
+# Containers start in seconds, but a cold engine or image pull can take minutes: 10 minutes per test.
+pytestmark = [pytest.mark.container, pytest.mark.timeout(600)]
 
 HOST = FIXTURES / "hosts" / "talos-1.13-open-595"  # Talos v1.13.9, open 595.91.07 (see its README)
 USERSPACE = FIXTURES / "userspace" / "debian-595.91.07"  # synthetic 595.91.07 userspace (its README)

@@ -18,7 +18,8 @@ import pytest
 from container_support import IMAGE_DRIVER_VERSION, FixtureNode, detached, fixture_node, run_to_end, wait_for_log
 from support import FIXTURES, require
 
-pytestmark = pytest.mark.container
+# Containers start in seconds, but a cold engine or image pull can take minutes: 10 minutes per test.
+pytestmark = [pytest.mark.container, pytest.mark.timeout(600)]
 
 HOST = FIXTURES / "hosts" / "talos-1.11-kmod-535"
 READY_LINE = "Done, now waiting for signal"

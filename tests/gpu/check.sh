@@ -8,27 +8,61 @@
 # publishing into a temporary DRIVER_ROOT/RUN_DIR, then, as gpu-operator's validator does,
 # `chroot <root> nvidia-smi -L` and nvidia-smi with LD_PRELOAD=<root's libnvidia-ml.so.1>.
 # Nothing on the host changes: module tools on PATH are stubs that refuse (and are reported if called),
-# the firmware search path init sets in /sys is restored, /proc and /sys are bound into the published
-# root only inside a private mount namespace, and the temporary directory is removed (KEEP=1 keeps it).
-# Environment: USERSPACE_ROOT, DRIVER_PLATFORM (default auto), PYTHON (default python3), KEEP.
+# the firmware search path init sets in /sys is restored (checked by reading it back), /proc and /sys are
+# bound into the published root only inside a private mount namespace, /dev/nvidia* nodes that NVIDIA's
+# userspace creates as root are removed again, and the temporary directory is removed (KEEP=1 keeps it).
+# On a non-Talos host (DRIVER_PLATFORM auto -> generic) init would reload the modules unless its state
+# says the loaded ones are current: the script gives init a DRIVER_CONFIG_DIGEST and a matching state file
+# in its own RUN_DIR, so the modules already loaded are kept (lifecycle._prepare_generic) and the module
+# tool stubs are never needed. nvidia_modeset is only required when it is loaded.
+# Environment: USERSPACE_ROOT, DRIVER_PLATFORM (default auto), PYTHON (default python3), KEEP;
+# CHECK_HOST_ROOT, CHECK_PROC, CHECK_SYS (default /, /proc, /sys: only tests point them at a fixture host).
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/nvidia-driver-gpu-check.XXXXXX")
-FW_PARAM=/sys/module/firmware_class/parameters/path
+HOST=${CHECK_HOST_ROOT:-/}
+PROC=${CHECK_PROC:-/proc}
+SYS=${CHECK_SYS:-/sys}
+DEV=${CHECK_DEV:-/dev}
+FW_PARAM=$SYS/module/firmware_class/parameters/path
+# sysfs prints the parameter followed by a newline; $(...) drops it.
 FW_SAVED=$(cat "$FW_PARAM" 2>/dev/null || true)
+DEV_BEFORE=$(ls -1 "$DEV" 2>/dev/null | grep '^nvidia' || true)
 RESULTS=()
 FAILED=0
 
 log() { printf '\n== %s\n' "$*"; }
 pass() { RESULTS+=("PASS  $1"); }
 fail() { RESULTS+=("FAIL  $1${2:+: $2}"); FAILED=1; }
+# The saved firmware path back into sysfs. A zero-byte write never reaches the kernel (sysfs returns
+# before calling the parameter's store), so an empty value is written as one NUL byte: the kernel copies
+# the NUL-terminated buffer (param_set_copystring) and the path becomes "" again.
+restore_firmware_path() {
+    [[ -e $FW_PARAM && -z ${FW_RESTORED:-} ]] || return 0
+    FW_RESTORED=1
+    if [[ -n $FW_SAVED ]]; then printf '%s' "$FW_SAVED" > "$FW_PARAM"; else printf '\0' > "$FW_PARAM"; fi
+    local now
+    now=$(tr -d '\0' < "$FW_PARAM" 2>/dev/null)
+    if [[ $now == "$FW_SAVED" ]]; then pass "firmware search path restored (${FW_SAVED:-empty})"
+    else fail "firmware search path restored" "is '$now', was '$FW_SAVED'"; fi
+}
+# /dev/nvidia* nodes that were not there before (nvidia-smi and libnvidia-ml create them as root).
+remove_new_device_nodes() {
+    local name
+    for name in $(ls -1 "$DEV" 2>/dev/null | grep '^nvidia'); do
+        grep -qxF "$name" <<< "$DEV_BEFORE" && continue
+        rm -rf "${DEV:?}/$name" && echo "removed $DEV/$name (created during the check)"
+    done
+}
 cleanup() {
-    if [[ -w $FW_PARAM ]]; then printf '%s' "$FW_SAVED" > "$FW_PARAM" 2>/dev/null || true; fi
+    [[ -n ${FW_TOUCHED:-} ]] && restore_firmware_path  # also when interrupted before the summary
+    remove_new_device_nodes
     [[ ${KEEP:-0} == 1 ]] && echo "kept $WORK" || rm -rf "$WORK"
 }
 trap cleanup EXIT
 summary() {
+    [[ -n ${FW_TOUCHED:-} ]] && restore_firmware_path
     printf '\n==================== GPU check summary ====================\n'
     printf '%s\n' "${RESULTS[@]}"
     if [[ $FAILED == 0 ]]; then echo "RESULT: PASS"; else echo "RESULT: FAIL"; fi
@@ -48,12 +82,12 @@ step() {
 # -- prerequisites ---------------------------------------------------------------------------------
 log "prerequisites"
 [[ $(id -u) == 0 ]] || { fail "root" "run as root (mknod, chroot, sysfs)"; summary; }
-if [[ -r /proc/driver/nvidia/version ]]; then
-    head -n1 /proc/driver/nvidia/version; pass "NVIDIA kernel module loaded"
+if [[ -r $PROC/driver/nvidia/version ]]; then
+    head -n1 "$PROC/driver/nvidia/version"; pass "NVIDIA kernel module loaded"
 else
-    fail "NVIDIA kernel module loaded" "/proc/driver/nvidia/version missing"; summary
+    fail "NVIDIA kernel module loaded" "$PROC/driver/nvidia/version missing"; summary
 fi
-VERSION=$(sed -n 's/.*Kernel Module.*  \([0-9][0-9.]*\)  .*/\1/p' /proc/driver/nvidia/version | head -n1)
+VERSION=$(sed -n 's/.*Kernel Module.*  \([0-9][0-9.]*\)  .*/\1/p' "$PROC/driver/nvidia/version" | head -n1)
 echo "loaded driver version: ${VERSION:-unknown}"
 
 has_userspace() { compgen -G "$1/usr/lib/*/libcuda.so.$VERSION" > /dev/null || compgen -G "$1/usr/lib64/libcuda.so.$VERSION" > /dev/null \
@@ -86,13 +120,21 @@ for tool in modprobe rmmod insmod; do
     chmod 755 "$WORK/bin/$tool"
 done
 
-export PATH="$WORK/bin:$PATH" HOST_ROOT=/ PROCFS_ROOT=/proc SYSFS_ROOT=/sys HOST_OS_RELEASE=/etc/os-release
+export PATH="$WORK/bin:$PATH" HOST_ROOT=$HOST PROCFS_ROOT=$PROC SYSFS_ROOT=$SYS HOST_OS_RELEASE=${HOST%/}/etc/os-release
 export USERSPACE_ROOT DRIVER_PLATFORM=${DRIVER_PLATFORM:-auto} RUN_DIR=$WORK/run DRIVER_ROOT=$WORK/run/driver
 export DRIVERS_CONF_DIR=$WORK/drivers NVIDIA_PERSISTENCED_RUNTIME_DIR=$WORK/persistenced
-mkdir -p "$DRIVERS_CONF_DIR"
+mkdir -p "$DRIVERS_CONF_DIR" "$RUN_DIR"
+# Keep the loaded modules on a generic host: the state file says they match this digest (see the top).
+export DRIVER_CONFIG_DIGEST=gpu-check
+printf '%s' "$DRIVER_CONFIG_DIGEST" > "$RUN_DIR/nvidia-driver.state"
+grep -q '^nvidia_modeset ' "$PROC/modules" || export NVIDIA_MODESET=false
+if ! grep -q '^nvidia_uvm ' "$PROC/modules"; then
+    fail "nvidia_uvm loaded" "load it first (modprobe nvidia-uvm, or nvidia-modprobe -u -c=0); init requires it"; summary
+fi
 
 # -- status and init ---------------------------------------------------------------------------------
 step status 60 "$NVD" status
+FW_TOUCHED=1  # from here on, init may have set the firmware search path: summary restores it
 step init 180 "$NVD" init --no-wait
 if [[ -s $WORK/module-tools.log ]]; then fail "no module tools called" "$(tr '\n' ';' < "$WORK/module-tools.log")"; else pass "no module tools called"; fi
 ROOT=$DRIVER_ROOT

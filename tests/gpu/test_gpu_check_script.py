@@ -1,5 +1,14 @@
-"""tests/gpu/check.sh is only run on a GPU machine; here: its shell syntax, and that on a machine
-without the NVIDIA modules it stops at once with a readable FAIL summary and changes nothing."""
+"""tests/gpu/check.sh runs on real GPU machines; here it runs against copied fixture hosts
+(CHECK_HOST_ROOT, CHECK_PROC, CHECK_SYS, CHECK_DEV), so nothing depends on whether this machine has a GPU:
+
+- without the NVIDIA modules it stops at once with a readable FAIL summary and removes its work dir;
+- on a non-Talos host with the modules loaded, ``init`` keeps them (no refusing module-tool stub is
+  called) and an empty firmware search path is empty again afterwards (issue 14 item 12: a zero-byte
+  write is a no-op in sysfs, so the old script left init's path set).
+
+The fixture sysfs attribute is a regular file, where a NUL byte is stored as written; the script reads
+it back without NULs, as it reads the real attribute.
+"""
 
 from __future__ import annotations
 
@@ -8,9 +17,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from support import REPO, require
+import pytest
+from support import FIXTURES, REPO, require
 
 SCRIPT = REPO / "tests" / "gpu" / "check.sh"
+USERSPACE = FIXTURES / "userspace" / "debian-595.91.07"
+pytestmark = pytest.mark.root
 
 
 def test_shell_syntax() -> None:
@@ -20,11 +32,45 @@ def test_shell_syntax() -> None:
     assert os.access(SCRIPT, os.X_OK)
 
 
+def _host(tmp_path: Path, scenario: str) -> dict[str, str]:
+    tree = tmp_path / "host-tree"
+    shutil.copytree(FIXTURES / "hosts" / scenario, tree, symlinks=True)
+    param = tree / "sys/module/firmware_class/parameters/path"
+    param.parent.mkdir(parents=True, exist_ok=True)
+    param.write_text("")  # the kernel default: no custom path
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev/nvidiactl").write_text("")  # a node that was there before the check stays
+    (tmp_path / "work").mkdir()
+    return {
+        **os.environ, "TMPDIR": str(tmp_path / "work"), "CHECK_HOST_ROOT": str(tree / "host"),
+        "CHECK_PROC": str(tree / "proc"), "CHECK_SYS": str(tree / "sys"), "CHECK_DEV": str(tmp_path / "dev"),
+        "USERSPACE_ROOT": str(USERSPACE),
+    }  # fmt: skip
+
+
+def _run(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    require(os.geteuid() == 0, "root (the script refuses to run without it)")
+    return subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=240, env=env, check=False)
+
+
 def test_without_nvidia_modules_fails_clearly_and_cleans_up(tmp_path: Path) -> None:
-    require(not Path("/proc/driver/nvidia/version").exists(), "a machine WITHOUT the NVIDIA driver")
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
-    done = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=60, env=env, check=False)
+    env = _host(tmp_path, "talos-1.13-open-595")
+    shutil.rmtree(Path(env["CHECK_PROC"]) / "driver")
+    done = _run(env)
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "FAIL  NVIDIA kernel module loaded: /proc/driver/nvidia/version missing" in done.stdout
+    assert f"FAIL  NVIDIA kernel module loaded: {env['CHECK_PROC']}/driver/nvidia/version missing" in done.stdout
     assert done.stdout.rstrip().endswith("RESULT: FAIL")
-    assert list(tmp_path.iterdir()) == []  # the work directory is removed on exit
+    assert list((tmp_path / "work").iterdir()) == []  # the work directory is removed on exit
+
+
+def test_generic_host_keeps_its_modules_and_gets_its_empty_firmware_path_back(tmp_path: Path) -> None:
+    env = _host(tmp_path, "ubuntu-24.04-dkms")
+    done = _run(env)
+    out = done.stdout + done.stderr
+    assert "PASS  init" in done.stdout, out
+    assert "PASS  no module tools called" in done.stdout, out
+    assert "PASS  firmware search path restored (empty)" in done.stdout, out
+    param = Path(env["CHECK_SYS"]) / "module/firmware_class/parameters/path"
+    assert param.read_bytes().strip(b"\0") == b""
+    assert (tmp_path / "dev/nvidiactl").exists()
+    assert list((tmp_path / "work").iterdir()) == []

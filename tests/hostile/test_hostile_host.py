@@ -157,3 +157,33 @@ def test_paths_with_spaces_newlines_and_metacharacters(tmp_path: Path) -> None:
     assert (h.base / odd / "driver/.driver-container/manifest.json").is_file()
     assert not marker.exists()
     assert snapshot(tmp_path, skip=(h.base / odd, userspace)) == before
+
+
+def _limit_memory() -> None:
+    # 1 GiB of address space: a read without a size limit fails fast (MemoryError) instead of
+    # taking the machine's memory, so this test can also be run against an unfixed tree.
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "../../../../../../../dev/zero"])
+def test_driver_manager_pid_file_linked_to_dev_zero(tmp_path: Path, target: str) -> None:
+    """Issue 14 item 6: driver-manager read RUN_DIR/nvidia-driver.pid through a link, unbounded."""
+    import subprocess
+    import sys
+
+    h, _out = _setup(tmp_path)
+    h.run_dir.mkdir(parents=True, exist_ok=True)
+    (h.run_dir / "nvidia-driver.pid").symlink_to(target)
+    env = {**h.env, "NODE_NAME": "node-1", "OPERATOR_NAMESPACE": "gpu-operator",
+           "KUBECONFIG": str(tmp_path / "missing-kubeconfig")}  # fmt: skip
+    code = "import sys; from driver_container.cli.manager_cmd import main; main(sys.argv[1:])"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "uninstall_driver"], env=env, cwd=h.base, capture_output=True, text=True,
+        timeout=60, check=False, preexec_fn=_limit_memory,
+    )  # fmt: skip
+    # It gets past reading the node (pid file included) to the API configuration, which is missing here.
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and "MemoryError" not in done.stderr
+    assert "driver-manager: error: KUBECONFIG=" in done.stderr, done.stderr

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from nvidia_sandbox import run_nvidia
 from support import ARTEFACTS, FIXTURES, REPO, require
 
 V = "535.309.01"
@@ -82,9 +83,7 @@ def test_init_publishes_and_reports_ready(node: Node) -> None:
 
 
 def test_chrooted_nvidia_smi_reaches_the_driver_check(node: Node) -> None:
-    done = subprocess.run(
-        ["chroot", str(node.driver_root), "/usr/bin/nvidia-smi"], capture_output=True, text=True, check=False
-    )
+    done = run_nvidia(["chroot", str(node.driver_root), "/usr/bin/nvidia-smi"])
     assert done.returncode == 9, done.stdout + done.stderr
     assert MESSAGE in done.stdout
 
@@ -92,9 +91,7 @@ def test_chrooted_nvidia_smi_reaches_the_driver_check(node: Node) -> None:
 def test_validator_style_ld_preload_outside_the_chroot(node: Node) -> None:
     # gpu-operator's validator runs <driver root>/usr/bin/nvidia-smi with NVML preloaded from the root.
     env = {"PATH": "/usr/bin:/bin", "LD_PRELOAD": str(node.driver_root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")}
-    done = subprocess.run(
-        [str(node.driver_root / "usr/bin/nvidia-smi")], capture_output=True, text=True, env=env, check=False
-    )
+    done = run_nvidia([str(node.driver_root / "usr/bin/nvidia-smi")], env=env)
     assert done.returncode == 9, done.stdout + done.stderr
     assert MESSAGE in done.stdout
 

@@ -20,7 +20,8 @@ from support import ARTEFACTS, require
 
 from driver_container.kmod import format_modinfo, read_module
 
-pytestmark = pytest.mark.artefact
+# The whole Debian module tree (thousands of modules, kmod as the oracle): up to 15 minutes on a slow runner.
+pytestmark = [pytest.mark.artefact, pytest.mark.timeout(900)]
 
 MODINFO = shutil.which("modinfo") or "/sbin/modinfo"
 
@@ -144,3 +145,22 @@ def test_foreign_architecture_trees_equal_kmod(arch: str, ident: bytes) -> None:
     assert {p.read_bytes()[:6] for p in found[::50]} == {ident}
     assert _ours(found) == _kmod(*found), _first_difference(found)
     print(f"\nparity: {len(found)} {arch} modules ({'ELF64 MSB' if ident[4] == 2 else 'ELF32 LSB'}) byte-identical")
+
+
+@pytest.mark.parametrize(
+    "arg", ["./modules/nvidia.ko", "modules//nvidia.ko", "./modules/./nvidia.ko.xz",
+            "modules/../modules/nvidia.ko.zst", "FIXTURES//modules/nvidia.ko"],
+)  # fmt: skip
+def test_filename_is_printed_as_given_like_kmod(arg: str) -> None:
+    """Issue 14 item 10: ``./`` and ``//`` were normalised away; kmod keeps the argument's text."""
+    from support import FIXTURES
+
+    require(Path(MODINFO).exists(), "kmod's modinfo", how="apt-get install kmod")
+    arg = arg.replace("FIXTURES", str(FIXTURES))
+    argv = [sys.executable, "-m", "driver_container", "modinfo", "-F", "filename", arg]
+    ours = subprocess.run(argv, capture_output=True, check=False, cwd=FIXTURES, timeout=60)
+    theirs = subprocess.run([MODINFO, "-F", "filename", arg], capture_output=True, check=True, cwd=FIXTURES)
+    assert (ours.returncode, ours.stderr) == (0, b"")
+    assert ours.stdout == theirs.stdout
+    full = subprocess.run([*argv[:4], arg], capture_output=True, check=False, cwd=FIXTURES, timeout=60)
+    assert full.stdout == subprocess.run([MODINFO, arg], capture_output=True, check=True, cwd=FIXTURES).stdout

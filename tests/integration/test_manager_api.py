@@ -411,6 +411,35 @@ def test_kubeconfig_with_embedded_ca_and_client_certificate(
     assert not workdir.exists()  # decoded key material is removed on close
 
 
+@pytest.mark.parametrize("flag", ["true", '"true"'])
+def test_insecure_skip_tls_verify_is_refused_before_any_request(
+    tls_server: tuple[Server, Path, Path], tmp_path: Path, flag: str
+) -> None:
+    """Issue 14 item 8: the flag used to disable verification while the bearer token was sent."""
+    srv, _cert, _key = tls_server
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        "clusters:\n- cluster:\n    server: " + srv.url + "\n    insecure-skip-tls-verify: " + flag + "\n"
+        "  name: lab\n"
+        "contexts:\n- context:\n    cluster: lab\n    user: sa\n  name: lab\n"
+        "current-context: lab\n"
+        "users:\n- name: sa\n  user:\n    token: secret-token\n"
+    )
+    before = set(tempfile_dirs())
+    with pytest.raises(KubernetesError, match="insecure-skip-tls-verify") as caught:
+        KubeClient.from_env({"KUBECONFIG": str(kubeconfig)}, KubeConfig(timeout=5))
+    assert caught.value.fix is not None and "certificate-authority" in caught.value.fix
+    assert srv.state.requests == []  # nothing, and so no token, was sent
+    assert set(tempfile_dirs()) == before  # no decoded material left behind
+
+
+def tempfile_dirs() -> list[str]:
+    import tempfile
+
+    return [p.name for p in Path(tempfile.gettempdir()).iterdir() if p.name.startswith("driver-manager")]
+
+
 def test_no_configuration_at_all_is_a_clear_error() -> None:
     with pytest.raises(KubernetesError, match="KUBECONFIG and KUBERNETES_SERVICE_HOST are both unset"):
         KubeClient.from_env({})

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from nvidia_sandbox import run_nvidia
 from support import FIXTURES, require
 
 from driver_container.errors import DriverContainerError, PublishError, UserspaceError
@@ -116,7 +117,7 @@ def test_chroot_runs_the_published_binary(userspace: Path, tmp_path: Path) -> No
     require(os.geteuid() == 0, "root (chroot)")
     dr = tmp_path / "driver"
     publish_driver_root(host(userspace, dr), V, Runner())
-    done = subprocess.run(["chroot", str(dr), "/usr/bin/nvidia-smi"], capture_output=True, text=True, check=False)
+    done = run_nvidia(["chroot", str(dr), "/usr/bin/nvidia-smi"])
     assert done.returncode == 0, done.stderr
     assert f"libnvidia-ml {V}" in done.stdout
 

@@ -7,10 +7,10 @@ driver" and exits 9; a missing library gives a loader error and exit 127 (test-e
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
+from nvidia_sandbox import run_nvidia
 from support import ARTEFACTS, require
 
 from driver_container.paths import HostPaths
@@ -36,18 +36,14 @@ def driver_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_chrooted_nvidia_smi_reaches_the_driver_check(driver_root: Path) -> None:
-    done = subprocess.run(
-        ["chroot", str(driver_root), "/usr/bin/nvidia-smi"], capture_output=True, text=True, check=False
-    )
+    done = run_nvidia(["chroot", str(driver_root), "/usr/bin/nvidia-smi"])
     assert done.returncode == 9, done.stdout + done.stderr
     assert MESSAGE in done.stdout
 
 
 def test_validator_style_ld_preload(driver_root: Path) -> None:
     env = {"PATH": "/usr/bin:/bin", "LD_PRELOAD": str(driver_root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")}
-    done = subprocess.run(
-        [str(driver_root / "usr/bin/nvidia-smi")], capture_output=True, text=True, env=env, check=False
-    )
+    done = run_nvidia([str(driver_root / "usr/bin/nvidia-smi")], env=env)
     assert done.returncode == 9, done.stdout + done.stderr
     assert MESSAGE in done.stdout
 
@@ -56,3 +52,17 @@ def test_restart_is_a_no_op(driver_root: Path) -> None:
     paths = HostPaths(userspace_root=USERSPACE, driver_root_override=driver_root, procfs_root=Path("/nonexistent"))
     report = publish_driver_root(paths, V, Runner())
     assert (report.written, report.removed, report.ldconfig_ran) == (0, 0, False)
+
+
+def _host_nvidia_nodes() -> dict[str, tuple[int, int]]:
+    return {p.name: (p.lstat().st_ino, p.lstat().st_rdev) for p in Path("/dev").glob("nvidia*")}
+
+
+def test_nvidia_smi_as_root_leaves_the_hosts_dev_alone(driver_root: Path) -> None:
+    """Issue 14: run as root outside a private /dev, libnvidia-ml created /dev/nvidiactl on the machine."""
+    before = _host_nvidia_nodes()
+    env = {"PATH": "/usr/bin:/bin", "LD_PRELOAD": str(driver_root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")}
+    done = run_nvidia(["sh", "-c", '"$0" >/dev/null 2>&1; ls /dev', str(driver_root / "usr/bin/nvidia-smi")], env=env)
+    assert done.returncode == 0, done.stderr
+    assert set(done.stdout.split()) >= {"null", "zero"}  # it ran against the private /dev
+    assert _host_nvidia_nodes() == before

@@ -12,16 +12,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from driver_container.elfarch import elf_machine
 from driver_container.elfdeps import read_elf_deps
+from driver_container.findings import values_equal
 from driver_container.kernel.devices import parse_mig_minors, parse_proc_devices
 from driver_container.kernel.modules import parse_parameter_conf, parse_proc_modules
 from driver_container.kernel.mountinfo import parse_mount_points
-from driver_container.kernel.nvidia_proc import parse_gpu_information, parse_nvidia_params, parse_nvidia_version
+from driver_container.kernel.nvidia_proc import (
+    gpu_from_information,
+    parse_gpu_information,
+    parse_nvidia_params,
+    parse_nvidia_version,
+)
 from driver_container.kmod import format_modinfo, read_module, to_json
+from driver_container.kube import _retry_after
+from driver_container.kubeconfig import parse_yaml_subset
 from driver_container.ldcache import parse_ld_cache
-from driver_container.modparams import parse_module_conf
+from driver_container.modparams import driver_major, parse_module_conf
 from driver_container.platform import parse_os_release
 from driver_container.publish.manifest import parse_manifest
+from driver_container.settings import parse_seconds
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 HOST = FIXTURES / "hosts" / "talos-1.13-open-595"
@@ -40,6 +50,12 @@ MOUNTINFO = (
     "22 1 259:2 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p2 rw\n"
     "31 22 0:26 / /run/nvidia/driver rw,nosuid shared:12 - tmpfs tmpfs rw,size=65536k\n"
     "32 22 0:27 / /run/nvidia/driver\\040(deleted) ro - overlay overlay ro,lowerdir=/a:/b\n"
+)
+# The layout kubectl writes (tests/unit/manager/test_kubeconfig.py has the variants).
+KUBECONFIG = (
+    "apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority-data: Y2E=\n    server: https://10.5.0.2:6443\n"
+    "  name: c\ncontexts:\n- context:\n    cluster: c\n    user: u\n  name: x\ncurrent-context: x\n"
+    "kind: Config\npreferences: {}\nusers:\n- name: u\n  user:\n    token: abc\n    port: 6443\n"
 )
 # /proc/driver/nvidia-caps/mig-minors as the NVIDIA driver prints it (name, minor).
 MIG_MINORS = "config 1\nmonitor 2\ngpu0/gi0/access 3\ngpu0/gi0/ci0/access 4\n"
@@ -69,6 +85,13 @@ class Target:
         return [p.read_bytes() for p in self.samples] + list(self.inline)
 
 
+class _Response:
+    """What kube._retry_after reads of a requests.Response."""
+
+    def __init__(self, retry_after: str) -> None:
+        self.headers = {"Retry-After": retry_after}
+
+
 TARGETS: dict[str, Target] = {
     "module": Target(_module, tuple(FIXTURES / "modules" / n for n in ("nvidia.ko", "nvidia.ko.xz", "nvidia.ko.zst"))),
     "os_release": Target(_text(parse_os_release), (HOST / "host/etc/os-release",)),
@@ -76,8 +99,15 @@ TARGETS: dict[str, Target] = {
     "nvidia_version": Target(_text(parse_nvidia_version), (HOST / "proc/driver/nvidia/version",)),
     "nvidia_params": Target(_text(parse_nvidia_params), (HOST / "proc/driver/nvidia/params",)),
     "gpu_information": Target(
-        _text(parse_gpu_information), (HOST / "proc/driver/nvidia/gpus/0000:01:00.0/information",)
+        _text(lambda text: gpu_from_information("0000:01:00.0", parse_gpu_information(text))),
+        (HOST / "proc/driver/nvidia/gpus/0000:01:00.0/information",),
     ),
+    "kubeconfig": Target(_text(parse_yaml_subset), inline=(KUBECONFIG.encode(),)),
+    "retry_after": Target(_text(lambda text: _retry_after(_Response(text), 1.0, 30.0)), inline=(b"7", b"120")),  # type: ignore[arg-type]
+    "seconds": Target(_text(lambda text: parse_seconds("X", text, 1.0)), inline=(b"300", b"1.5")),
+    "driver_version": Target(_text(driver_major), inline=(b"595.91.07", b"515.76")),
+    "parameter_value": Target(_text(lambda text: values_equal(text, "0x10")), inline=(b"16", b"0x10", b"Y")),
+    "elf_machine": Target(elf_machine, (USERSPACE / "usr/lib/x86_64-linux-gnu/libfixturedep.so.2.0.0",)),
     "proc_devices": Target(_text(parse_proc_devices), inline=(PROC_DEVICES.encode(),)),
     "mig_minors": Target(_text(parse_mig_minors), inline=(MIG_MINORS.encode(),)),
     "module_conf": Target(_text(parse_module_conf), (HOST / "drivers/nvidia.conf",)),

@@ -59,3 +59,40 @@ TEXT_NAMES = [n for n in NAMES if n not in ("module", "ld_cache", "elf_deps")]
 def test_arbitrary_text(name: str, text: str) -> None:
     # Unicode corner cases (surrogate-free, NUL, \x85, \u2028 line separators that str.splitlines splits on).
     _survives(TARGETS[name], text.encode("utf-8", errors="surrogatepass"))
+
+
+# Characters for which str.isdigit() is true (or int() accepts them) but that no kernel or server writes:
+# superscript, Arabic-Indic, fullwidth, mathematical bold, Devanagari; plus digit-adjacent oddities.
+UNICODE_DIGITS = ("²", "٣", "３", "𝟗", "७", "\u00a0", "_")
+
+
+def _with_unicode_digits(seed: bytes, replacement: str, every: int) -> bytes:
+    text = seed.decode("utf-8", errors="replace")
+    count = 0
+    out = []
+    for ch in text:
+        if ch.isascii() and ch.isdigit():
+            count += 1
+            if count % every == 0:
+                out.append(replacement)
+                continue
+        out.append(ch)
+    return "".join(out).encode()
+
+
+@pytest.mark.parametrize("name", TEXT_NAMES)
+@pytest.mark.parametrize("replacement", UNICODE_DIGITS)
+def test_unicode_digits_in_every_numeric_field(name: str, replacement: str) -> None:
+    """Issue 14 item 4: "²".isdigit() is true and int("²") raises; every parser must refuse or skip."""
+    for seed in TARGETS[name].seeds():
+        for every in (1, 2, 3):
+            _survives(TARGETS[name], _with_unicode_digits(seed, replacement, every))
+
+
+@pytest.mark.parametrize("name", TEXT_NAMES)
+@BOUNDED
+@given(choice=st.data())
+def test_random_unicode_digits(name: str, choice: st.DataObject) -> None:
+    seed = choice.draw(st.sampled_from(TARGETS[name].seeds()))
+    digit = st.characters(categories=["Nd", "No"]) | st.sampled_from(UNICODE_DIGITS)
+    _survives(TARGETS[name], _with_unicode_digits(seed, choice.draw(digit), choice.draw(st.integers(1, 5))))

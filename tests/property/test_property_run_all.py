@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from support import REPO
 
@@ -45,3 +46,20 @@ def test_table_has_one_line_per_row_with_verdict() -> None:
     lines = text.splitlines()
     assert len(lines) == 2 + 3
     assert lines[3].split()[-1] == "FAIL" and "<= 0.1 x" in lines[3]
+
+
+def test_peak_rss_is_the_publishing_childs_line() -> None:
+    err = "12:00:00 INFO    verify-and-publish process (pid 4242): peak RSS 61.5 MB\n"
+    assert run_all.publishing_child_peak_mb(err) == 61.5
+    assert run_all.publishing_child_peak_mb("no such line") is None
+
+
+def test_init_logs_its_childs_peak_rss(tmp_path: Path) -> None:
+    """The line bench/run_all.py parses is really printed by init (its child's ru_maxrss, not the parent's)."""
+    from hostenv import make_host
+
+    h = make_host(tmp_path / "h")
+    done = h.run("init", "--no-wait")
+    assert done.returncode == 0, done.stderr
+    peak = run_all.publishing_child_peak_mb(done.stderr)
+    assert peak is not None and peak > 10, done.stderr  # pyelftools + hashing: well above an idle python

@@ -12,14 +12,14 @@ from typing import Any
 
 import pytest
 import typer
-from support import REPO
+from support import REPO, require_module
 
 from driver_container.cli import _register_commands, manager_cmd
 from driver_container.cli.app import app as driver_app
 from driver_container.paths import ENV_NAMES, HostPaths
 from driver_container.settings import Settings
 
-yaml = pytest.importorskip("yaml")  # PyYAML is in the test extra; the package itself never needs it
+yaml = require_module("yaml")  # PyYAML is in the test extra; the package itself never needs it
 
 DEPLOY = REPO / "docs" / "deploy"
 # Set by the container runtime or read by NVIDIA's tools inside the container, not by this project.

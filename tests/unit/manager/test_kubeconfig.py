@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from support import require_module
 
 from driver_container.errors import KubernetesError
 from driver_container.kubeconfig import parse_yaml_subset, select_context
@@ -119,7 +120,7 @@ def test_exec_users_are_refused() -> None:
         select_context(doc, Path("/cfg/config"))
 
 
-yaml = pytest.importorskip("yaml")  # PyYAML: the oracle (test extra); the reader itself never needs it
+yaml = require_module("yaml")  # PyYAML: the oracle (test extra); the reader itself never needs it
 
 
 class _IndentedSequences(yaml.SafeDumper):  # type: ignore[name-defined,misc]
@@ -149,3 +150,20 @@ def test_agrees_with_pyyaml_on_block_documents(doc: dict[str, object], indent: i
     for dumper in (yaml.SafeDumper, _IndentedSequences):  # kubectl's and talosctl's sequence layouts
         text = yaml.dump(doc, Dumper=dumper, default_flow_style=False, indent=indent, sort_keys=False)
         assert parse_yaml_subset(text) == yaml.safe_load(text)
+
+
+def test_token_files_that_are_fifos_or_devices_are_refused_not_read(tmp_path: Path) -> None:
+    """A tokenFile (or kubeconfig) that is /dev/zero or a FIFO must neither exhaust memory nor hang."""
+    import os
+
+    from driver_container.kube import read_small_file
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in (Path("/dev/zero"), fifo):
+        with pytest.raises(KubernetesError, match="not a regular file"):
+            read_small_file(path, "tokenFile")
+    big = tmp_path / "big"
+    big.write_bytes(b"x" * 100)
+    with pytest.raises(KubernetesError, match="larger than 10 bytes"):
+        read_small_file(big, "tokenFile", limit=10)

@@ -102,6 +102,27 @@ def test_a_pid_file_of_a_live_process_is_not_stale(node: Node) -> None:
     assert not gather_facts(node.paths, Settings()).pid_file_stale
 
 
+@pytest.mark.parametrize("node", ["talos-stale-mount"], indirect=True)
+@pytest.mark.parametrize("target", ["/dev/zero", "../../../../../../dev/zero"])
+def test_a_pid_file_linked_to_dev_zero_is_stale_and_never_read_through(node: Node, target: str) -> None:
+    """Issue 14 item 6: the pid file was read through a symlink without a limit (MemoryError)."""
+    pid_file = node.paths.pid_file
+    pid_file.unlink()
+    pid_file.symlink_to(target)
+    assert gather_facts(node.paths, Settings()).pid_file_stale
+    assert pid_file.is_symlink()  # gather_facts only reads; clean_leftovers removes the name
+
+
+@pytest.mark.parametrize("node", ["talos-stale-mount"], indirect=True)
+def test_a_huge_or_unicode_pid_file_is_stale_not_a_crash(node: Node) -> None:
+    pid_file = node.paths.pid_file
+    (node.root / "proc/2").mkdir()
+    pid_file.write_text("²\n")
+    assert gather_facts(node.paths, Settings()).pid_file_stale
+    pid_file.write_text("2" * (1 << 20))
+    assert not gather_facts(node.paths, Settings()).pid_file_stale  # over the limit: unreadable, left alone
+
+
 # -- the command ----------------------------------------------------------------------------------
 
 
