@@ -86,6 +86,13 @@ def _str_or_none(record: dict[str, Any], key: str) -> str | None:
     return value
 
 
+def _int_or_none(record: dict[str, Any], key: str) -> int | None:
+    value = record.get(key)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 16):
+        raise VerdictFormatError(f"{key}: expected an ELF machine number, got {value!r:.40}")
+    return value
+
+
 def _module_file(record: object) -> ModuleFile:
     if not isinstance(record, dict):
         raise VerdictFormatError("module_files: entries must be objects")
@@ -111,6 +118,8 @@ def _module_file(record: object) -> ModuleFile:
         parameters=strings("parameters"),
         signer=text["signer"],
         error=text["error"],
+        machine=_int_or_none(record, "machine"),
+        flavour=_str_or_none(record, "flavour"),
     )
 
 

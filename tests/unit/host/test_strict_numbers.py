@@ -99,6 +99,7 @@ def test_host_persistenced_pid_file_with_unicode_digit(tmp_path: Path) -> None:
     pid_file = tmp_path / "host" / HOST_PID_FILE
     pid_file.parent.mkdir(parents=True)
     (tmp_path / "proc/1").mkdir(parents=True)
+    (tmp_path / "proc/1/comm").write_text("nvidia-persiste\n")  # comm is cut to 15 bytes (proc(5))
     paths = HostPaths(host_root=tmp_path / "host", procfs_root=tmp_path / "proc")
     pid_file.write_text("²\n")
     assert host_daemon_pid(paths) is None
