@@ -185,8 +185,9 @@ def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: Init
         if not wait_for_modules(paths, settings, shutdown, talos=not generic_host, poll_s=opts.poll_s,
                                 progress_s=opts.progress_s, names=names):
             return
-        run_in_child(lambda: _verify_and_publish(paths, settings, runner))
+        run_in_child(lambda: _verify_and_publish(paths, settings, runner), shutdown)
         if shutdown.requested:
+            _undo_interrupted_publish(paths)
             return
         _node_steps(paths)
         if opts.no_wait:
@@ -209,6 +210,17 @@ def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: Init
             _unload_generic(paths, settings, runner)
         lock.release()
         shutdown.restore()
+
+
+def _undo_interrupted_publish(paths: HostPaths) -> None:
+    """The publishing child was killed by a signal: roll its commit back now (renames only), so the
+    previous root is intact even if no container starts again here."""
+    from driver_container.publish.journal import recover
+
+    try:
+        recover(paths.driver_root)
+    except (DriverContainerError, OSError) as exc:
+        log.warning("the interrupted publish is rolled back at the next start: %s", exc)
 
 
 def _verify_and_publish(paths: HostPaths, settings: Settings, runner: Runner) -> str:

@@ -15,7 +15,7 @@ import select
 import signal
 from collections.abc import Callable
 from types import FrameType
-from typing import TypeVar, cast
+from typing import TypeVar, cast, overload
 
 from driver_container.errors import DriverContainerError
 
@@ -46,6 +46,10 @@ class Shutdown:
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         if self.signum is None:
             self.signum = signum
+
+    def fileno(self) -> int | None:
+        """The wake-up pipe's read end (readable once a signal arrived); None before ``install``."""
+        return self._pipe[0] if self._pipe is not None else None
 
     @property
     def requested(self) -> bool:
@@ -80,8 +84,16 @@ class Shutdown:
         return signal.Signals(self.signum).name if self.signum is not None else "no signal"
 
 
-def run_in_child(func: Callable[[], T]) -> T:
+@overload
+def run_in_child(func: Callable[[], T]) -> T: ...
+@overload
+def run_in_child(func: Callable[[], T], stop: Shutdown) -> T | None: ...
+def run_in_child(func: Callable[[], T], stop: Shutdown | None = None) -> T | None:
     """Run ``func`` in a forked child and return its result (or raise its error).
+
+    With ``stop``: a termination signal kills the child at once (SIGKILL; it may be stuck in a read of a
+    slow or hostile file) and None is returned; what it left half done is for the caller to undo (the
+    publish journal). So SIGTERM is honoured within the grace period at every stage.
 
     Verifying and publishing import pyelftools and hash every file; done in a child, none of that stays
     in the parent that then waits for days (issue 4: waiting RSS <= 30 MB). The child ignores termination
@@ -95,8 +107,16 @@ def run_in_child(func: Callable[[], T]) -> T:
         os.close(read_fd)
         _child_main(func, write_fd, parent)
     os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as pipe:
-        data = pipe.read()  # read before waitpid: a result larger than the pipe buffer must not block
+    try:
+        data = _read_result(read_fd, stop)  # read before waitpid: a result larger than the pipe buffer
+    finally:
+        os.close(read_fd)
+    if data is None:
+        log.warning("%s received: stopping the verify-and-publish process (pid %d)", stop and stop.describe(), pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        return None
     _, status = os.waitpid(pid, 0)
     try:
         kind, value = pickle.loads(data) if data else ("died", None)
@@ -111,6 +131,24 @@ def run_in_child(func: Callable[[], T]) -> T:
         f"the verify-and-publish process (pid {pid}) ended without a result ({how})",
         fix="see the messages above; run init again (publishing is idempotent)",
     )
+
+
+def _read_result(read_fd: int, stop: Shutdown | None) -> bytes | None:
+    """Everything the child writes, until it closes the pipe; None as soon as ``stop`` is requested."""
+    chunks: list[bytes] = []
+    wake = stop.fileno() if stop is not None else None
+    watched = [read_fd] if wake is None else [read_fd, wake]
+    while True:
+        if stop is not None and stop.requested:
+            return None
+        ready, _, _ = select.select(watched, [], [], 1.0)
+        if wake is not None and wake in ready and stop is not None:
+            stop.wait(0)  # drains the wake-up pipe; ``requested`` says whether it was a signal
+        if read_fd in ready:
+            data = os.read(read_fd, 1 << 16)
+            if not data:
+                return b"".join(chunks)
+            chunks.append(data)
 
 
 def _child_main(func: Callable[[], object], write_fd: int, parent: int) -> None:

@@ -144,6 +144,8 @@ def reset_staging(root: Path) -> Path:
         if st is not None and not stat.S_ISDIR(st.st_mode):
             log.warning("replacing %s (not a directory) with a directory", root / STATE_DIR)
             os.unlink(STATE_DIR.name, dir_fd=rfd)
+    with opened_dir(root, STATE_DIR, create=True) as state:  # temporaries of killed manifest/journal writes
+        sweep_at(state, lambda n: n.startswith(".") and n.endswith((".tmp", TMP_SUFFIX)), root / STATE_DIR)
     with opened_dir(root, STAGING, create=True):
         pass
     return root / STAGING
