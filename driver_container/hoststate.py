@@ -25,6 +25,7 @@ from driver_container.kernel.sysfs import SysfsModule, read_sysfs_module
 from driver_container.paths import HostPaths, Root
 from driver_container.platform import PlatformInfo, detect_platform
 from driver_container.settings import Settings
+from driver_container.statusfiles import read_publish_status
 from driver_container.userspace import FIRMWARE_DIRS as USERSPACE_FIRMWARE_DIRS
 from driver_container.userspace import Userspace, find_userspace
 
@@ -122,6 +123,9 @@ class HostState:
     problems: tuple[str, ...] = ()  # unreadable or malformed host files
     param_errors: tuple[str, ...] = ()  # malformed /drivers/*.conf
     findings: tuple[Finding, ...] = field(default=())
+    published_version: str | None = None  # from the manifest
+    publish_failure: tuple[str, str] | None = None  # (version, error) of the last publish, when it failed
+    publish_interrupted: bool = False  # a journal is left: the next start rolls that publish back
 
     @property
     def kernel_release(self) -> str | None:
@@ -156,7 +160,13 @@ class HostState:
             },
             "requested_parameters": {m: dict(p) for m, p in self.requested_params.items()},
             "firmware": self.firmware,
-            "driver_root": {"path": str(self.driver_root), "published": self.published},
+            "driver_root": {
+                "path": str(self.driver_root),
+                "published": self.published,
+                "version": self.published_version,
+                "last_publish_failed": self.publish_failure is not None,
+                "interrupted": self.publish_interrupted,
+            },
             "findings": [
                 {"severity": f.severity, "code": f.code, "message": f.message, "fix": f.fix} for f in self.findings
             ],
@@ -265,11 +275,7 @@ def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
     requested, param_errors = read_requested_params(paths)
     userspace = find_userspace(paths)
     problems.extend(userspace.problems)
-    try:
-        published = Root(paths.driver_root).is_file(MANIFEST)
-    except HostReadError as exc:
-        problems.append(exc.message)
-        published = False
+    publish = read_publish_status(paths)
     state = HostState(
         platform=platform,
         settings=settings,
@@ -281,7 +287,10 @@ def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
         requested_params=requested,
         firmware=locate_firmware(paths, firmware_names, kver, problems),
         driver_root=paths.driver_root,
-        published=published,
+        published=publish.version is not None,
+        published_version=publish.version,
+        publish_failure=publish.failure,
+        publish_interrupted=publish.interrupted,
         problems=tuple(dict.fromkeys(problems)),
         param_errors=tuple(param_errors),
     )
