@@ -376,6 +376,11 @@ def _environment(state: HostState) -> list[Finding]:
     return out
 
 
+# Findings about the outcome of the last publish: `status` reports them, `init` (which publishes again)
+# only logs them.
+PUBLISH_OUTCOMES = frozenset({"LAST_PUBLISH_FAILED", "PUBLISH_INTERRUPTED"})
+
+
 def _publish_state(state: HostState) -> list[Finding]:
     """A failed or interrupted publish: the root is the previous one (rolled back), not the one wanted."""
     out = []

@@ -127,16 +127,18 @@ def _timeout_error(
 
 def verify(paths: HostPaths, settings: Settings) -> HostState:
     """Host-inspection findings; any error stops here, before DRIVER_ROOT is touched."""
-    from driver_container.findings import has_errors
+    from driver_container.findings import PUBLISH_OUTCOMES, has_errors
     from driver_container.hoststate import inspect_host
 
     state = inspect_host(paths, settings)
+    # The outcome of an earlier publish is what this init is about to redo, not a reason to stop it.
+    preconditions = [f for f in state.findings if f.code not in PUBLISH_OUTCOMES]
     for finding in state.findings:
-        if finding.severity != "error":
-            level = logging.WARNING if finding.severity == "warning" else logging.INFO
+        if finding.severity != "error" or finding.code in PUBLISH_OUTCOMES:
+            level = logging.INFO if finding.severity == "info" else logging.WARNING
             log.log(level, "%s: %s", finding.code, finding.message)
-    if has_errors(list(state.findings)):
-        errors = [f for f in state.findings if f.severity == "error"]
+    if has_errors(preconditions):
+        errors = [f for f in preconditions if f.severity == "error"]
         message = "; ".join(f"{f.code}: {f.message}" for f in errors)
         fixes = "; ".join(dict.fromkeys(f.fix for f in errors if f.fix))
         raise VerificationError(f"verification failed, {paths.driver_root} left untouched: {message}", fix=fixes)
