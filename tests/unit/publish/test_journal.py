@@ -59,7 +59,11 @@ def _without_state(root: Path) -> dict[str, tuple[int, int, int, str]]:
             if path in skip:
                 continue
             st = os.lstat(path)
-            content = os.readlink(path) if stat.S_ISLNK(st.st_mode) else path.read_text() if stat.S_ISREG(st.st_mode) else ""
+            content = ""
+            if stat.S_ISLNK(st.st_mode):
+                content = os.readlink(path)
+            elif stat.S_ISREG(st.st_mode):
+                content = path.read_text()
             nlink = 0 if stat.S_ISDIR(st.st_mode) else st.st_nlink
             found[str(path.relative_to(root))] = (st.st_mode, nlink, st.st_ino, content)
     return found
@@ -92,7 +96,7 @@ def test_killed_between_the_backup_and_the_rename_of_a_step(tmp_path: Path, inde
     transaction.run_until(index)
     step = steps[index]
     live, kept = root / step.path, root / ROLLBACK / str(index)
-    if step.action == "remove" or live.is_dir() and not live.is_symlink():
+    if step.action == "remove" or (live.is_dir() and not live.is_symlink()):
         os.rename(live, kept)
     else:
         os.link(live, kept, follow_symlinks=False)
