@@ -19,13 +19,14 @@ from support import require
 
 VERSION = "595.91.07"
 FIRMWARE = f"usr/lib/firmware/nvidia/{VERSION}"
-# What `ldconfig -r ROOT -C CACHE` does here: writes a cache with no entry (as a broken ldconfig did).
+# What `ldconfig -r ROOT [-C CACHE]` does here: writes a cache with no entry (as a broken ldconfig did).
 BROKEN_LDCONFIG = """#!/bin/sh
 root=""; cache=""
 while [ $# -gt 0 ]; do
   case "$1" in -r) root="$2"; shift;; -C) cache="$2"; shift;; esac
   shift
 done
+[ -n "$cache" ] || cache=/etc/ld.so.cache
 printf 'glibc-ld.so.cache1.1' > "$root$cache"
 """
 
@@ -78,11 +79,11 @@ def test_failed_cache_check_after_files_changed_restores_the_previous_root(tmp_p
     _break_ldconfig(h)
     failed = h.run("init", "--no-wait", timeout=60)
     assert failed.returncode == 1, failed.stderr
-    assert "does not resolve the published libraries" in failed.stderr and "previous root is restored" in failed.stderr
-    assert "Traceback" not in failed.stderr
     assert snapshot(h.driver_root) == before  # files, links, cache, manifest: content, mode, link count
     assert _inodes(h.driver_root) == inodes  # the very same files, not copies
     assert leftovers(h.driver_root) == []
+    assert "does not resolve the published libraries" in failed.stderr and "previous root is restored" in failed.stderr
+    assert "Traceback" not in failed.stderr
     code, root, codes = _status(h)
     assert (root["published"], root["version"], root["last_publish_failed"]) == (True, VERSION, True)
     assert "LAST_PUBLISH_FAILED" in codes and code == 1
