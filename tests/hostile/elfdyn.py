@@ -47,7 +47,12 @@ def build_dynamic_elf(
     ehdr = ident + struct.pack("<HHIQQQIHHHHHH", e_type, 62, 1, 0, EHDR, 0, 0, EHDR, PHDR, phnum, 64, 0, 0)
     phdrs = struct.pack("<IIQQQQQQ", PT_LOAD, 5, 0, 0, 0, size, size, 0x1000)
     if interpreter is not None:
-        phdrs += struct.pack("<IIQQQQQQ", PT_INTERP, 4, interp_off, interp_off, interp_off, len(interp), len(interp), 1)
-    phdrs += struct.pack("<IIQQQQQQ", PT_DYNAMIC, 6, dynamic_off, dynamic_off, dynamic_off, len(dynamic), len(dynamic), 8)
+        phdrs += _phdr(PT_INTERP, 4, interp_off, len(interp), 1)
+    phdrs += _phdr(PT_DYNAMIC, 6, dynamic_off, len(dynamic), 8)
     body = ehdr + phdrs + interp + bytes(strtab)
     return body + b"\0" * (dynamic_off - len(body)) + dynamic
+
+
+def _phdr(p_type: int, flags: int, offset: int, size: int, align: int) -> bytes:
+    """Elf64_Phdr: type, flags, offset, vaddr, paddr, filesz, memsz, align (vaddr = offset)."""
+    return struct.pack("<IIQQQQQQ", p_type, flags, offset, offset, offset, size, size, align)
