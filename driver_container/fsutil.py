@@ -247,23 +247,6 @@ def open_regular(
     return fd, st
 
 
-def read_regular(path: Path | str, *, limit: int, shown: str | None = None) -> bytes:
-    """The whole content of a regular file (``open_regular``), at most ``limit`` bytes."""
-    fd, st = open_regular(path, shown=shown)
-    name = shown or str(path)
-    try:
-        if st.st_size > limit:
-            raise PublishError(f"{name}: larger than {limit} bytes")
-        data = os.read(fd, limit + 1)
-    except OSError as exc:
-        raise PublishError(f"{name}: cannot read: {exc.strerror}") from exc
-    finally:
-        os.close(fd)
-    if len(data) > limit:
-        raise PublishError(f"{name}: larger than {limit} bytes")
-    return data
-
-
 COPY_CHUNK = 1 << 20  # 1 MiB: large enough that per-call overhead vanishes, small enough for a flat RSS
 
 
