@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import io
 import os
+import stat
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,7 @@ class ElfDeps:
 # every section header to find .dynstr (~5 ms a library), while the loader itself only needs DT_STRTAB.
 DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH, DT_RUNPATH = 0, 1, 5, 10, 14, 15, 29
 MAX_DYNAMIC = 1 << 20  # real PT_DYNAMIC segments are a few KiB
+MAX_TABLE = 16 << 20  # program header table and .dynstr: real ones are KiB (libcuda's .dynstr ~100 KiB)
 _SEGMENT_TYPES = {1: "PT_LOAD", 2: "PT_DYNAMIC", 3: "PT_INTERP"}  # the only p_type values used here
 
 
@@ -103,6 +105,8 @@ def _header_and_segments(stream: BinaryIO, source: str) -> tuple[_Header, list[_
 
 
 def _read(stream: BinaryIO, offset: int, size: int, source: str) -> bytes:
+    if size > MAX_TABLE or size < 0 or offset < 0:
+        raise ElfFormatError(f"{source}: malformed ELF file: {size} bytes at offset {offset} is implausible")
     stream.seek(offset)
     data = stream.read(size)
     if len(data) != size:
@@ -186,10 +190,14 @@ def read_elf_deps(source: bytes | Path, *, name: str | None = None) -> ElfDeps:
     if isinstance(source, bytes):
         return _parse(io.BytesIO(source), name or "<bytes>")
     try:
-        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer.
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
         fix = f"check the permissions of {source}"
         raise ElfFormatError(f"{source}: cannot open: {exc.strerror}", fix=fix) from exc
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ElfFormatError(f"{name or source}: not a regular file", fix="replace it with the real file")
     with os.fdopen(fd, "rb") as stream:
         return _parse(stream, name or str(source))
 

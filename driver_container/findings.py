@@ -407,6 +407,7 @@ def _environment(state: HostState) -> list[Finding]:
                 "mount the host's /etc/os-release at /host-etc/os-release or set DRIVER_PLATFORM",
             )
         )
+    out += _publish_state(state)
     if not state.published:
         out.append(
             Finding(
@@ -522,6 +523,38 @@ def _driver_root_mount(state: HostState) -> list[Finding]:
 
 # Errors ``init`` itself remedies (it mounts DRIVER_ROOT before publishing): its verify step goes on.
 REMEDIED_BY_INIT = frozenset({"DRIVER_ROOT_NOT_EXECUTABLE"})
+
+
+# Findings about the outcome of the last publish: `status` reports them, `init` (which publishes again)
+# only logs them.
+PUBLISH_OUTCOMES = frozenset({"LAST_PUBLISH_FAILED", "PUBLISH_INTERRUPTED"})
+
+
+def _publish_state(state: HostState) -> list[Finding]:
+    """A failed or interrupted publish: the root is the previous one (rolled back), not the one wanted."""
+    out = []
+    shown = f"version {state.published_version} is published" if state.published_version else "nothing is published"
+    if state.publish_failure is not None:
+        version, error = state.publish_failure
+        out.append(
+            Finding(
+                "error",
+                "LAST_PUBLISH_FAILED",
+                f"the last publish (of {version}) failed and was rolled back; {shown} in {state.driver_root}: {error}",
+                "fix the cause named in the error, then restart the driver pod (`nvidia-driver init`)",
+            )
+        )
+    if state.publish_interrupted:
+        out.append(
+            Finding(
+                "warning",
+                "PUBLISH_INTERRUPTED",
+                f"a publish into {state.driver_root} was killed mid-commit (journal left); {shown} once the next "
+                "start rolls it back",
+                "restart the driver pod: `init` rolls the interrupted publish back before anything else",
+            )
+        )
+    return out
 
 
 def check(state: HostState) -> list[Finding]:

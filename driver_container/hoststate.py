@@ -26,6 +26,7 @@ from driver_container.kernel.sysfs import SysfsModule, read_sysfs_module
 from driver_container.paths import HostPaths, Root
 from driver_container.platform import PlatformInfo, detect_platform
 from driver_container.settings import Settings
+from driver_container.statusfiles import read_publish_status
 from driver_container.userspace import FIRMWARE_DIRS as USERSPACE_FIRMWARE_DIRS
 from driver_container.userspace import Userspace, find_userspace
 
@@ -127,6 +128,9 @@ class HostState:
     findings: tuple[Finding, ...] = field(default=())
     module_files_source: str = "host"  # host | driver-manager verdict <file> | none (verdict.py)
     driver_root_mount: Mount | None = None  # the mount holding DRIVER_ROOT (None: no mountinfo)
+    published_version: str | None = None  # from the manifest
+    publish_failure: tuple[str, str] | None = None  # (version, error) of the last publish, when it failed
+    publish_interrupted: bool = False  # a journal is left: the next start rolls that publish back
 
     @property
     def kernel_release(self) -> str | None:
@@ -162,7 +166,14 @@ class HostState:
             },
             "requested_parameters": {m: dict(p) for m, p in self.requested_params.items()},
             "firmware": self.firmware,
-            "driver_root": {"path": str(self.driver_root), "published": self.published} | self._mount_json(),
+            "driver_root": {
+                "path": str(self.driver_root),
+                "published": self.published,
+                "version": self.published_version,
+                "last_publish_failed": self.publish_failure is not None,
+                "interrupted": self.publish_interrupted,
+            }
+            | self._mount_json(),
             "fabric": self.fabric.to_json() if self.fabric is not None else None,
             "findings": [
                 {"severity": f.severity, "code": f.code, "message": f.message, "fix": f.fix} for f in self.findings
@@ -301,11 +312,7 @@ def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
     problems.extend(userspace.problems)
     fabric = inspect_fabric(paths)
     problems.extend(fabric.problems if fabric else ())
-    try:
-        published = Root(paths.driver_root).is_file(MANIFEST)
-    except HostReadError as exc:
-        problems.append(exc.message)
-        published = False
+    publish = read_publish_status(paths)
     mount = read_driver_root_mount(paths, problems)
     state = HostState(
         platform=platform,
@@ -318,7 +325,10 @@ def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
         requested_params=requested,
         firmware=locate_firmware(paths, firmware_names, kver, problems),
         driver_root=paths.driver_root,
-        published=published,
+        published=publish.version is not None,
+        published_version=publish.version,
+        publish_failure=publish.failure,
+        publish_interrupted=publish.interrupted,
         problems=tuple(dict.fromkeys(problems)),
         param_errors=tuple(param_errors),
         fabric=fabric,

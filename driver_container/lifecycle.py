@@ -139,11 +139,14 @@ def _timeout_error(
 
 def verify(paths: HostPaths, settings: Settings) -> HostState:
     """Host-inspection findings; any error stops here, before DRIVER_ROOT is touched."""
-    from driver_container.findings import REMEDIED_BY_INIT
+    from driver_container.findings import PUBLISH_OUTCOMES, REMEDIED_BY_INIT
     from driver_container.hoststate import inspect_host
 
     state = inspect_host(paths, settings)
-    errors = [f for f in state.findings if f.severity == "error" and f.code not in REMEDIED_BY_INIT]
+    # Not reasons to stop: the outcome of an earlier publish (this init redoes it) and what init itself
+    # remedies before publishing (DRIVER_ROOT's own mount).
+    skipped = PUBLISH_OUTCOMES | REMEDIED_BY_INIT
+    errors = [f for f in state.findings if f.severity == "error" and f.code not in skipped]
     for finding in state.findings:
         if finding not in errors:
             level = logging.INFO if finding.severity == "info" else logging.WARNING
@@ -260,13 +263,27 @@ def _init_stages(
 def _publish(paths: HostPaths, settings: Settings, runner: Runner, shutdown: Shutdown) -> bool:
     """Verify and publish in the child; False when a signal stopped it (the child is killed after a grace)."""
     try:
-        run_in_child(lambda: _verify_and_publish(paths, settings, runner), shutdown)
+        done = run_in_child(lambda: _verify_and_publish(paths, settings, runner), shutdown)
     except DriverContainerError:
         if shutdown.requested:
             log.info("%s received while verifying and publishing: stopped", shutdown.describe())
+            _undo_interrupted_publish(paths)
             return False
         raise
-    return not shutdown.requested
+    if done is None:  # killed after the grace period, maybe mid-commit
+        _undo_interrupted_publish(paths)
+    return done is not None and not shutdown.requested
+
+
+def _undo_interrupted_publish(paths: HostPaths) -> None:
+    """The publishing child was killed by a signal: roll its commit back now (renames only), so the
+    previous root is intact even if no container starts again here."""
+    from driver_container.publish.journal import recover
+
+    try:
+        recover(paths.driver_root)
+    except (DriverContainerError, OSError) as exc:
+        log.warning("the interrupted publish is rolled back at the next start: %s", exc)
 
 
 def _verify_and_publish(paths: HostPaths, settings: Settings, runner: Runner) -> str:

@@ -16,7 +16,7 @@ import signal
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import TypeVar, cast
+from typing import TypeVar, cast, overload
 
 from driver_container.errors import DriverContainerError
 
@@ -47,6 +47,10 @@ class Shutdown:
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         if self.signum is None:
             self.signum = signum
+
+    def fileno(self) -> int | None:
+        """The wake-up pipe's read end (readable once a signal arrived); None before ``install``."""
+        return self._pipe[0] if self._pipe is not None else None
 
     @property
     def requested(self) -> bool:
@@ -99,15 +103,22 @@ class Shutdown:
 CHILD_GRACE_S = 1.0  # after a signal: time for the child to finish; then it is killed (SIGTERM within 2 s)
 
 
-def run_in_child(func: Callable[[], T], shutdown: Shutdown | None = None, grace_s: float = CHILD_GRACE_S) -> T:
+@overload
+def run_in_child(func: Callable[[], T]) -> T: ...
+@overload
+def run_in_child(func: Callable[[], T], stop: Shutdown, grace_s: float = ...) -> T | None: ...
+def run_in_child(func: Callable[[], T], stop: Shutdown | None = None, grace_s: float = CHILD_GRACE_S) -> T | None:
     """Run ``func`` in a forked child and return its result (or raise its error).
+
+    With ``stop``: after a termination signal the child gets ``grace_s`` to finish, then it is killed
+    (SIGKILL; it may be stuck in a read of a slow or hostile file) and None is returned; what it left half
+    done is for the caller to undo (the publish journal). So SIGTERM is honoured within 2 s at every stage.
 
     Verifying and publishing import pyelftools and hash every file; done in a child, none of that stays
     in the parent that then waits for days (issue 4: waiting RSS <= 30 MB). The child ignores termination
     signals (the parent decides) and dies with its parent (PR_SET_PDEATHSIG), as it would with the
-    container's PID namespace. When ``shutdown`` sees a signal, the child gets ``grace_s`` to finish and is
-    then killed: a publish only renames complete files into place, so a cut one is redone by the next init,
-    while a child stuck on a hostile file would otherwise keep the pod from stopping (issue 14 item 7).
+    container's PID namespace. Without the kill a child stuck on a hostile file would keep the pod from
+    stopping (issue 14 item 7).
     """
     read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
     parent = os.getpid()
@@ -117,12 +128,14 @@ def run_in_child(func: Callable[[], T], shutdown: Shutdown | None = None, grace_
         _child_main(func, write_fd, parent)
     os.close(write_fd)
     try:
-        data = _collect(read_fd, pid, shutdown, grace_s)  # before waitpid: a large result must not block
+        data = _collect(read_fd, pid, stop, grace_s)  # before waitpid: a large result must not block
     finally:
         os.close(read_fd)
     _, status, usage = os.wait4(pid, 0)
     # ru_maxrss of the child is in KiB on Linux (getrusage(2)); bench/run_all.py reads this line.
     log.info("verify-and-publish process (pid %d): peak RSS %.1f MB", pid, usage.ru_maxrss / 1024)
+    if data is None:  # killed after a signal: what it left half done is the caller's to undo
+        return None
     try:
         kind, value = pickle.loads(data) if data else ("died", None)
     except (pickle.UnpicklingError, EOFError, AttributeError, TypeError):
@@ -138,20 +151,20 @@ def run_in_child(func: Callable[[], T], shutdown: Shutdown | None = None, grace_
     )
 
 
-def _collect(read_fd: int, pid: int, shutdown: Shutdown | None, grace_s: float) -> bytes:
+def _collect(read_fd: int, pid: int, stop: Shutdown | None, grace_s: float) -> bytes | None:
     """Everything the child writes, until EOF; the child is killed ``grace_s`` after a signal."""
     chunks: list[bytes] = []
     deadline: float | None = None
     while True:
-        if deadline is None and shutdown is not None and shutdown.requested:
+        if deadline is None and stop is not None and stop.requested:
             deadline = time.monotonic() + grace_s
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
-            log.warning("%s: stopping the verify-and-publish process (pid %d)", shutdown and shutdown.describe(), pid)
+            log.warning("%s: stopping the verify-and-publish process (pid %d)", stop and stop.describe(), pid)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            return b""
-        if shutdown is not None and not shutdown.wait_readable(read_fd, remaining):
+            return None
+        if stop is not None and not stop.wait_readable(read_fd, remaining):
             continue
         chunk = os.read(read_fd, 1 << 16)
         if not chunk:

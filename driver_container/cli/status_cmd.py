@@ -60,7 +60,7 @@ def render_text(state: HostState) -> str:
             f"  {g['pci_id']} {g['model'] or '?'} {g['uuid'] or ''} minor {g['device_minor']}" for g in nv["gpus"]
         ]
     lines.append(f"userspace: {us['version'] or 'not found'} (root {us['root']}, {us['libcuda'] or us['source']})")
-    lines.append(f"driver root: {root['path']} ({'published' if root['published'] else 'not published'})")
+    lines.append(f"driver root: {root['path']} ({_publish_line(root)})")
     if root["mount"]:
         m = root["mount"]
         lines.append(f"  mount {m['mount_point']} {m['fstype']} {m['source']} {','.join(m['options'])}")
@@ -71,6 +71,15 @@ def render_text(state: HostState) -> str:
         lines.append(f"  {f['severity'].upper()} {f['code']}: {f['message']}")
         lines += [f"      {line}" if i else f"      fix: {line}" for i, line in enumerate(f["fix"].splitlines())]
     return "\n".join(lines)
+
+
+def _publish_line(root: dict[str, Any]) -> str:
+    text = f"published {root.get('version') or ''}".rstrip() if root["published"] else "not published"
+    if root.get("last_publish_failed"):
+        text += "; the last publish failed"
+    if root.get("interrupted"):
+        text += "; a publish was interrupted"
+    return text
 
 
 @app.command("status")

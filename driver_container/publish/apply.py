@@ -1,12 +1,11 @@
-"""Make DRIVER_ROOT match a plan, touching only what differs.
+"""Stage what differs between a plan and DRIVER_ROOT, and turn it into the steps of one commit.
 
-Crash safety (SIGKILL at any point, then a rerun gives the same root as a clean publish): new content is
-written to temporary names beside its target and renamed over it (rename(2) is atomic, so no reader
-sees a partial file); all temporaries are staged before the first rename, so a failure while staging
-(ENOSPC...) leaves the previous root as it was; the manifest is written last by the caller, so after a
-crash every file that does not match the old manifest is unknown and rewritten, and leftover
-temporaries are swept. No per-file fsync: DRIVER_ROOT lives on /run (tmpfs, gone at reboot) and
-SIGKILL safety comes from rename ordering, not from durability.
+``prepare`` touches only DRIVER_ROOT/.driver-container/staging: every new file, text and link is staged
+there (early copies are already there), so a failure while staging (ENOSPC, a source that changed...)
+leaves the live root exactly as it was. ``commit_steps`` then lists, from what is on disk (looked up
+through directory descriptors, never following a link), the directories to create, the paths to put
+in place and the stale paths to remove; ``journal.Transaction`` runs them so that they can be undone.
+No per-file fsync: DRIVER_ROOT lives on /run (tmpfs, gone at reboot); the journal is fsync'd.
 """
 
 from __future__ import annotations
@@ -15,27 +14,70 @@ import contextlib
 import hashlib
 import logging
 import os
-import shutil
 import stat
 from concurrent.futures import Future
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 from driver_container.errors import PublishError
-from driver_container.fsutil import StagedFile, contained, ensure_dir, stage_copy, stage_write
-from driver_container.publish.copier import TMP_SUFFIX, Copier, sweep_temporaries
+from driver_container.fsutil import StagedFile, check_relative, ensure_dir, open_dir, stage_copy, stage_write
+from driver_container.publish.copier import TMP_SUFFIX, Copier
+from driver_container.publish.journal import STAGING, Step
 from driver_container.publish.manifest import Manifest, Record
 from driver_container.publish.model import PlannedEntry, PublishPlan
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class ApplyResult:
+@dataclass
+class Prepared:
     records: tuple[Record, ...]
-    written: int
     unchanged: int
-    removed: int
+    staged: list[tuple[PurePosixPath, StagedFile]] = field(default_factory=list)  # target -> its temporary
+    removals: list[PurePosixPath] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.staged or self.removals)
+
+
+class Tree:
+    """lstat of paths below a root through directory descriptors (one per directory, kept open)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._dirs: dict[PurePosixPath, int | None] = {}
+
+    def dir_fd(self, rel: PurePosixPath) -> int | None:
+        """A descriptor of the real directory ``rel``; None when it is missing or not a directory."""
+        if rel not in self._dirs:
+            try:
+                self._dirs[rel] = open_dir(self.root, rel)
+            except PublishError:
+                self._dirs[rel] = None
+        return self._dirs[rel]
+
+    def lstat(self, rel: PurePosixPath) -> os.stat_result | None:
+        fd = self.dir_fd(rel.parent)
+        if fd is None:
+            return None
+        try:
+            return os.lstat(rel.name, dir_fd=fd)
+        except FileNotFoundError:
+            return None
+
+    def readlink(self, rel: PurePosixPath) -> str | None:
+        fd = self.dir_fd(rel.parent)
+        try:
+            return os.readlink(rel.name, dir_fd=fd) if fd is not None else None
+        except OSError:
+            return None
+
+    def close(self) -> None:
+        for fd in self._dirs.values():
+            if fd is not None:
+                os.close(fd)
+        self._dirs.clear()
 
 
 def _matches(entry: PlannedEntry, rec: Record | None, st: os.stat_result | None) -> bool:
@@ -57,18 +99,26 @@ def _matches(entry: PlannedEntry, rec: Record | None, st: os.stat_result | None)
     )
 
 
-def _stage_link(dest: Path, target: str) -> StagedFile:
-    for attempt in range(100):
-        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{attempt}{TMP_SUFFIX}")
-        try:
-            os.symlink(target, tmp)
-            return StagedFile(tmp, dest, "", 0, 0)
-        except FileExistsError:
-            continue
-    raise PublishError(f"{dest}: cannot create a temporary link")
+def _stage_link(root: Path, index: int, target: str) -> StagedFile:
+    fd = open_dir(root, STAGING, create=True)
+    try:
+        for attempt in range(100):
+            name = f".link{index}.{os.getpid()}.{attempt}{TMP_SUFFIX}"
+            try:
+                os.symlink(target, name, dir_fd=fd)
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise PublishError(f"cannot create a temporary link in {root / STAGING}")
+    finally:
+        os.close(fd)
+    staging = root / STAGING
+    return StagedFile(staging / name, staging / name, "", 0, 0, root)
 
 
-def _stage_content(entry: PlannedEntry, dest: Path, root: Path) -> StagedFile:
+def _stage_content(entry: PlannedEntry, index: int, root: Path) -> StagedFile:
+    dest = root / STAGING / f"w{index}"
     src = entry.source
     if entry.data is not None:
         return stage_write(dest, entry.data, mode=entry.mode, root=root, suffix=TMP_SUFFIX)
@@ -81,7 +131,6 @@ def _stage_content(entry: PlannedEntry, dest: Path, root: Path) -> StagedFile:
 def _record(entry: PlannedEntry, staged: StagedFile) -> Record:
     src = entry.source
     if src is not None and staged.size != src.size:
-        staged.discard()
         raise PublishError(
             f"{src.shown}: changed while being published ({src.size} -> {staged.size} bytes)", fix="retry"
         )
@@ -92,53 +141,59 @@ def _record(entry: PlannedEntry, staged: StagedFile) -> Record:
     )  # fmt: skip
 
 
-def _stage(
-    plan: PublishPlan, root: Path, old: dict[str, Record], copier: Copier
-) -> tuple[list[StagedFile], list[Record], int]:
-    staged: list[StagedFile] = []
+def prepare(plan: PublishPlan, root: Path, previous: Manifest | None, copier: Copier) -> Prepared:
+    """Stage every entry that differs from ``previous`` and the live root; list stale paths to remove."""
+    old = previous.by_path() if previous else {}
+    tree = Tree(root)
+    out = Prepared((), 0)
     records: list[Record | None] = []
-    jobs: list[tuple[int, PlannedEntry, Path]] = []  # (index in records, entry, destination) to copy
-    unchanged = 0
-    dirs: dict[PurePosixPath, Path] = {}  # each directory is created and checked once per publish
+    jobs: list[tuple[int, PlannedEntry]] = []  # (index in records, entry) to copy
     try:
+        ensure_dir(root, STAGING)
         for entry in plan.entries:
-            if entry.path.parent not in dirs:
-                dirs[entry.path.parent] = contained(root, ensure_dir(root, entry.path.parent) / "_").parent
-            dest = dirs[entry.path.parent] / entry.path.name
-            st = _lstat(dest)
+            check_relative(entry.path)
+            st = tree.lstat(entry.path)
             rec = old.get(str(entry.path))
             if entry.kind == "link":
                 new = Record(str(entry.path), "link", entry.mode, target=entry.target or "")
-                if _matches(entry, rec, st) and rec == new and os.readlink(dest) == entry.target:
-                    unchanged += 1
+                if _matches(entry, rec, st) and rec == new and tree.readlink(entry.path) == entry.target:
+                    out.unchanged += 1
                 else:
-                    staged.append(_stage_link(dest, entry.target or ""))
+                    out.staged.append((entry.path, _stage_link(root, len(records), entry.target or "")))
                 records.append(new)
             elif _matches(entry, rec, st) and rec is not None:
-                unchanged += 1  # same source identity, so the ELF facts just read (or reused) are its facts
+                out.unchanged += 1  # same source identity, so the ELF facts just read (or reused) are its facts
                 records.append(replace(rec, elf=entry.source.elf if entry.source else None))
             else:
-                jobs.append((len(records), entry, dest))
+                jobs.append((len(records), entry))
                 records.append(None)
-        for index, new in _stage_contents(jobs, root, staged, copier):
+        for index, new, staged in _stage_contents(jobs, root, copier):
             records[index] = new
+            out.staged.append((PurePosixPath(new.path), staged))
+        planned = {str(e.path) for e in plan.entries}
+        for path in sorted(set(old) - planned):
+            rel = PurePosixPath(path)
+            st = tree.lstat(rel)
+            if st is not None and not stat.S_ISDIR(st.st_mode):
+                out.removals.append(rel)
     except OSError as exc:
-        _discard(staged)
         where = exc.filename or root
         raise PublishError(
             f"{where}: cannot write the driver root: {exc.strerror}; the previous root is intact",
             fix=f"free space or fix permissions on the filesystem holding {root}",
         ) from exc
     except PublishError as exc:
-        _discard(staged)
         raise PublishError(f"{exc.message}; the previous root is intact", fix=exc.fix) from exc
-    return staged, [r for r in records if r is not None], unchanged
+    finally:
+        tree.close()
+    out.records = tuple(r for r in records if r is not None)
+    return out
 
 
 def _stage_contents(
-    jobs: list[tuple[int, PlannedEntry, Path]], root: Path, staged: list[StagedFile], copier: Copier
-) -> list[tuple[int, Record]]:
-    """Stage every job's content; every staged file is appended to ``staged`` (so a failure discards all).
+    jobs: list[tuple[int, PlannedEntry]], root: Path, copier: Copier
+) -> list[tuple[int, Record, StagedFile]]:
+    """Stage every job's content in staging (discarded with it on failure).
 
     Sources copied ahead of the scan (``Copier.start_early``) are taken from staging; the others are
     copied on the copier's worker threads, largest first so that one big file does not finish alone on
@@ -147,31 +202,30 @@ def _stage_contents(
     """
     ordered = sorted(jobs, key=lambda job: -(job[1].source.size if job[1].source else 0))
     pending: list[tuple[int, PlannedEntry, Future[StagedFile]]] = []
-    early: list[tuple[int, PlannedEntry, Path]] = []
-    for index, entry, dest in ordered:
+    early: list[tuple[int, PlannedEntry]] = []
+    for index, entry in ordered:
         if entry.source is not None and copier.has_early(entry.source):
-            early.append((index, entry, dest))
+            early.append((index, entry))
         else:
-            pending.append((index, entry, copier.submit(_stage_content, entry, dest, root)))
+            pending.append((index, entry, copier.submit(_stage_content, entry, index, root)))
     results: list[tuple[int, PlannedEntry, StagedFile | BaseException]] = []
-    for index, entry, dest in early:  # waits for the early copies while the workers copy the rest
-        taken = copier.take_early(entry.source, dest, entry.mode) if entry.source else None
+    for index, entry in early:  # waits for the early copies while the workers copy the rest
+        taken = copier.take_early(entry.source, entry.mode) if entry.source else None
         if taken is None:
-            pending.append((index, entry, copier.submit(_stage_content, entry, dest, root)))
+            pending.append((index, entry, copier.submit(_stage_content, entry, index, root)))
         else:
             results.append((index, entry, taken))
     for index, entry, future in pending:
         error = future.exception()
         results.append((index, entry, error if error is not None else future.result()))
-    done: list[tuple[int, Record]] = []
+    done: list[tuple[int, Record, StagedFile]] = []
     failure: BaseException | None = None
     for index, entry, outcome in results:
         if isinstance(outcome, BaseException):
             failure = failure or outcome
             continue
-        staged.append(outcome)
         try:
-            done.append((index, _record(entry, outcome)))
+            done.append((index, _record(entry, outcome), outcome))
         except PublishError as exc:
             failure = failure or exc
     if failure is not None:
@@ -179,36 +233,40 @@ def _stage_contents(
     return done
 
 
-def _lstat(path: Path) -> os.stat_result | None:
+def commit_steps(root: Path, prepared: Prepared) -> list[Step]:
+    """The journal steps that make the live root what ``prepared`` staged (reads only)."""
+    tree = Tree(root)
+    steps: list[Step] = []
+    real_dirs: dict[PurePosixPath, bool] = {PurePosixPath(): True}  # is a real directory before the commit
     try:
-        return os.lstat(path)
-    except FileNotFoundError:
-        return None
+        for rel, staged in sorted(prepared.staged, key=lambda item: str(item[0])):
+            _dir_steps(tree, rel.parent, real_dirs, steps)
+            existed = real_dirs[rel.parent] and tree.lstat(rel) is not None
+            steps.append(Step("put", str(rel), existed, staged.tmp.name))
+        steps += [Step("remove", str(rel), True) for rel in prepared.removals]
+    finally:
+        tree.close()
+    return steps
 
 
-def _discard(staged: list[StagedFile]) -> None:
-    for content in staged:
-        content.discard()
+def _dir_steps(tree: Tree, directory: PurePosixPath, real_dirs: dict[PurePosixPath, bool], steps: list[Step]) -> None:
+    for depth in range(1, len(directory.parts) + 1):
+        current = PurePosixPath(*directory.parts[:depth])
+        if current in real_dirs:
+            continue
+        st = tree.lstat(current) if real_dirs[current.parent] else None
+        real_dirs[current] = st is not None and stat.S_ISDIR(st.st_mode)
+        if not real_dirs[current]:
+            if st is not None:
+                log.info("replacing %s (a %s) with a directory", tree.root / current, _kind(st))
+            steps.append(Step("mkdir", str(current), st is not None))
 
 
-def apply_plan(plan: PublishPlan, root: Path, previous: Manifest | None, copier: Copier) -> ApplyResult:
-    """Write what differs from ``previous``; remove paths it lists that the plan no longer has.
+def _kind(st: os.stat_result) -> str:
+    return "link" if stat.S_ISLNK(st.st_mode) else "file"
 
-    ``copier`` (owned and closed by the caller) copies on its workers and holds the early copies."""
-    old = previous.by_path() if previous else {}
-    for directory in {e.path.parent for e in plan.entries}:
-        sweep_temporaries(root / directory)
-    staged, records, unchanged = _stage(plan, root, old, copier)
-    for content in staged:
-        if os.path.isdir(content.target) and not os.path.islink(content.target):
-            shutil.rmtree(content.target)
-        content.commit()
-    planned = {str(e.path) for e in plan.entries}
-    removed = 0
-    for path in sorted(set(old) - planned):
-        target = contained(root, root / path)
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(target)
-            removed += 1
-            log.info("removed stale %s", path)
-    return ApplyResult(tuple(records), len(staged), unchanged, removed)
+
+def discard(prepared: Prepared) -> None:
+    for _rel, staged in prepared.staged:
+        with contextlib.suppress(OSError):
+            staged.discard()

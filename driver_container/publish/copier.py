@@ -19,22 +19,22 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import TypeVar
 
-from driver_container.errors import DriverContainerError
-from driver_container.fsutil import StagedFile, contained, ensure_dir, stage_copy
+from driver_container.errors import DriverContainerError, PublishError
+from driver_container.fsutil import StagedFile, opened_dir, remove_tree_at, stage_copy, sweep_at
+from driver_container.publish.journal import STAGING, STATE_DIR
 from driver_container.publish.model import SourceFile
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Identity = tuple[str, int, int]  # (real path, size, mtime_ns)
-STAGING = PurePosixPath(".driver-container/staging")
 TMP_SUFFIX = ".dc-tmp"
 # One worker per core, at most 4: each holds a 1 MiB buffer, and more workers than cores only add
 # contention (measured on 2 cores with the 535 userspace: 0.144 s with 2 workers, 0.167 s with 4).
@@ -67,14 +67,15 @@ class Copier:
                 st = os.stat(path, follow_symlinks=False)
             except OSError:
                 continue  # the scan reports it
+            if not stat.S_ISREG(st.st_mode):
+                continue  # a FIFO, device or socket named like a library: the scan refuses it
             identity = (str(path), st.st_size, st.st_mtime_ns)
             if identity not in skip and identity not in self._early:
                 wanted.add(identity)
         if not wanted:
             return
         try:
-            self._staging = ensure_dir(self._root, STAGING)
-            sweep_temporaries(self._staging)
+            self._staging = reset_staging(self._root)
         except (OSError, DriverContainerError) as exc:
             log.debug("not copying ahead of the scan: %s", exc)  # the normal path reports the real problem
             return
@@ -98,8 +99,8 @@ class Copier:
     def has_early(self, src: SourceFile) -> bool:
         return (str(src.real), src.size, src.mtime_ns) in self._early
 
-    def take_early(self, src: SourceFile, target: Path, mode: int) -> StagedFile | None:
-        """The staged copy of ``src`` to be committed at ``target`` with ``mode``; None to copy normally."""
+    def take_early(self, src: SourceFile, mode: int) -> StagedFile | None:
+        """The staged copy of ``src``, given ``mode``; None to copy normally."""
         future = self._early.pop((str(src.real), src.size, src.mtime_ns), None)
         if future is None:
             return None
@@ -111,11 +112,13 @@ class Copier:
         if staged is None:
             return None
         try:
-            if staged.size == src.size and os.stat(staged.tmp.parent).st_dev == os.stat(target.parent).st_dev:
-                os.chmod(staged.tmp, mode)  # the plan decides the mode; the temporary was private until now
+            if staged.size == src.size:
+                with opened_dir(self._root, STAGING) as fd:
+                    # The plan decides the mode; the temporary was private until now.
+                    os.chmod(staged.tmp.name, mode, dir_fd=fd)
                 self.taken += 1
-                return replace(staged, target=target)
-        except OSError as exc:
+                return staged
+        except (OSError, PublishError) as exc:
             log.debug("copying %s again: %s", src.shown, exc)
         staged.discard()
         return None
@@ -129,23 +132,47 @@ class Copier:
             if not future.cancelled() and future.exception() is None and (staged := future.result()) is not None:
                 staged.discard()
         self._early.clear()
-        staging = self._staging or self._root / STAGING
-        try:
-            contained(self._root, staging / "_")  # never sweep through a symlink out of the root
-            if not os.path.isdir(staging):
-                return
-            sweep_temporaries(staging)
-            os.rmdir(staging)
-            os.rmdir(staging.parent)  # only when empty: a first publish writes the manifest later
-        except (OSError, DriverContainerError):
-            pass
+        remove_staging(self._root)
 
 
-def sweep_temporaries(directory: Path) -> None:
-    """Remove the temporaries (``.*.dc-tmp``) a publish killed by SIGKILL left in ``directory``."""
-    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-        for name in os.listdir(directory):
-            if name.startswith(".") and name.endswith(TMP_SUFFIX):
-                log.info("removing leftover temporary %s", directory / name)
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(directory / name)
+def reset_staging(root: Path) -> Path:
+    """An empty staging directory (what a killed publish left there is removed). A link or file where
+    .driver-container belongs is ours to replace (never followed): it holds nothing consumers use."""
+    remove_staging(root)
+    with opened_dir(root, "", create=True) as rfd:
+        st = _lstat_or_none(rfd, STATE_DIR.name)
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            log.warning("replacing %s (not a directory) with a directory", root / STATE_DIR)
+            os.unlink(STATE_DIR.name, dir_fd=rfd)
+    with opened_dir(root, STATE_DIR, create=True) as state:  # temporaries of killed manifest/journal writes
+        sweep_at(state, lambda n: n.startswith(".") and n.endswith((".tmp", TMP_SUFFIX)), root / STATE_DIR)
+    with opened_dir(root, STAGING, create=True):
+        pass
+    return root / STAGING
+
+
+def _lstat_or_none(dir_fd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+
+
+def remove_staging(root: Path) -> None:
+    """Remove staging and, when then empty, .driver-container (a failed first publish leaves nothing)."""
+    try:
+        with opened_dir(root, STATE_DIR) as state:
+            with contextlib.suppress(FileNotFoundError):
+                remove_tree_at(state, STAGING.name)
+            empty = not os.listdir(state)
+        if empty:
+            os.rmdir(root / STATE_DIR)
+    except (OSError, DriverContainerError):
+        pass
+
+
+def sweep_temporaries(root: Path, directory: PurePosixPath) -> None:
+    """Remove the temporaries (``.*.dc-tmp``) a killed publish of an earlier version left in ``directory``
+    (below ``root``; reached without following links, so a symlinked directory is never swept)."""
+    with contextlib.suppress(PublishError, OSError), opened_dir(root, directory) as fd:
+        sweep_at(fd, lambda n: n.startswith(".") and n.endswith(TMP_SUFFIX), root / directory)

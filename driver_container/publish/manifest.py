@@ -13,16 +13,24 @@ which would turn every restart into a full rewrite.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from driver_container.elfdeps import ElfDeps
+from driver_container.errors import PublishError
+from driver_container.fsutil import check_relative, open_regular, opened_dir
+
+log = logging.getLogger(__name__)
 
 FORMAT = 1
 MANIFEST_PATH = PurePosixPath(".driver-container/manifest.json")
+MAX_MANIFEST = 16 << 20  # ~600 bytes a record; a publish has ~50
 
 
 @dataclass(frozen=True)
@@ -83,19 +91,81 @@ def parse_manifest(text: str) -> Manifest | None:
     """The manifest, or None when it is not one this code wrote (then every file is treated as unknown)."""
     try:
         body = json.loads(text)
-        if body.get("format") != FORMAT:
+        if not isinstance(body, dict) or body.get("format") != FORMAT or not isinstance(body.get("files"), list):
+            return None
+        version, triplet = body["version"], body["triplet"]
+        if not isinstance(version, str) or not isinstance(triplet, str):
             return None
         records = tuple(_record(r) for r in body["files"])
-        return Manifest(str(body["version"]), str(body["triplet"]), records)
-    except (ValueError, TypeError, KeyError, AttributeError):
+        return Manifest(version, triplet, records)
+    except (ValueError, TypeError, KeyError, AttributeError, PublishError):
         return None
 
 
-def _record(fields: Mapping[str, Any]) -> Record:
-    elf = fields.get("elf")
+_RECORD_TYPES = {"path": str, "type": str, "mode": int, "size": int, "sha256": str, "target": str,
+                 "mtime_ns": int, "source": str, "source_size": int, "source_mtime_ns": int}  # fmt: skip
+_ELF_TYPES = {"machine": str, "elf_class": int, "elf_type": str, "interpreter": (str, type(None)),
+              "soname": (str, type(None))}  # fmt: skip
+
+
+def _checked(values: Mapping[str, Any], types: Mapping[str, Any]) -> None:
+    for name, value in values.items():
+        want = types.get(name)
+        if want is None or not isinstance(value, want) or (want is int and isinstance(value, bool)):
+            raise TypeError(f"manifest field {name}: {type(value).__name__}")
+
+
+def _record(fields_: Mapping[str, Any]) -> Record:
+    if not isinstance(fields_, dict):
+        raise TypeError("a record must be an object")
+    elf = fields_.get("elf")
+    plain = {k: v for k, v in fields_.items() if k != "elf"}
+    _checked(plain, _RECORD_TYPES)
+    if plain.get("type") not in ("file", "link"):
+        raise TypeError("record type")
+    check_relative(plain.get("path", ""))
+    if not str(plain.get("path", "")).strip("/"):
+        raise TypeError("empty path")
     if elf is None:
-        return Record(**fields)
+        return Record(**plain)
+    if not isinstance(elf, dict):
+        raise TypeError("elf must be an object")
+    lists = {k: elf.get(k) for k in ("needed", "runpath")}
+    if not all(isinstance(v, list) and all(isinstance(n, str) for n in v) for v in lists.values()):
+        raise TypeError("needed and runpath must be lists of strings")
+    _checked({k: v for k, v in elf.items() if k not in lists}, _ELF_TYPES)
     facts = ElfDeps(**{**elf, "needed": tuple(elf["needed"]), "runpath": tuple(elf["runpath"])})
-    if not all(isinstance(n, str) for n in (*facts.needed, *facts.runpath)):
-        raise TypeError("needed and runpath must be strings")
-    return Record(**{**fields, "elf": facts})
+    return Record(**{**plain, "elf": facts})
+
+
+def read_manifest(root: Path) -> tuple[str, Manifest | None]:
+    """(text, manifest) of ROOT/.driver-container/manifest.json; ("", None) when absent or damaged.
+
+    Read bounded, without following a link (neither .driver-container nor the file), and only a regular
+    file: a damaged manifest only means that every published file is unknown and rewritten.
+    """
+    shown = root / MANIFEST_PATH
+    try:
+        with opened_dir(root, MANIFEST_PATH.parent) as state:
+            fd, st = open_regular(MANIFEST_PATH.name, shown=str(shown), dir_fd=state)
+    except PublishError as exc:
+        if os.path.lexists(shown) or os.path.islink(root / MANIFEST_PATH.parent):
+            log.warning("ignoring the manifest (every file is rewritten): %s", exc.message)
+        return "", None
+    try:
+        data = os.read(fd, MAX_MANIFEST + 1) if st.st_size <= MAX_MANIFEST else b""
+    except OSError as exc:
+        data = b""
+        log.warning("ignoring the manifest %s: %s", shown, exc.strerror)
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = ""
+    manifest = parse_manifest(text) if text else None
+    if manifest is None:
+        log.warning("ignoring %s: not a manifest this version wrote (every published file is rewritten)", shown)
+        return "", None
+    return text, manifest

@@ -12,7 +12,8 @@ from __future__ import annotations
 import posixpath
 from pathlib import PurePosixPath
 
-from driver_container.errors import UserspaceError
+from driver_container.errors import PublishError, UserspaceError
+from driver_container.fsutil import check_relative
 from driver_container.publish.model import PlannedEntry, PublishPlan, SourceFile, Userspace
 
 SAFE_MODE_MASK = 0o755  # no setuid/setgid/sticky, no group/world write
@@ -38,6 +39,9 @@ class _Layout:
         self.placed: dict[str, PurePosixPath] = {}  # real source path -> where its content went
 
     def add(self, entry: PlannedEntry) -> None:
+        # Every path comes from the image (PT_INTERP, SONAME, DT_NEEDED, file names): checked here, in the
+        # pure plan, before anything touches the disk, so '..', absolute or over-long names never reach it.
+        _check(entry.path, entry.source.shown if entry.source else str(entry.target))
         old = self.entries.get(entry.path)
         if old is not None and old != entry:
             raise UserspaceError(
@@ -59,8 +63,22 @@ class _Layout:
         return path
 
     def link(self, path: PurePosixPath, dest: PurePosixPath) -> None:
+        _check(path, f"a link to {dest}")
         if path != dest:
             self.add(PlannedEntry(path, "link", 0o777, target=relative_target(path, dest)))
+
+
+def _check(path: PurePosixPath, shown: str) -> None:
+    try:
+        check_relative(path)
+    except PublishError as exc:
+        raise UserspaceError(f"{exc.message} (from {shown})", fix=exc.fix) from exc
+
+
+def _in_root(absolute: str) -> PurePosixPath:
+    """An absolute in-image path (PT_INTERP, a config) as a root-relative one; '..' is kept for ``add`` to
+    refuse (PurePosixPath does not collapse it)."""
+    return PurePosixPath(absolute.lstrip("/") or ".")
 
 
 def plan_publish(space: Userspace) -> PublishPlan:
@@ -69,7 +87,7 @@ def plan_publish(space: Userspace) -> PublishPlan:
     sonames: dict[str, PurePosixPath] = {}
     if space.interpreter is not None:
         interp, src = space.interpreter
-        layout.file(PurePosixPath(str(interp).lstrip("/")), src, executable=True)
+        layout.file(_in_root(str(interp)), src, executable=True)
     for name, src in space.libraries:
         dest = layout.file(libdir / name, src, executable=False)
         soname = src.elf.soname if src.elf and src.elf.soname else name
@@ -86,7 +104,7 @@ def plan_publish(space: Userspace) -> PublishPlan:
     for name, src in space.firmware:
         layout.file(PurePosixPath("lib/firmware/nvidia") / space.version / name, src, executable=False)
     for inner, src in space.configs:
-        layout.file(PurePosixPath(str(inner).lstrip("/")), src, executable=False)
+        layout.file(_in_root(str(inner)), src, executable=False)
     ldconfig = layout.file(PurePosixPath("sbin/ldconfig.real"), space.ldconfig, executable=True)
     layout.link(PurePosixPath("sbin/ldconfig"), ldconfig)
     conf = f"# written by nvidia-driver: the published NVIDIA libraries\n/{libdir}\n".encode()

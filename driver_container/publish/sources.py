@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
 from driver_container.elfdeps import ELF_MAGIC, ElfDeps, read_elf_deps
-from driver_container.errors import SymlinkLoopError, UserspaceError
+from driver_container.errors import PublishError, SymlinkLoopError, UserspaceError
+from driver_container.fsutil import open_regular
 from driver_container.paths import Root
 from driver_container.publish.manifest import SourceKey
 from driver_container.publish.model import SourceFile
@@ -43,9 +44,15 @@ class ElfFacts:
     def get_if_elf(self, real: Path, shown: str, size: int, mtime_ns: int) -> ElfDeps | None:
         """Like ``get``, but None for a file without the ELF magic (e.g. a shell-script wrapper)."""
         if (str(real), size, mtime_ns) not in self._known:
-            with open(real, "rb") as handle:
-                if handle.read(len(ELF_MAGIC)) != ELF_MAGIC:
+            try:
+                fd, _st = open_regular(real, shown=shown)
+            except PublishError as exc:
+                raise UserspaceError(exc.message, fix=exc.fix) from exc
+            try:
+                if os.read(fd, len(ELF_MAGIC)) != ELF_MAGIC:
                     return None
+            finally:
+                os.close(fd)
         return self.get(real, shown, size, mtime_ns)
 
 
@@ -70,8 +77,9 @@ def source_file(root: Root, inner: str | PurePosixPath, *, elf: ElfFacts | None 
     if not stat.S_ISREG(st.st_mode):
         raise UserspaceError(f"{shown}: not a regular file", fix="remove it or replace it with the real file")
     try:
-        os.close(os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC))
-    except OSError as exc:
-        raise UserspaceError(f"{shown}: cannot read: {exc.strerror}", fix=f"make {real} readable") from exc
+        fd, st = open_regular(real, shown=shown)  # non-blocking, no final link, regular (fstat, not the lstat)
+        os.close(fd)
+    except PublishError as exc:
+        raise UserspaceError(exc.message, fix=exc.fix) from exc
     facts = elf.get(real, shown, st.st_size, st.st_mtime_ns) if elf is not None else None
     return SourceFile(real, shown, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode), facts)

@@ -29,11 +29,22 @@ def root_state(root: Path) -> tuple[Any, dict[str, Any]]:
     return _strip_mtimes(manifest), files
 
 
+# What a publish may leave only while it runs: temporaries (fsutil: ``.<name>.<random>.tmp``; publish:
+# ``.<name>.<random>.dc-tmp``; ldconfig: ``<cache>~``) and the commit's own state.
+TRANSIENT = (".driver-container/staging", ".driver-container/rollback", ".driver-container/journal.json")
+
+
+def is_leftover(relative: str) -> bool:
+    name = relative.rsplit("/", 1)[-1]
+    return relative in TRANSIENT or name.endswith((".tmp", ".dc-tmp", "~")) or name.startswith(".#")
+
+
 def leftovers(root: Path) -> list[str]:
-    """Temporary names a killed publish could leave (staged files are dot-prefixed or *.tmp)."""
+    """Every leftover of a killed or failed publish below ``root`` (see ``is_leftover``)."""
     found = []
     for dirpath, dirs, files in os.walk(root):
         for name in [*dirs, *files]:
-            if ".tmp" in name or name.startswith(".#"):
-                found.append(str(Path(dirpath, name).relative_to(root)))
+            relative = str(Path(dirpath, name).relative_to(root))
+            if is_leftover(relative):
+                found.append(relative)
     return found

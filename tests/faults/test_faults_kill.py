@@ -9,6 +9,7 @@ run. Seeded (FAULT_SEED, printed on failure) so a failing point can be replayed.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -85,7 +86,7 @@ def test_sigkill_at_random_points_then_rerun_is_identical(clean: tuple[Host, tup
     h, expected = clean
     rng = random.Random(SEED)
     timeline = _timed_run(h, fresh=True)
-    killed = partial = point = 0
+    killed = partial = point = interrupted = 0
     while killed < KILL_POINTS:
         assert point < 3 * KILL_POINTS, f"only {killed} kills hit a running init in {point} points (seed {SEED})"
         fresh = point % 2 == 0
@@ -103,6 +104,7 @@ def test_sigkill_at_random_points_then_rerun_is_identical(clean: tuple[Host, tup
         if fresh:
             partial += _is_partial(h, expected)
         context = f"seed {SEED}, point {point}, delay {delay:.3f} s"
+        interrupted += _status_is_truthful(h, context)
         done = h.run("init", "--no-wait")
         assert done.returncode == 0, f"{context}: rerun failed:\n{done.stderr}"
         got = root_state(h.driver_root)
@@ -113,6 +115,24 @@ def test_sigkill_at_random_points_then_rerun_is_identical(clean: tuple[Host, tup
         if point % 8 == 0:
             timeline = _timed_run(h, fresh=True)  # follow the machine's load
     assert partial >= 2, f"only {partial} kills left a partial root: the delays miss the publish (seed {SEED})"
+
+
+def _status_is_truthful(h: Host, context: str) -> bool:
+    """After a kill: a journal left means `status` says the publish was interrupted; without a manifest it
+    says nothing is published. True when the kill landed inside a commit."""
+    journal = (h.driver_root / ".driver-container/journal.json").exists()
+    manifest = (h.driver_root / MANIFEST).is_file()
+    if not journal and manifest:
+        return False  # the common case; skip the status run
+    done = h.run("status", "--json")
+    assert "Traceback" not in done.stderr, f"{context}: {done.stderr}"
+    doc = json.loads(done.stdout)
+    codes = {f["code"] for f in doc["findings"]}
+    assert doc["driver_root"]["interrupted"] is journal, context
+    assert ("PUBLISH_INTERRUPTED" in codes) is journal, context
+    if not manifest:
+        assert doc["driver_root"]["published"] is False, context
+    return journal
 
 
 def _is_partial(h: Host, expected: tuple[object, object]) -> bool:

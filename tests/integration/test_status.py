@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from support import FIXTURES, REPO
 
+from driver_container.publish.manifest import Manifest, format_manifest
+
 HOSTS = FIXTURES / "hosts"
 ENV_KEYS = ("KERNEL_MODULE_TYPE", "DRIVER_VERSION", "DRIVER_PLATFORM", "NVIDIA_MODESET", "GPU_DIRECT_RDMA_ENABLED")
 
@@ -94,7 +96,10 @@ def test_status_json_exit_code_and_findings(
     exit_code, errors, warnings = EXPECTED[name]
     assert (rc, codes(doc, "error"), codes(doc, "warning")) == (exit_code, errors, warnings)
     assert set(doc) >= {"platform", "modules", "userspace", "driver_root", "findings"}
-    assert doc["driver_root"] == {"path": str(tmp_path / "run" / "driver"), "published": False, "mount": None}
+    assert doc["driver_root"] == {
+        "path": str(tmp_path / "run" / "driver"), "published": False, "version": None,
+        "last_publish_failed": False, "interrupted": False, "mount": None,
+    }  # fmt: skip
     for entry in doc["modules"]:
         assert set(entry) >= {"name", "loaded", "version", "srcversion", "refcnt", "file", "file_version"}
     for finding in doc["findings"]:
@@ -125,9 +130,13 @@ def test_published_driver_root(
 ) -> None:
     manifest = tmp_path / "run/driver/.driver-container/manifest.json"
     manifest.parent.mkdir(parents=True)
-    manifest.write_text("{}")
+    manifest.write_text(format_manifest(Manifest("595.91.07", "x86_64-linux-gnu", ())))
     _, doc = run_status(HOSTS / "talos-1.13-open-595", tmp_path, monkeypatch, capsys)
     assert doc["driver_root"]["published"] is True and doc["findings"] == []
+    assert doc["driver_root"]["version"] == "595.91.07"
+    manifest.write_text("{}")  # not a manifest this code wrote: nothing claims to be published
+    _, doc = run_status(HOSTS / "talos-1.13-open-595", tmp_path, monkeypatch, capsys)
+    assert doc["driver_root"]["published"] is False
 
 
 def test_talos_19_reads_lib_modules(
@@ -204,6 +213,7 @@ def test_usage_error_exit_2(tmp_path: Path) -> None:
 
 LIGHT_PROBE = """
 import sys
+from driver_container.publish.manifest import Manifest, format_manifest
 from driver_container.cli import main
 try:
     main(sys.argv[1:])
