@@ -59,7 +59,7 @@ def _publish(paths: HostPaths, version: str, runner: Runner) -> PublishReport:
     known_elf = previous.elf_facts() if previous else None
     copier = Copier(root)
     try:
-        reset_staging(root)
+        reset_staging(root, create=False)  # made when something is staged (apply, copier, ldconfig)
         # The big files are copied while the scan runs; those already published unchanged are skipped.
         skip = previous.source_identities() if previous else set()
         copier.start_early(early_sources(paths.userspace, version), skip=skip)

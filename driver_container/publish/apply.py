@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 from driver_container.errors import PublishError
-from driver_container.fsutil import StagedFile, check_relative, ensure_dir, open_dir, stage_copy, stage_write
+from driver_container.fsutil import StagedFile, check_relative, open_dir, stage_copy, stage_write
 from driver_container.publish.copier import TMP_SUFFIX, Copier
 from driver_container.publish.journal import STAGING, Step
 from driver_container.publish.manifest import Manifest, Record
@@ -148,8 +148,7 @@ def prepare(plan: PublishPlan, root: Path, previous: Manifest | None, copier: Co
     out = Prepared((), 0)
     records: list[Record | None] = []
     jobs: list[tuple[int, PlannedEntry]] = []  # (index in records, entry) to copy
-    try:
-        ensure_dir(root, STAGING)
+    try:  # staging is made by the first thing staged: an unchanged restart leaves .driver-container as it was
         for entry in plan.entries:
             check_relative(entry.path)
             st = tree.lstat(entry.path)

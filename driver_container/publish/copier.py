@@ -135,9 +135,10 @@ class Copier:
         remove_staging(self._root)
 
 
-def reset_staging(root: Path) -> Path:
+def reset_staging(root: Path, *, create: bool = True) -> Path:
     """An empty staging directory (what a killed publish left there is removed). A link or file where
-    .driver-container belongs is ours to replace (never followed): it holds nothing consumers use."""
+    .driver-container belongs is ours to replace (never followed): it holds nothing consumers use.
+    ``create=False`` only clears: an unchanged restart must not touch even .driver-container's mtime."""
     remove_staging(root)
     with opened_dir(root, "", create=True) as rfd:
         st = _lstat_or_none(rfd, STATE_DIR.name)
@@ -146,8 +147,9 @@ def reset_staging(root: Path) -> Path:
             os.unlink(STATE_DIR.name, dir_fd=rfd)
     with opened_dir(root, STATE_DIR, create=True) as state:  # temporaries of killed manifest/journal writes
         sweep_at(state, lambda n: n.startswith(".") and n.endswith((".tmp", TMP_SUFFIX)), root / STATE_DIR)
-    with opened_dir(root, STAGING, create=True):
-        pass
+    if create:
+        with opened_dir(root, STAGING, create=True):
+            pass
     return root / STAGING
 
 

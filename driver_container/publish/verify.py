@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from driver_container.errors import PublishError
+from driver_container.fsutil import ensure_dir
 from driver_container.ldcache import FLAGS_BY_MACHINE, LdCacheFormatError, lookup, parse_ld_cache
 from driver_container.paths import Root
 from driver_container.publish.journal import STAGING
@@ -56,6 +57,7 @@ def build_cache(plan: PublishPlan, driver_root: Path, runner: Runner) -> str:
     ldconfig made would be outside the journal); ``-C`` is taken inside the ``-r`` root (glibc ldconfig
     chroots first: elf/ldconfig.c, main)."""
     staged = f"/{STAGING}/{NEW_CACHE}"
+    ensure_dir(driver_root, STAGING)  # ldconfig creates no directory; a cache-only rebuild staged nothing
     runner.run(["ldconfig", "-X", "-r", str(driver_root), "-C", staged])
     problems = cache_problems(plan, driver_root, staged)
     if problems:
