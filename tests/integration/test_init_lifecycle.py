@@ -85,7 +85,11 @@ def _pid_file_names(h: Host, proc: subprocess.Popen[str]) -> Callable[[], bool]:
 
 
 def _status(h: Host) -> str:
-    return (h.run / "validations/.driver-daemons-status").read_text()
+    """The status file's word, "" until init has written it (it takes the lock first, then writes it)."""
+    try:
+        return (h.run / "validations/.driver-daemons-status").read_text()
+    except FileNotFoundError:
+        return ""
 
 
 def test_no_wait_publishes_and_writes_state(host: Callable[..., Host]) -> None:
