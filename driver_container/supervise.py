@@ -48,10 +48,6 @@ class Shutdown:
         if self.signum is None:
             self.signum = signum
 
-    def fileno(self) -> int | None:
-        """The wake-up pipe's read end (readable once a signal arrived); None before ``install``."""
-        return self._pipe[0] if self._pipe is not None else None
-
     @property
     def requested(self) -> bool:
         return self.signum is not None
@@ -63,12 +59,7 @@ class Shutdown:
         # A signal during select is written to the pipe by the C handler, so select returns at once.
         ready, _, _ = select.select([self._pipe[0]], [], [], max(timeout, 0.0))
         if ready:
-            while True:
-                try:
-                    if not os.read(self._pipe[0], 64):
-                        break
-                except BlockingIOError:
-                    break
+            self._drain()
         return self.requested
 
     def wait_readable(self, fd: int, timeout: float | None) -> bool:
