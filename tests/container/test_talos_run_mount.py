@@ -180,13 +180,15 @@ def test_a_container_with_the_root_as_a_plain_hostpath_runs_it(image: Any, drive
     assert done.stdout.count(NO_DRIVER) == 2
 
 
-def test_libraries_bind_mounted_as_cdi_does_can_be_loaded(image: Any, driver: Any, node: TalosNode) -> None:
-    # A CDI spec bind-mounts each library file (options ro, nosuid, nodev, bind). This engine's runc (1.1.5)
-    # remounts a read-only bind with MS_RDONLY alone, which drops the source's noexec, so a read-only bind
-    # here could not fail; a read-write one keeps the source mount's flags, as the kernel copies them.
+@pytest.mark.parametrize("mode", ["ro", "rw"])
+def test_libraries_bind_mounted_as_cdi_does_can_be_loaded(image: Any, driver: Any, node: TalosNode, mode: str) -> None:
+    # A CDI spec bind-mounts each library file (options ro, nosuid, nodev, bind): "ro" is that form. This
+    # engine's runc (1.1.5) remounts a read-only bind with MS_RDONLY alone, which drops the source's noexec,
+    # so "ro" alone could not fail here (newer runc keeps the source's flags, as a real node would); "rw"
+    # keeps the source mount's flags, as the kernel copies them, and fails on a plain noexec directory.
     lib = node.driver_root / LIBDIR
     volumes = {
-        str(lib / f"{name}.{IMAGE_DRIVER_VERSION}"): {"bind": f"/cdi/{name}.1", "mode": "rw"}
+        str(lib / f"{name}.{IMAGE_DRIVER_VERSION}"): {"bind": f"/cdi/{name}.1", "mode": mode}
         for name in ("libcuda.so", "libnvidia-ml.so")
     }
     done = run_to_end(image, [CDI_LOAD], entrypoint=["python3", "-c"], volumes=volumes, timeout=60)
