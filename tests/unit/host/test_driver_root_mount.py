@@ -13,6 +13,7 @@ from driver_container.cli.status_cmd import render_text
 from driver_container.hoststate import HostState, inspect_host
 from driver_container.lifecycle import verify
 from driver_container.paths import HostPaths
+from driver_container.publish.manifest import Manifest, format_manifest
 from driver_container.settings import Settings
 
 HOST = FIXTURES / "hosts" / "talos-1.13-open-595"  # no finding of its own (tests/integration/test_status.py)
@@ -31,7 +32,8 @@ def _state(paths: HostPaths, mountinfo: str, *, published: bool) -> HostState:
     (paths.procfs_root / "self/mountinfo").write_text(mountinfo.format(run=paths.run_dir))
     if published:
         (paths.driver_root / ".driver-container").mkdir(parents=True)
-        (paths.driver_root / ".driver-container/manifest.json").write_text("{}\n")
+        manifest = format_manifest(Manifest("595.91.07", "x86_64-linux-gnu", ()))  # "{}" claims nothing
+        (paths.driver_root / ".driver-container/manifest.json").write_text(manifest)
     return inspect_host(paths, Settings())
 
 
