@@ -94,9 +94,9 @@ def plan_publish(space: Userspace) -> PublishPlan:
         layout.file(_in_root(str(interp)), src, executable=True)
     for name, src in space.libraries:
         dest = layout.file(libdir / name, src, executable=False)
-        soname = src.elf.soname if src.elf and src.elf.soname else name
-        layout.link(libdir / soname, libdir / name)
-        sonames.setdefault(soname, dest)
+        if src.elf and src.elf.soname:  # one without is loaded by path only: no link, nothing to cache
+            layout.link(libdir / src.elf.soname, libdir / name)
+            sonames.setdefault(src.elf.soname, dest)
     nvidia = frozenset(sonames)
     for needed, src in space.dependencies:
         dest = layout.file(libdir / src.real.name, src, executable=False)

@@ -54,6 +54,7 @@ EXTRA_LIBRARY_PATTERNS = (
     "libnvidia-sandboxutils.so.*",
 )
 
+VDPAU_PREFIX = "libvdpau_"  # libvdpau opens <VDPAU_DIR>/libvdpau_<driver>.so.1
 VDPAU_DIR = "vdpau"  # <library dir>/vdpau: where libvdpau and the toolkit look for libvdpau_nvidia
 
 

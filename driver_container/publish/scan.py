@@ -28,6 +28,7 @@ from driver_container.publish.manifest import SourceKey
 from driver_container.publish.model import TRIPLETS, SourceFile, Userspace
 from driver_container.publish.roles import (
     VDPAU_DIR,
+    VDPAU_PREFIX,
     binary_is_required,
     is_extra_library,
     library_is_required,
@@ -124,7 +125,11 @@ def _select_libraries(root: Root, version: str, cache: list[CacheEntry], elf: El
         if src.elf is None or src.elf.elf_class != 64:
             log.debug("skipping %s: not a 64-bit library", src.shown)
             continue
-        if not src.elf.soname:
+        if not src.elf.soname and not library_is_required(real_name):
+            # NVIDIA ships some without one (libnvidia-vulkan-producer.so.<v> in 535): loaded by path, and
+            # the toolkit links libnvidia-vulkan-producer.so to it itself (internal/discover/graphics.go).
+            log.info("%s has no DT_SONAME: published by its file name only", src.shown)
+        elif not src.elf.soname:
             raise UserspaceError(
                 f"{src.shown}: has no DT_SONAME, so ld.so and ldconfig cannot find it by name",
                 fix="use the library files shipped by NVIDIA's packages unmodified",
@@ -263,7 +268,7 @@ def describe_userspace(
     triplet = _triplet(libraries, root, version)
     binaries = _select_binaries(root, elf)
     extras = _select_extras(root, libraries, elf)
-    vdpau = _select_vdpau(root, version, elf)
+    vdpau = _select_vdpau(root, version, elf, libraries)
     closure = resolve_closure(root, triplet, cache, *_by_role(libraries, extras, vdpau, binaries), elf)
     ldconfig = find_ldconfig(root, runner, elf)
     log.debug("ELF headers: %d read, %d reused from the manifest", elf.read, elf.reused)
@@ -331,10 +336,13 @@ def _select_extras(root: Root, libraries: dict[str, SourceFile], elf: ElfFacts) 
     return found
 
 
-def _select_vdpau(root: Root, version: str, elf: ElfFacts) -> dict[str, SourceFile]:
-    """``<library dir>/vdpau/*.so.<version>`` (the toolkit's getVersionLibs searches there too)."""
+def _select_vdpau(root: Root, version: str, elf: ElfFacts, libraries: dict[str, SourceFile]) -> dict[str, SourceFile]:
+    """``<library dir>/vdpau/*.so.<version>`` (the toolkit's getVersionLibs searches there too), and the
+    VDPAU drivers found among the libraries (Debian keeps libvdpau_nvidia in nvidia/current and reaches it
+    from vdpau/ through an alternatives link): moved out of ``libraries`` to be published in vdpau/, where
+    libvdpau opens them and where the .run installs them."""
     pattern = _version_pattern(version)
-    found: dict[str, SourceFile] = {}
+    found = {n: libraries.pop(n) for n in sorted(libraries) if n.startswith(VDPAU_PREFIX)}
     for d in lib_dirs():
         base = f"{d}/{VDPAU_DIR}"
         for name in sorted(root.listdir(base)):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from support import FIXTURES, require
+from toolkit_rules import toolkit_problems
 
 from driver_container.errors import DriverContainerError
 from driver_container.paths import HostPaths
@@ -89,3 +90,9 @@ def test_unversioned_link_to_another_file_is_not_published(
         publish(userspace, dr)
     assert not (dr / LIB / "libcuda.so").exists()
     assert any("libcuda.so: resolves to" in r.getMessage() for r in caplog.records)
+
+
+def test_published_root_follows_the_toolkits_rules(userspace: Path, tmp_path: Path) -> None:
+    dr = tmp_path / "driver"
+    publish(userspace, dr)
+    assert toolkit_problems(userspace, dr, V) == []
