@@ -4,8 +4,9 @@
 #
 #   1. apt packages: kmod (the modinfo oracle), compressors, debootstrap, kbuild prerequisites, docker.io
 #   2. .venv with `pip install -e .[test,fuzz]` (Python >= 3.11)
-#   3. artefacts: real kernel modules (scripts/fetch-kernel-modules.sh) and the Debian NVIDIA 535
-#      userspace chroot (scripts/make-nvidia-userspace.sh)
+#   3. artefacts: real kernel modules (scripts/fetch-kernel-modules.sh), the Debian NVIDIA 535
+#      userspace chroot (scripts/make-nvidia-userspace.sh) and the graphics userspaces 535 (amd64, arm64),
+#      550 and 555 (scripts/make-nvidia-debs-userspace.sh)
 #   4. container tests: a Docker engine (scripts/dockerd.sh start; left running, stop it with
 #      `scripts/dockerd.sh stop`), the local base image, host-built wheels and the test image
 #
@@ -26,7 +27,7 @@ die() { printf 'setup: ERROR: %s\n' "$*" >&2; exit 1; }
 
 APT_PACKAGES=(
   kmod xz-utils zstd gzip debootstrap binutils gcc make libc6-dev linux-headers-amd64 openssl
-  python3 python3-venv python3-dev docker.io ca-certificates file util-linux
+  python3 python3-venv python3-dev docker.io ca-certificates file util-linux qemu-user-static
 )
 step "apt packages"
 missing=()
@@ -67,6 +68,14 @@ fi
 
 step "artefacts: Debian NVIDIA 535 userspace"
 bash scripts/make-nvidia-userspace.sh >/dev/null
+
+# Issue 16: every real userspace Debian has, with the graphics packages, unpacked from downloaded .debs
+# (about 45-90 s each on a fresh machine, mostly the download; a few seconds when cached).
+step "artefacts: Debian NVIDIA userspaces with graphics (535 amd64/arm64, 550, 555)"
+bash scripts/make-nvidia-debs-userspace.sh debian-nvidia-535-graphics bookworm amd64 535.309.01
+bash scripts/make-nvidia-debs-userspace.sh debian-nvidia-550-graphics trixie amd64 550.163.01
+bash scripts/make-nvidia-debs-userspace.sh debian-nvidia-555-graphics experimental amd64 555.58.02
+bash scripts/make-nvidia-debs-userspace.sh debian-nvidia-535-arm64 bookworm arm64 535.309.01
 
 if [[ -n "${SKIP_CONTAINER:-}" ]]; then
   step "container images skipped (SKIP_CONTAINER set)"
