@@ -85,18 +85,24 @@ def resolve_closure(
             if user.elf is None:
                 continue
             _check_interpreter(root, closure, user, elf)
+            lacking = []
             for name in user.elf.needed:
                 if name in provided or name in closure.dependencies:
                     continue
                 try:
                     closure.dependencies[name] = _resolve_needed(root, triplet, cache, name, user, elf)
-                except UserspaceError as exc:
+                except UserspaceError:
                     if strict:
                         raise
-                    log.warning("%s; published without it: only a workload loading it is affected", exc.message)
-                    closure.missing.append((str(user.real), name))
+                    lacking.append(name)
                     continue
                 queue.append(closure.dependencies[name])
+            if lacking:
+                log.warning(
+                    "%s needs %s, which USERSPACE_ROOT does not have; published without: only a workload "
+                    "loading it is affected", user.shown, ", ".join(lacking),
+                )  # fmt: skip
+                closure.missing += [(str(user.real), name) for name in lacking]
     return closure
 
 
