@@ -29,7 +29,8 @@ DEST="$ARTEFACTS/$NAME"
 log() { printf 'make-nvidia-debs-userspace(%s): %s\n' "$NAME" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-if [[ -z "${FORCE:-}" && -f "$DEST/.complete" && "$(cat "$DEST/.complete")" == "$EXPECTED" ]]; then
+LAYOUT=2  # bump when the package set or the layout changes: older trees are rebuilt
+if [[ -z "${FORCE:-}" && -f "$DEST/.complete" && "$(cat "$DEST/.complete")" == "$EXPECTED layout $LAYOUT" ]]; then
   log "ready: $DEST"
   exit 0
 fi
@@ -76,7 +77,7 @@ if [[ -z "$(find "$APT_DIR/lists" -maxdepth 1 -name '*_Packages*' -mtime -1 2>/d
 fi
 
 COMPUTE=(nvidia-smi libnvidia-ml1 libcuda1 libnvidia-ptxjitcompiler1 libnvidia-cfg1 firmware-nvidia-gsp
-  nvidia-persistenced nvidia-cuda-mps nvidia-opencl-icd libnvcuvid1 libnvidia-encode1 libc-bin)
+  nvidia-persistenced nvidia-cuda-mps nvidia-opencl-icd libnvcuvid1 libnvidia-encode1 libc-bin nvidia-modprobe)
 GRAPHICS=(libglx-nvidia0 libegl-nvidia0 libgles-nvidia2 libnvidia-egl-wayland1 nvidia-vulkan-icd
   libnvidia-glvkspirv libnvidia-rtcore libnvidia-allocator1 libnvidia-eglcore libnvidia-glcore
   nvidia-vdpau-driver nvidia-egl-common nvidia-egl-icd)
@@ -140,7 +141,7 @@ ldconfig -X -r "$TMP" 2>/dev/null || true  # host ldconfig handles foreign-arch 
 ls "$TMP/$cur/libnvidia-ml.so.$EXPECTED" >/dev/null || die "libnvidia-ml.so.$EXPECTED missing under $cur"
 [[ -d "$TMP/usr/lib/firmware/nvidia/$EXPECTED" || -d "$TMP/lib/firmware/nvidia/$EXPECTED" ]] \
   || die "GSP firmware nvidia/$EXPECTED missing"
-printf '%s\n' "$EXPECTED" >"$TMP/.complete"
+printf '%s\n' "$EXPECTED layout $LAYOUT" >"$TMP/.complete"
 rm -rf --one-file-system "$DEST"
 mv "$TMP" "$DEST"
 trap - EXIT

@@ -10,7 +10,8 @@
 #   4. container tests: a Docker engine (scripts/dockerd.sh start; left running, stop it with
 #      `scripts/dockerd.sh stop`), the local base image, host-built wheels and the test image
 #
-# Environment: SKIP_CONTAINER=1 skips step 4; IMAGE (default talos-nvidia-driver:535.309.01-debian).
+# Environment: SKIP_CONTAINER=1 skips step 4; IMAGE (default talos-nvidia-driver:535.309.01-debian);
+# IMAGE_TREE (default talos-nvidia-driver:535.309.01-tree, the USERSPACE_SOURCE=tree image).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,6 +19,7 @@ cd "$REPO"
 CACHE="$REPO/.cache"
 STAMPS="$CACHE/setup"
 IMAGE="${IMAGE:-talos-nvidia-driver:535.309.01-debian}"
+IMAGE_TREE="${IMAGE_TREE:-talos-nvidia-driver:535.309.01-tree}"
 mkdir -p "$STAMPS"
 
 step() { printf '\n== setup: %s\n' "$*" >&2; }
@@ -114,6 +116,18 @@ docker_build --network host --progress plain \
   -t "$IMAGE" . >"$CACHE/image-build.log" 2>&1 \
   || { tail -40 "$CACHE/image-build.log" >&2; die "image build failed (log: $CACHE/image-build.log)"; }
 echo "built in $((SECONDS - started)) s; $(docker image inspect -f '{{.Size}}' "$IMAGE") bytes" >&2
+# Issue 16: the USERSPACE_SOURCE=tree route (what the default .run route does after its download), fed with
+# a .run-shaped flat tree assembled from Debian's 535 packages with the graphics libraries; tested by
+# tests/container/test_tree_image.py. The BuildKit cache shares every stage but the userspace with $IMAGE.
+step "image $IMAGE_TREE (USERSPACE_SOURCE=tree from a .run-shaped tree)"
+started=$SECONDS
+bash scripts/make-nvidia-run-tree.sh "${ARTEFACTS_DIR:-$CACHE/artefacts}/debian-nvidia-535-graphics" 535.309.01 \
+  "$CACHE/nvidia-tree"
+docker_build --network host --progress plain \
+  --build-arg USERSPACE_SOURCE=tree --build-arg NVIDIA_TREE=.cache/nvidia-tree --build-arg DRIVER_VERSION=535.309.01 \
+  -t "$IMAGE_TREE" . >"$CACHE/image-tree-build.log" 2>&1 \
+  || { tail -40 "$CACHE/image-tree-build.log" >&2; die "tree image build failed (log: $CACHE/image-tree-build.log)"; }
+echo "built in $((SECONDS - started)) s" >&2
 # Each rebuild leaves the previous image untagged; drop those so repeated runs do not fill the disk.
 docker image prune -f >/dev/null || true
 echo "docker engine left running: stop it with scripts/dockerd.sh stop" >&2
