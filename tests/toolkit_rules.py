@@ -124,10 +124,12 @@ def _link_problems(source: Path, driver_root: Path, libdir: str) -> list[str]:
     (inside it) to that library's content."""
     problems = []
     published = {p.name: p for p in (driver_root / libdir).iterdir() if p.is_file() and not p.is_symlink()}
+    seen: set[str] = set()
     for d in _lib_dirs(source):
         for name in _names(source, d):
-            if not name.endswith(".so") or not (source / d / name).is_symlink():
+            if not name.endswith(".so") or not (source / d / name).is_symlink() or name in seen:
                 continue
+            seen.add(name)
             real = in_root(source, f"{d}/{name}")
             # Only libX.so for a library libX.so.*: others (nvidia-drm_gbm.so) the toolkit's hooks make.
             if real is None or real.name not in published or not real.name.startswith(name + "."):
