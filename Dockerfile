@@ -95,9 +95,11 @@ RUN set -eu; \
     for f in ./*.so.*; do [ -f "$f" ] && [ ! -L "$f" ] && cp -p "$f" "$lib/"; done; \
     for b in nvidia-smi nvidia-debugdump nvidia-persistenced nvidia-cuda-mps-control nvidia-cuda-mps-server \
              nvidia-modprobe nvidia-imex nvidia-imex-ctl; do \
-      [ -f "$b" ] && install -m 0755 "$b" "$s/usr/bin/$b"; done; \
-    [ -d firmware ] && cp -p firmware/*.bin "$s/usr/share/nvidia/firmware/nvidia/$v/"; \
-    conf() { [ -f "$1" ] && install -D -m 0644 "$1" "$s$2"; }; \
+      if [ -f "$b" ]; then install -m 0755 "$b" "$s/usr/bin/$b"; fi; done; \
+    # `if`, not `[ ] &&`: under `set -e` a loop or function whose last test fails fails the build (535's
+    # .run has no nvidia-imex, a tree may lack nvoptix.bin).
+    if [ -d firmware ]; then cp -p firmware/*.bin "$s/usr/share/nvidia/firmware/nvidia/$v/"; fi; \
+    conf() { if [ -f "$1" ]; then install -D -m 0644 "$1" "$s$2"; fi; }; \
     conf nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json; \
     conf nvidia_layers.json /etc/vulkan/implicit_layer.d/nvidia_layers.json; \
     conf 10_nvidia.json /usr/share/glvnd/egl_vendor.d/10_nvidia.json; \

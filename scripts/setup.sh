@@ -4,12 +4,14 @@
 #
 #   1. apt packages: kmod (the modinfo oracle), compressors, debootstrap, kbuild prerequisites, docker.io
 #   2. .venv with `pip install -e .[test,fuzz]` (Python >= 3.11)
-#   3. artefacts: real kernel modules (scripts/fetch-kernel-modules.sh) and the Debian NVIDIA 535
-#      userspace chroot (scripts/make-nvidia-userspace.sh)
+#   3. artefacts: real kernel modules (scripts/fetch-kernel-modules.sh), the Debian NVIDIA 535
+#      userspace chroot (scripts/make-nvidia-userspace.sh) and the graphics userspaces 535 (amd64, arm64),
+#      550 and 555 (scripts/make-nvidia-debs-userspace.sh)
 #   4. container tests: a Docker engine (scripts/dockerd.sh start; left running, stop it with
 #      `scripts/dockerd.sh stop`), the local base image, host-built wheels and the test image
 #
-# Environment: SKIP_CONTAINER=1 skips step 4; IMAGE (default talos-nvidia-driver:535.309.01-debian).
+# Environment: SKIP_CONTAINER=1 skips step 4; IMAGE (default talos-nvidia-driver:535.309.01-debian);
+# IMAGE_TREE (default talos-nvidia-driver:535.309.01-tree, the USERSPACE_SOURCE=tree image).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -17,6 +19,7 @@ cd "$REPO"
 CACHE="$REPO/.cache"
 STAMPS="$CACHE/setup"
 IMAGE="${IMAGE:-talos-nvidia-driver:535.309.01-debian}"
+IMAGE_TREE="${IMAGE_TREE:-talos-nvidia-driver:535.309.01-tree}"
 mkdir -p "$STAMPS"
 
 step() { printf '\n== setup: %s\n' "$*" >&2; }
@@ -26,7 +29,7 @@ die() { printf 'setup: ERROR: %s\n' "$*" >&2; exit 1; }
 
 APT_PACKAGES=(
   kmod xz-utils zstd gzip debootstrap binutils gcc make libc6-dev linux-headers-amd64 openssl
-  python3 python3-venv python3-dev docker.io ca-certificates file util-linux
+  python3 python3-venv python3-dev docker.io ca-certificates file util-linux qemu-user-static
 )
 step "apt packages"
 missing=()
@@ -68,6 +71,14 @@ fi
 step "artefacts: Debian NVIDIA 535 userspace"
 bash scripts/make-nvidia-userspace.sh >/dev/null
 
+# Issue 16: every real userspace Debian has, with the graphics packages, unpacked from downloaded .debs
+# (about 45-90 s each on a fresh machine, mostly the download; a few seconds when cached).
+step "artefacts: Debian NVIDIA userspaces with graphics (535 amd64/arm64, 550, 555)"
+bash scripts/make-nvidia-debs-userspace.sh debian-nvidia-535-graphics bookworm amd64 535.309.01
+bash scripts/make-nvidia-debs-userspace.sh debian-nvidia-550-graphics trixie amd64 550.163.01
+bash scripts/make-nvidia-debs-userspace.sh debian-nvidia-555-graphics experimental amd64 555.58.02
+bash scripts/make-nvidia-debs-userspace.sh debian-nvidia-535-arm64 bookworm arm64 535.309.01
+
 if [[ -n "${SKIP_CONTAINER:-}" ]]; then
   step "container images skipped (SKIP_CONTAINER set)"
   exit 0
@@ -105,6 +116,18 @@ docker_build --network host --progress plain \
   -t "$IMAGE" . >"$CACHE/image-build.log" 2>&1 \
   || { tail -40 "$CACHE/image-build.log" >&2; die "image build failed (log: $CACHE/image-build.log)"; }
 echo "built in $((SECONDS - started)) s; $(docker image inspect -f '{{.Size}}' "$IMAGE") bytes" >&2
+# Issue 16: the USERSPACE_SOURCE=tree route (what the default .run route does after its download), fed with
+# a .run-shaped flat tree assembled from Debian's 535 packages with the graphics libraries; tested by
+# tests/container/test_tree_image.py. The BuildKit cache shares every stage but the userspace with $IMAGE.
+step "image $IMAGE_TREE (USERSPACE_SOURCE=tree from a .run-shaped tree)"
+started=$SECONDS
+bash scripts/make-nvidia-run-tree.sh "${ARTEFACTS_DIR:-$CACHE/artefacts}/debian-nvidia-535-graphics" 535.309.01 \
+  "$CACHE/nvidia-tree"
+docker_build --network host --progress plain \
+  --build-arg USERSPACE_SOURCE=tree --build-arg NVIDIA_TREE=.cache/nvidia-tree --build-arg DRIVER_VERSION=535.309.01 \
+  -t "$IMAGE_TREE" . >"$CACHE/image-tree-build.log" 2>&1 \
+  || { tail -40 "$CACHE/image-tree-build.log" >&2; die "tree image build failed (log: $CACHE/image-tree-build.log)"; }
+echo "built in $((SECONDS - started)) s" >&2
 # Each rebuild leaves the previous image untagged; drop those so repeated runs do not fill the disk.
 docker image prune -f >/dev/null || true
 echo "docker engine left running: stop it with scripts/dockerd.sh stop" >&2

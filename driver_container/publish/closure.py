@@ -3,12 +3,15 @@
 ld.so looks a DT_NEEDED name up in /etc/ld.so.cache, then in its built-in system dirs (Debian
 multiarch: /lib/<triplet>, /usr/lib/<triplet>, then /lib, /usr/lib; glibc elf/dl-load.c). Objects of
 another ELF class or machine are skipped, as ld.so skips them. DT_RUNPATH dirs are honoured when they
-are absolute. Names provided by the NVIDIA libraries themselves need no resolution.
+are absolute. Names provided by the NVIDIA libraries themselves need no resolution. How strict a missing
+name is depends on the object's role (``roles``).
 """
 
 from __future__ import annotations
 
+import logging
 from collections import deque
+from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from driver_container.elfdeps import ElfDeps
@@ -17,6 +20,8 @@ from driver_container.ldcache import FLAGS_BY_MACHINE, CacheEntry, lookup
 from driver_container.paths import Root
 from driver_container.publish.model import SourceFile
 from driver_container.publish.sources import ElfFacts, source_file
+
+log = logging.getLogger(__name__)
 
 
 def _system_dirs(triplet: str) -> list[str]:
@@ -50,34 +55,66 @@ def _resolve_needed(
     )
 
 
+@dataclass
+class Closure:
+    """What the published objects load: the interpreter, {DT_NEEDED name: file}, and the names an optional
+    object needs that the image lacks ((real path of the object, name); published without them)."""
+
+    interpreter: tuple[PurePosixPath, SourceFile] | None = None
+    dependencies: dict[str, SourceFile] = field(default_factory=dict)
+    missing: list[tuple[str, str]] = field(default_factory=list)
+
+
 def resolve_closure(
     root: Root,
     triplet: str,
     cache: list[CacheEntry],
-    libraries: dict[str, SourceFile],
-    binaries: dict[str, SourceFile],
+    provided: set[str],
+    required: list[SourceFile],
+    optional: list[SourceFile],
     elf: ElfFacts,
-) -> tuple[tuple[PurePosixPath, SourceFile] | None, dict[str, SourceFile]]:
-    """(interpreter path and file, {DT_NEEDED name: file}) for everything the published objects load."""
-    provided = {src.elf.soname for src in libraries.values() if src.elf and src.elf.soname}
-    interpreter: tuple[PurePosixPath, SourceFile] | None = None
-    deps: dict[str, SourceFile] = {}
-    queue = deque([*libraries.values(), *binaries.values()])
-    while queue:
-        user = queue.popleft()
-        if user.elf is None:
-            continue
-        if user.elf.interpreter and interpreter is None:
-            interp = PurePosixPath(user.elf.interpreter)
-            interpreter = (interp, source_file(root, interp, elf=elf))
-        elif user.elf.interpreter and interpreter is not None and str(interpreter[0]) != user.elf.interpreter:
-            raise UserspaceError(
-                f"{user.shown} uses interpreter {user.elf.interpreter}, others {interpreter[0]}",
-                fix="publish binaries for one architecture only",
-            )
-        for name in user.elf.needed:
-            if name in provided or name in deps:
+) -> Closure:
+    """Resolve the closure of ``required`` first (a missing name is an error), then of ``optional`` (a
+    missing name is a warning). ``provided``: SONAMEs the published NVIDIA libraries give themselves.
+    Whatever the required objects load is required too, even when an optional one also needs it."""
+    closure = Closure()
+    for objects, strict in ((required, True), (optional, False)):
+        queue = deque(objects)
+        while queue:
+            user = queue.popleft()
+            if user.elf is None:
                 continue
-            deps[name] = _resolve_needed(root, triplet, cache, name, user, elf)
-            queue.append(deps[name])
-    return interpreter, deps
+            _check_interpreter(root, closure, user, elf)
+            lacking = []
+            for name in user.elf.needed:
+                if name in provided or name in closure.dependencies:
+                    continue
+                try:
+                    closure.dependencies[name] = _resolve_needed(root, triplet, cache, name, user, elf)
+                except UserspaceError:
+                    if strict:
+                        raise
+                    lacking.append(name)
+                    continue
+                queue.append(closure.dependencies[name])
+            if lacking:
+                log.warning(
+                    "%s needs %s, which USERSPACE_ROOT does not have; published without: only a workload "
+                    "loading it is affected", user.shown, ", ".join(lacking),
+                )  # fmt: skip
+                closure.missing += [(str(user.real), name) for name in lacking]
+    return closure
+
+
+def _check_interpreter(root: Root, closure: Closure, user: SourceFile, elf: ElfFacts) -> None:
+    assert user.elf is not None
+    if not user.elf.interpreter:
+        return
+    if closure.interpreter is None:
+        interp = PurePosixPath(user.elf.interpreter)
+        closure.interpreter = (interp, source_file(root, interp, elf=elf))
+    elif str(closure.interpreter[0]) != user.elf.interpreter:
+        raise UserspaceError(
+            f"{user.shown} uses interpreter {user.elf.interpreter}, others {closure.interpreter[0]}",
+            fix="publish binaries for one architecture only",
+        )

@@ -35,6 +35,11 @@ class Userspace:
     dependencies: tuple[tuple[str, SourceFile], ...]  # DT_NEEDED name -> file, closure minus NVIDIA libs
     interpreter: tuple[PurePosixPath, SourceFile] | None
     ldconfig: SourceFile
+    # Libraries the toolkit mounts with their own version (libnvidia-egl-wayland.so.1.1.13), by file name.
+    extras: tuple[tuple[str, SourceFile], ...] = ()
+    vdpau: tuple[tuple[str, SourceFile], ...] = ()  # <libdir>/vdpau/*.so.<version>, by file name
+    dev_links: tuple[tuple[str, str], ...] = ()  # libX.so -> SONAME, where the image has that link
+    missing: tuple[tuple[str, str], ...] = ()  # (real path, DT_NEEDED name) an optional object lacks
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,8 @@ class PublishPlan:
     # SONAME -> published path of the file ld.so must find for it (after `ldconfig -r`).
     sonames: dict[str, PurePosixPath] = field(default_factory=dict)
     nvidia_sonames: frozenset[str] = frozenset()
+    # (real source path, DT_NEEDED name) accepted as missing: optional libraries (publish/roles.py).
+    optional_missing: frozenset[tuple[str, str]] = frozenset()
 
     @property
     def libdir(self) -> PurePosixPath:

@@ -2,8 +2,11 @@
 
 Whatever the image's layout: libraries in usr/lib/<triplet>/, binaries in usr/bin/, the interpreter at
 its PT_INTERP path, firmware in lib/firmware/nvidia/<version>/, configs at their standard paths, a static
-ldconfig at sbin/ldconfig.real with sbin/ldconfig beside it. Links are relative and never leave the
-root, because the toolkit resolves only relative links inside a driver root (contract section 6).
+ldconfig at sbin/ldconfig.real with sbin/ldconfig beside it; VDPAU drivers in usr/lib/<triplet>/vdpau/, and
+the unversioned libX.so -> SONAME links where the image has them (the toolkit looks for them beside the
+library: nvidia-container-toolkit v1.20.0 internal/discover/symlinks.go getDotSoSymlinks).
+Links are relative and never leave the root, because the toolkit resolves only relative links inside a
+driver root (contract section 6).
 Modes drop setuid/setgid/sticky and group/world write: the root is shared with every GPU container.
 """
 
@@ -15,6 +18,7 @@ from pathlib import PurePosixPath
 from driver_container.errors import PublishError, UserspaceError
 from driver_container.fsutil import check_relative
 from driver_container.publish.model import PlannedEntry, PublishPlan, SourceFile, Userspace
+from driver_container.publish.roles import VDPAU_DIR
 
 SAFE_MODE_MASK = 0o755  # no setuid/setgid/sticky, no group/world write
 MANIFEST_DIR = PurePosixPath(".driver-container")
@@ -90,15 +94,27 @@ def plan_publish(space: Userspace) -> PublishPlan:
         layout.file(_in_root(str(interp)), src, executable=True)
     for name, src in space.libraries:
         dest = layout.file(libdir / name, src, executable=False)
-        soname = src.elf.soname if src.elf and src.elf.soname else name
-        layout.link(libdir / soname, libdir / name)
-        sonames.setdefault(soname, dest)
+        if src.elf and src.elf.soname:  # one without is loaded by path only: no link, nothing to cache
+            layout.link(libdir / src.elf.soname, libdir / name)
+            sonames.setdefault(src.elf.soname, dest)
     nvidia = frozenset(sonames)
     for needed, src in space.dependencies:
         dest = layout.file(libdir / src.real.name, src, executable=False)
         layout.link(libdir / needed, dest)
         soname = src.elf.soname if src.elf and src.elf.soname else needed
         sonames.setdefault(soname, dest)
+    for name, src in space.extras:
+        dest = layout.file(libdir / name, src, executable=False)
+        soname = src.elf.soname if src.elf and src.elf.soname else name
+        layout.link(libdir / soname, dest)
+        sonames.setdefault(soname, dest)
+    for name, src in space.vdpau:  # not in ld.so.conf's dir: libvdpau opens vdpau/<name> by path
+        dest = layout.file(libdir / VDPAU_DIR / name, src, executable=False)
+        if src.elf and src.elf.soname:
+            layout.link(libdir / VDPAU_DIR / src.elf.soname, dest)
+    for link, soname in space.dev_links:
+        if soname in sonames:
+            layout.link(libdir / link, libdir / soname)
     for name, src in space.binaries:
         layout.file(PurePosixPath("usr/bin") / name, src, executable=True)
     for name, src in space.firmware:
@@ -110,4 +126,4 @@ def plan_publish(space: Userspace) -> PublishPlan:
     conf = f"# written by nvidia-driver: the published NVIDIA libraries\n/{libdir}\n".encode()
     layout.add(PlannedEntry(PurePosixPath("etc/ld.so.conf"), "text", 0o644, data=conf))
     entries = tuple(sorted(layout.entries.values(), key=lambda e: str(e.path)))
-    return PublishPlan(space.version, space.triplet, entries, sonames, nvidia)
+    return PublishPlan(space.version, space.triplet, entries, sonames, nvidia, frozenset(space.missing))

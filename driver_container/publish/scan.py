@@ -3,7 +3,10 @@
 Everything is looked up through ``Root``: symlinks resolve as under ``chroot USERSPACE_ROOT`` (Debian
 reaches nvidia-smi through ABSOLUTE /etc/alternatives links), so nothing outside the root is ever read.
 Selection follows what consumers look for (gpu-operator-contract.md section 6): every ``*.so.<version>``
-in the library dirs and ld.so.cache, the NVIDIA binaries, ``firmware/nvidia/<version>/*``, vendor configs.
+in the library dirs and ld.so.cache, the NVIDIA binaries, ``firmware/nvidia/<version>/*``, vendor configs,
+and what else the toolkit mounts from a driver root (``roles``): libraries with their own version, the
+``vdpau/`` folder, the unversioned ``libX.so`` links. Each object's role decides whether a missing
+dependency is an error or a warning.
 """
 
 from __future__ import annotations
@@ -17,12 +20,20 @@ from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
 from driver_container.elfdeps import ElfDeps
-from driver_container.errors import HostReadError, PublishError, UserspaceError
+from driver_container.errors import DriverContainerError, HostReadError, PublishError, UserspaceError
 from driver_container.ldcache import FLAGS_BY_MACHINE, CacheEntry, LdCacheFormatError, parse_ld_cache
 from driver_container.paths import MAX_SYMLINKS, Root
 from driver_container.publish.closure import resolve_closure
 from driver_container.publish.manifest import SourceKey
 from driver_container.publish.model import TRIPLETS, SourceFile, Userspace
+from driver_container.publish.roles import (
+    VDPAU_DIR,
+    VDPAU_PREFIX,
+    binary_is_required,
+    is_extra_library,
+    library_is_required,
+    link_name,
+)
 from driver_container.publish.sources import ElfFacts, source_file
 from driver_container.runner import Runner
 from driver_container.userspace import FIRMWARE_DIRS
@@ -114,7 +125,11 @@ def _select_libraries(root: Root, version: str, cache: list[CacheEntry], elf: El
         if src.elf is None or src.elf.elf_class != 64:
             log.debug("skipping %s: not a 64-bit library", src.shown)
             continue
-        if not src.elf.soname:
+        if not src.elf.soname and not library_is_required(real_name):
+            # NVIDIA ships some without one (libnvidia-vulkan-producer.so.<v> in 535): loaded by path, and
+            # the toolkit links libnvidia-vulkan-producer.so to it itself (internal/discover/graphics.go).
+            log.info("%s has no DT_SONAME: published by its file name only", src.shown)
+        elif not src.elf.soname:
             raise UserspaceError(
                 f"{src.shown}: has no DT_SONAME, so ld.so and ldconfig cannot find it by name",
                 fix="use the library files shipped by NVIDIA's packages unmodified",
@@ -252,7 +267,9 @@ def describe_userspace(
     libraries = _select_libraries(root, version, cache, elf)
     triplet = _triplet(libraries, root, version)
     binaries = _select_binaries(root, elf)
-    interpreter, dependencies = resolve_closure(root, triplet, cache, libraries, binaries, elf)
+    extras = _select_extras(root, libraries, elf)
+    vdpau = _select_vdpau(root, version, elf, libraries)
+    closure = resolve_closure(root, triplet, cache, *_by_role(libraries, extras, vdpau, binaries), elf)
     ldconfig = find_ldconfig(root, runner, elf)
     log.debug("ELF headers: %d read, %d reused from the manifest", elf.read, elf.reused)
     return Userspace(
@@ -262,7 +279,101 @@ def describe_userspace(
         binaries=tuple(sorted(binaries.items())),
         firmware=tuple(sorted(_select_firmware(root, version).items())),
         configs=tuple(sorted(_select_configs(root).items())),
-        dependencies=tuple(sorted(dependencies.items())),
-        interpreter=interpreter,
+        dependencies=tuple(sorted(closure.dependencies.items())),
+        interpreter=closure.interpreter,
         ldconfig=ldconfig,
+        extras=tuple(sorted(extras.items())),
+        vdpau=tuple(sorted(vdpau.items())),
+        dev_links=_dev_links(root, {**libraries, **extras}),
+        missing=tuple(sorted(closure.missing)),
     )
+
+
+def _by_role(
+    libraries: dict[str, SourceFile],
+    extras: dict[str, SourceFile],
+    vdpau: dict[str, SourceFile],
+    binaries: dict[str, SourceFile],
+) -> tuple[set[str], list[SourceFile], list[SourceFile]]:
+    """(SONAMEs the NVIDIA libraries provide, required objects, optional objects): see ``roles``."""
+    provided = {src.elf.soname for src in [*libraries.values(), *extras.values()] if src.elf and src.elf.soname}
+    required = [s for n, s in sorted(libraries.items()) if library_is_required(n)]
+    required += [s for n, s in sorted(binaries.items()) if binary_is_required(n)]
+    optional = [s for n, s in sorted(libraries.items()) if not library_is_required(n)]
+    optional += [s for n, s in sorted(binaries.items()) if not binary_is_required(n)]
+    optional += [*(s for _n, s in sorted(extras.items())), *(s for _n, s in sorted(vdpau.items()))]
+    return provided, required, optional
+
+
+def _elf_library(root: Root, inner: PurePosixPath, elf: ElfFacts) -> SourceFile | None:
+    """A 64-bit ELF library with a SONAME at ``inner``, else None (logged): for the optional selections."""
+    try:
+        src = source_file(root, inner, elf=elf)
+    except DriverContainerError as exc:
+        log.warning("skipping %s: %s", inner, exc.message)
+        return None
+    if src.elf is None or src.elf.elf_class != 64 or not src.elf.soname:
+        log.warning("skipping %s: not a 64-bit library with a DT_SONAME", src.shown)
+        return None
+    return src
+
+
+def _select_extras(root: Root, libraries: dict[str, SourceFile], elf: ElfFacts) -> dict[str, SourceFile]:
+    """Libraries the toolkit mounts with their own version (``roles.EXTRA_LIBRARY_PATTERNS``), by real name."""
+    found: dict[str, SourceFile] = {}
+    seen_dirs: set[Path] = set()
+    for d in lib_dirs():
+        real_dir = root.resolve(d)
+        if real_dir in seen_dirs:
+            continue
+        seen_dirs.add(real_dir)
+        for name in sorted(root.listdir(d)):
+            if not is_extra_library(name):
+                continue
+            src = _elf_library(root, PurePosixPath("/", d, name), elf)
+            if src is not None and src.real.name not in libraries and is_extra_library(src.real.name):
+                found.setdefault(src.real.name, src)
+    return found
+
+
+def _select_vdpau(root: Root, version: str, elf: ElfFacts, libraries: dict[str, SourceFile]) -> dict[str, SourceFile]:
+    """``<library dir>/vdpau/*.so.<version>`` (the toolkit's getVersionLibs searches there too), and the
+    VDPAU drivers found among the libraries (Debian keeps libvdpau_nvidia in nvidia/current and reaches it
+    from vdpau/ through an alternatives link): moved out of ``libraries`` to be published in vdpau/, where
+    libvdpau opens them and where the .run installs them."""
+    pattern = _version_pattern(version)
+    found = {n: libraries.pop(n) for n in sorted(libraries) if n.startswith(VDPAU_PREFIX)}
+    for d in lib_dirs():
+        base = f"{d}/{VDPAU_DIR}"
+        for name in sorted(root.listdir(base)):
+            if pattern.fullmatch(name) and name not in found:
+                src = _elf_library(root, PurePosixPath("/", base, name), elf)
+                if src is not None and pattern.fullmatch(src.real.name):
+                    found[src.real.name] = src
+    return found
+
+
+def _dev_links(root: Root, libraries: dict[str, SourceFile]) -> tuple[tuple[str, str], ...]:
+    """(``libX.so``, SONAME) for each library whose image has a ``libX.so`` link resolving to it, in any
+    library dir; a ``libX.so`` that resolves elsewhere or nowhere is logged and left out."""
+    links: dict[str, str] = {}
+    for src in libraries.values():
+        soname = src.elf.soname if src.elf and src.elf.soname else ""
+        link = link_name(soname)
+        if not link or link == soname or link in links:
+            continue
+        for d in lib_dirs():
+            inner = f"{d}/{link}"
+            st = root.lstat(inner)
+            if st is None or not stat.S_ISLNK(st.st_mode):
+                continue
+            try:
+                target = root.resolve(inner)
+            except DriverContainerError as exc:
+                log.warning("not publishing USERSPACE_ROOT/%s: %s", inner, exc.message)
+                continue
+            if target == src.real:
+                links[link] = soname
+                break
+            log.warning("not publishing USERSPACE_ROOT/%s: resolves to %s, not %s", inner, target, src.shown)
+    return tuple(sorted(links.items()))

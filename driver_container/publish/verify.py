@@ -70,7 +70,8 @@ def build_cache(plan: PublishPlan, driver_root: Path, runner: Runner) -> str:
 
 
 def closure_problems(plan: PublishPlan) -> list[str]:
-    """Executables and libraries whose interpreter or DT_NEEDED the plan does not publish (pure)."""
+    """Executables and libraries whose interpreter or DT_NEEDED the plan does not publish (pure); the names
+    the scan accepted as missing for optional libraries (``PublishPlan.optional_missing``) are not counted."""
     by_path = {str(e.path): e for e in plan.entries}
     libdir = str(plan.libdir)
     problems = []
@@ -80,7 +81,10 @@ def closure_problems(plan: PublishPlan) -> list[str]:
             continue
         if facts.interpreter and not _published(by_path, facts.interpreter.lstrip("/")):
             problems.append(f"{entry.path}: interpreter {facts.interpreter} is not published")
+        accepted = {n for real, n in plan.optional_missing if entry.source and real == str(entry.source.real)}
         for needed in facts.needed:
+            if needed in accepted:
+                continue
             if needed not in plan.sonames and not _published(by_path, f"{libdir}/{needed}"):
                 problems.append(f"{entry.path}: needs {needed}, which is not published")
     return problems

@@ -228,7 +228,8 @@ def _loop(us: Path) -> None:
 
 
 def _no_soname(us: Path) -> None:
-    shutil.copy(us / "usr/lib/nvidia/current/nvidia-smi", us / LIB / "libnosoname.so.595.91.07")
+    # a core compute library must have one; an optional one without is published by name (issue 16)
+    shutil.copy(us / "usr/lib/nvidia/current/nvidia-smi", us / LIB / "libnvidia-ptxjitcompiler.so.595.91.07")
 
 
 def _not_elf(us: Path) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from nvidia_sandbox import run_nvidia
 from support import ARTEFACTS, require
+from toolkit_rules import toolkit_problems
 
 from driver_container.paths import HostPaths
 from driver_container.publish import publish_driver_root
@@ -66,3 +67,9 @@ def test_nvidia_smi_as_root_leaves_the_hosts_dev_alone(driver_root: Path) -> Non
     assert done.returncode == 0, done.stderr
     assert set(done.stdout.split()) >= {"null", "zero"}  # it ran against the private /dev
     assert _host_nvidia_nodes() == before
+
+
+def test_published_root_follows_the_toolkits_rules(driver_root: Path) -> None:
+    """Issue 16: e.g. Debian's libnvidia-ml.so and libcuda.so links (the toolkit recreates them in a
+    container only when the driver root has them) are published, resolving to the libraries."""
+    assert toolkit_problems(USERSPACE, driver_root, V) == []

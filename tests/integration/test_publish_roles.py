@@ -1,0 +1,98 @@
+"""Selection by role on the synthetic userspace (issue 16): a missing dependency of an optional library
+(nvidia-settings' GTK3 library without libgtk-3) is a warning and the root publishes; a missing dependency
+of what init runs or of a core compute library is an error. What the toolkit mounts besides the
+``*.so.<version>`` libraries is published: the EGL platform library with its own version, ``vdpau/``, the
+unversioned ``libX.so`` links the image has, the EGL external platform config."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from support import FIXTURES, require
+from toolkit_rules import toolkit_problems
+
+from driver_container.errors import DriverContainerError
+from driver_container.paths import HostPaths
+from driver_container.publish import publish_driver_root
+from driver_container.runner import Runner
+
+V = "595.91.07"
+SOURCE = FIXTURES / "userspace" / f"debian-{V}"
+LIB = "usr/lib/x86_64-linux-gnu"
+
+
+@pytest.fixture
+def userspace(tmp_path: Path) -> Path:
+    require(SOURCE.is_dir(), "synthetic userspace", how="tests/fixtures/userspace/build.sh")
+    dest = tmp_path / "userspace"
+    shutil.copytree(SOURCE, dest, symlinks=True)
+    return dest
+
+
+def publish(userspace: Path, dr: Path) -> None:
+    paths = HostPaths(userspace_root=userspace, driver_root_override=dr, procfs_root=Path("/nonexistent"))
+    publish_driver_root(paths, V, Runner())
+
+
+def test_optional_library_with_a_missing_dependency_warns_and_publishes(
+    userspace: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    dr = tmp_path / "driver"
+    with caplog.at_level(logging.WARNING):
+        publish(userspace, dr)
+    assert (dr / LIB / f"libnvidia-gtk3.so.{V}").is_file()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(f"libnvidia-gtk3.so.{V} needs libgtk-3.so.0" in w for w in warnings), warnings
+    assert not (dr / LIB / "libgtk-3.so.0").exists()
+
+
+def test_core_library_with_a_missing_dependency_is_an_error(userspace: Path, tmp_path: Path) -> None:
+    for name in ("libfixturedep.so.2", "libfixturedep.so.2.0.0"):
+        (userspace / LIB / name).unlink()
+    with pytest.raises(DriverContainerError, match=r"libnvidia-ml\.so\.595\.91\.07 needs libfixturedep\.so\.2"):
+        publish(userspace, tmp_path / "driver")
+
+
+def test_required_binary_with_a_missing_dependency_is_an_error(userspace: Path, tmp_path: Path) -> None:
+    # nvidia-smi needs libnvidia-ml.so.1; with the NVML library renamed away only nvidia-smi lacks it.
+    cur = userspace / LIB / "nvidia/current"
+    os.rename(cur / f"libnvidia-ml.so.{V}", cur / "libnvidia-ml.so.unused")
+    for link in (cur / "libnvidia-ml.so.1", userspace / LIB / "libnvidia-ml.so.1", userspace / "etc/ld.so.cache"):
+        link.unlink()
+    with pytest.raises(DriverContainerError, match=r"nvidia-smi needs libnvidia-ml\.so\.1"):
+        publish(userspace, tmp_path / "driver")
+
+
+def test_toolkit_files_are_published(userspace: Path, tmp_path: Path) -> None:
+    dr = tmp_path / "driver"
+    publish(userspace, dr)
+    lib = dr / LIB
+    assert (lib / "libnvidia-egl-wayland.so.1.1.13").is_file()
+    assert os.readlink(lib / "libnvidia-egl-wayland.so.1") == "libnvidia-egl-wayland.so.1.1.13"
+    assert (lib / f"vdpau/libvdpau_nvidia.so.{V}").is_file()
+    assert os.readlink(lib / "vdpau/libvdpau_nvidia.so.1") == f"libvdpau_nvidia.so.{V}"
+    assert os.readlink(lib / "libnvidia-ml.so") == "libnvidia-ml.so.1"
+    assert (lib / "libnvidia-ml.so").resolve() == (lib / f"libnvidia-ml.so.{V}").resolve()
+    assert not (lib / "libcuda.so").exists()  # the image has no libcuda.so link: none is invented
+    assert (dr / "usr/share/egl/egl_external_platform.d/10_nvidia_wayland.json").is_file()
+
+
+def test_unversioned_link_to_another_file_is_not_published(
+    userspace: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    os.symlink("libfixturedep.so.2", userspace / LIB / "libcuda.so")
+    dr = tmp_path / "driver"
+    with caplog.at_level(logging.WARNING):
+        publish(userspace, dr)
+    assert not (dr / LIB / "libcuda.so").exists()
+    assert any("libcuda.so: resolves to" in r.getMessage() for r in caplog.records)
+
+
+def test_published_root_follows_the_toolkits_rules(userspace: Path, tmp_path: Path) -> None:
+    dr = tmp_path / "driver"
+    publish(userspace, dr)
+    assert toolkit_problems(userspace, dr, V) == []
