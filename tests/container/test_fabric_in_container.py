@@ -83,7 +83,7 @@ def test_fabric_manager_from_the_image_until_docker_stop(
         assert (fake / "fabric-state").read_text() == "Completed"
         calls = (fake / "calls.log").read_text().splitlines()
         # The fake FM logs once its interpreter is up; init may already poll nvidia-smi -q by then.
-        assert [c for c in calls if "nv-fabricmanager" in c][0] == (
+        assert next(c for c in calls if "nv-fabricmanager" in c) == (
             "/usr/bin/nv-fabricmanager -c /run/nvidia-fabricmanager/fabricmanager.cfg"
         )
         seen = (fake / "fm-config-seen.cfg").read_text().splitlines()
