@@ -10,12 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from driver_container.elfarch import machine_name, normalise_arch
-from driver_container.numbers import parse_c_int
+from driver_container.formats.elfarch import machine_name, normalise_arch
+from driver_container.formats.numbers import parse_c_int
 
 if TYPE_CHECKING:
-    from driver_container.hoststate import HostState, LoadedModule
-    from driver_container.modfiles import ModuleFile
+    from driver_container.inspect.hoststate import HostState, LoadedModule
+    from driver_container.inspect.modfiles import ModuleFile
 
 SEVERITIES = ("error", "warning", "info")
 _TRUE = {"y", "yes", "1", "true", "on"}
@@ -36,8 +36,8 @@ def has_errors(findings: list[Finding] | tuple[Finding, ...]) -> bool:
 
 def talos_module_snippet(module: str, params: list[str], talos_version: str | None = None) -> str:
     """The machine-config text that makes Talos (machined) load ``module`` with ``params``, in the one form
-    ``talos_version`` supports (driver_container/talos_config.py)."""
-    from driver_container.talos_config import module_config_snippet, snippet_heading
+    ``talos_version`` supports (driver_container/formats/talos_config.py)."""
+    from driver_container.formats.talos_config import module_config_snippet, snippet_heading
 
     return snippet_heading(talos_version) + "\n" + module_config_snippet([(module, params)], talos_version)
 

@@ -38,7 +38,7 @@ def _probe_fast_path(args: list[str]) -> int | None:
     and typer's import plus its per-call set-up cost more than the probe itself (bench/probe.py)."""
     if args != ["probe_nvidia_peermem"]:
         return None
-    from driver_container.node.peermem import probe
+    from driver_container.lifecycle.peermem import probe
     from driver_container.paths import HostPaths
 
     healthy, reason = probe(HostPaths.from_env())

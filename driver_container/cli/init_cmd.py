@@ -1,4 +1,4 @@
-"""``init``, ``load`` and ``unload``: thin wrappers over driver_container.lifecycle."""
+"""``init``, ``load`` and ``unload``: thin wrappers over driver_container.lifecycle.init."""
 
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ def init(
     ] = None,
 ) -> None:
     """Verify the loaded driver, publish DRIVER_ROOT, start nvidia-persistenced, wait for a signal."""
-    from driver_container.lifecycle import InitOptions, run_init
-    from driver_container.runner import Runner
+    from driver_container.lifecycle.init import InitOptions, run_init
+    from driver_container.runtime.runner import Runner
     from driver_container.settings import Settings
 
     # NVIDIA's script accepts these for its installer (license prompt, build threads); we build nothing.
@@ -51,7 +51,7 @@ def init(
     try:
         run_init(host_paths(ctx), settings, Runner(), options)
     except DriverContainerError as exc:
-        from driver_container.nodereport import REFUSED, NodeVerdict, report
+        from driver_container.manager.nodereport import REFUSED, NodeVerdict, report
 
         report(NodeVerdict(REFUSED, reason=exc.message))  # the Node shows why; never masks ``exc``
         raise
@@ -60,8 +60,8 @@ def init(
 @app.command("load")
 def load(ctx: typer.Context) -> None:
     """On Talos: wait for machined's modules and verify them. Elsewhere: load them, then verify."""
-    from driver_container.lifecycle import loaded_version, run_load
-    from driver_container.runner import Runner
+    from driver_container.lifecycle.init import loaded_version, run_load
+    from driver_container.runtime.runner import Runner
     from driver_container.settings import Settings
 
     state = run_load(host_paths(ctx), Settings.from_env(), Runner())
@@ -72,8 +72,8 @@ def load(ctx: typer.Context) -> None:
 @app.command("unload")
 def unload(ctx: typer.Context) -> None:
     """On Talos: explain that Talos owns the modules (exit 0). Elsewhere: unload them refcount-safely."""
-    from driver_container.lifecycle import run_unload
-    from driver_container.runner import Runner
+    from driver_container.lifecycle.init import run_unload
+    from driver_container.runtime.runner import Runner
     from driver_container.settings import Settings
 
     typer.echo(run_unload(host_paths(ctx), Settings.from_env(), Runner()))

@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from driver_container.errors import DriverContainerError, UsageError
-from driver_container.manager import ManagerOptions
+from driver_container.manager.manager import ManagerOptions
 from driver_container.settings import parse_bool, parse_seconds
 
 app = typer.Typer(
@@ -74,7 +74,7 @@ def configure(
 
 
 def _options(env: dict[str, str]) -> ManagerOptions:
-    from driver_container.kube import KubeConfig, namespace_of_service_account
+    from driver_container.manager.kube import KubeConfig, namespace_of_service_account
 
     node = env.get("NODE_NAME", "").strip()
     if not node:
@@ -113,10 +113,10 @@ def _warn_about_unused(env: dict[str, str]) -> None:
 @app.command("uninstall_driver")
 def uninstall_driver() -> None:
     """Prepare the node for the driver container (never unloads a module on Talos)."""
-    from driver_container.kube import KubeClient
-    from driver_container.manager import run_uninstall
+    from driver_container.manager.kube import KubeClient
+    from driver_container.manager.manager import run_uninstall
     from driver_container.paths import HostPaths
-    from driver_container.runner import Runner
+    from driver_container.runtime.runner import Runner
     from driver_container.settings import Settings
 
     env = dict(os.environ)
@@ -142,7 +142,7 @@ def uninstall_driver() -> None:
 def preflight_check() -> None:
     """Read-only: platform, pre-installed host driver, loaded module vs image userspace, module files
     under /host. Exit 1 with the reason when uninstall_driver or init would refuse; no API calls."""
-    from driver_container.manager import run_preflight
+    from driver_container.manager.manager import run_preflight
     from driver_container.paths import HostPaths
     from driver_container.settings import Settings
 

@@ -41,7 +41,7 @@ def _running_kernel(ctx: typer.Context) -> str:
 
 
 def _resolve(ctx: typer.Context, arg: str, kver: str | None, basedir: Path | None) -> str | Path:
-    from driver_container.kmod import find_module
+    from driver_container.formats.kmod import find_module
 
     if _is_path(arg):
         return arg  # the text as given: kmod prints it unnormalised (kmod/reader.py absolute_name)
@@ -71,7 +71,7 @@ def modinfo(
     ] = None,
 ) -> None:
     """Show module information exactly like kmod's modinfo (text) or as JSON."""
-    from driver_container.kmod import format_modinfo, read_module, to_json
+    from driver_container.formats.kmod import format_modinfo, read_module, to_json
 
     failed = False
     records: list[object] = []

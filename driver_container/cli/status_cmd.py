@@ -10,7 +10,7 @@ import typer
 from driver_container.cli.app import app, host_paths
 
 if TYPE_CHECKING:
-    from driver_container.hoststate import HostState
+    from driver_container.inspect.hoststate import HostState
 
 
 def _module_line(entry: dict[str, object]) -> str:
@@ -92,7 +92,7 @@ def status(
     Exit status: 0 without error findings, 1 with one, 2 on usage errors.
     """
     from driver_container.findings import has_errors
-    from driver_container.hoststate import inspect_host
+    from driver_container.inspect.hoststate import inspect_host
     from driver_container.settings import Settings
 
     paths = host_paths(ctx)

@@ -27,9 +27,9 @@ from pathlib import Path, PurePosixPath
 from typing import TypeVar
 
 from driver_container.errors import DriverContainerError, PublishError
-from driver_container.fsutil import StagedFile, opened_dir, remove_tree_at, stage_copy, sweep_at
 from driver_container.publish.journal import STAGING, STATE_DIR
 from driver_container.publish.model import SourceFile
+from driver_container.runtime.fsutil import StagedFile, opened_dir, remove_tree_at, stage_copy, sweep_at
 
 log = logging.getLogger(__name__)
 

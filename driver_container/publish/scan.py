@@ -16,16 +16,16 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
-from driver_container.elfdeps import ElfDeps
 from driver_container.errors import HostReadError, PublishError, UserspaceError
-from driver_container.ldcache import FLAGS_BY_MACHINE, CacheEntry, LdCacheFormatError, parse_ld_cache
+from driver_container.formats.elfdeps import ElfDeps
+from driver_container.formats.ldcache import FLAGS_BY_MACHINE, CacheEntry, LdCacheFormatError, parse_ld_cache
+from driver_container.inspect.userspace import FIRMWARE_DIRS
 from driver_container.paths import MAX_SYMLINKS, Root
 from driver_container.publish.closure import resolve_closure
 from driver_container.publish.manifest import SourceKey
 from driver_container.publish.model import TRIPLETS, SourceFile, Userspace
 from driver_container.publish.sources import ElfFacts, source_file
-from driver_container.runner import Runner
-from driver_container.userspace import FIRMWARE_DIRS
+from driver_container.runtime.runner import Runner
 
 log = logging.getLogger(__name__)
 

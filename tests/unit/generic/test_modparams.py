@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from support import FIXTURES
 
 from driver_container.errors import HostReadError, UsageError
-from driver_container.modparams import (
+from driver_container.formats.modconf import (
     conf_file_name,
     driver_major,
     has_parameter,

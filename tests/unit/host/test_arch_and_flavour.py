@@ -11,9 +11,9 @@ from pathlib import Path, PurePosixPath
 
 from support import FIXTURES, fixture_paths
 
-from driver_container.elfarch import elf_machine, machine_name
-from driver_container.hoststate import inspect_host
-from driver_container.modfiles import ModuleFile, read_module_files, with_companion_flavours
+from driver_container.formats.elfarch import elf_machine, machine_name
+from driver_container.inspect.hoststate import inspect_host
+from driver_container.inspect.modfiles import ModuleFile, read_module_files, with_companion_flavours
 from driver_container.settings import Settings
 
 USERSPACE = FIXTURES / "userspace" / "debian-595.91.07"

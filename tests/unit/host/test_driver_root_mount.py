@@ -10,8 +10,8 @@ import pytest
 from support import FIXTURES, fixture_paths
 
 from driver_container.cli.status_cmd import render_text
-from driver_container.hoststate import HostState, inspect_host
-from driver_container.lifecycle import verify
+from driver_container.inspect.hoststate import HostState, inspect_host
+from driver_container.lifecycle.init import verify
 from driver_container.paths import HostPaths
 from driver_container.settings import Settings
 

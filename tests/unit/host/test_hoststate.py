@@ -12,10 +12,10 @@ import pytest
 from support import FIXTURES, REPO, fixture_paths, require
 
 from driver_container.findings import has_errors, talos_module_snippet, values_equal
-from driver_container.hoststate import inspect_host, read_loaded_modules
+from driver_container.inspect.hoststate import inspect_host, read_loaded_modules
+from driver_container.inspect.userspace import find_userspace
 from driver_container.paths import HostPaths
 from driver_container.settings import Settings
-from driver_container.userspace import find_userspace
 
 HOSTS = FIXTURES / "hosts"
 
@@ -170,12 +170,12 @@ def test_values_equal_and_snippet() -> None:
 
 def test_read_loaded_modules_is_cheap() -> None:
     probe = (
-        "import sys; from driver_container.hoststate import read_loaded_modules; "
+        "import sys; from driver_container.inspect.hoststate import read_loaded_modules; "
         "from driver_container.paths import HostPaths; from pathlib import Path; "
         f"t = Path({str(HOSTS / 'talos-1.13-open-595')!r}); "
         "m = read_loaded_modules(HostPaths(procfs_root=t / 'proc', sysfs_root=t / 'sys')); "
         "assert m['nvidia'].loaded; "
-        "heavy = ('elftools', 'zstandard', 'requests', 'driver_container.kmod'); "
+        "heavy = ('elftools', 'zstandard', 'requests', 'driver_container.formats.kmod'); "
         "print(sorted(x for x in sys.modules if x.startswith(heavy)))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO)

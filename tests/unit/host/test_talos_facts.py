@@ -12,11 +12,11 @@ from support import FIXTURES, REPO, fixture_paths
 
 from driver_container.errors import ModuleWaitTimeout
 from driver_container.findings import talos_module_snippet
-from driver_container.hoststate import inspect_host
-from driver_container.lifecycle import machine_config_snippet, required_modules, wait_for_modules
+from driver_container.formats.talos_config import module_config_snippet, parse_talos_version, uses_kernel_module_config
+from driver_container.inspect.hoststate import inspect_host
+from driver_container.lifecycle.init import machine_config_snippet, required_modules, wait_for_modules
+from driver_container.runtime.supervise import Shutdown
 from driver_container.settings import Settings
-from driver_container.supervise import Shutdown
-from driver_container.talos_config import module_config_snippet, parse_talos_version, uses_kernel_module_config
 
 HOSTS = FIXTURES / "hosts"
 

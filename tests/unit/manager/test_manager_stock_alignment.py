@@ -10,7 +10,7 @@ from manager_support import FakeApi, Node
 
 from driver_container.cli.manager_cmd import main
 from driver_container.errors import HostDriverPresentError, KubernetesError, VerificationError
-from driver_container.manager import (
+from driver_container.manager.manager import (
     CLIENT_LABEL,
     DRA_DRIVER_LABEL,
     PAUSED,

@@ -16,11 +16,8 @@ import pytest
 from support import FIXTURES, fixture_paths
 
 from driver_container.errors import VerdictFormatError
-from driver_container.hoststate import inspect_host
-from driver_container.manager import hand_verdict_to_init
-from driver_container.paths import HostPaths
-from driver_container.settings import Settings
-from driver_container.verdict import (
+from driver_container.inspect.hoststate import inspect_host
+from driver_container.inspect.verdict import (
     BOOT_ID,
     FORMAT_VERSION,
     VERDICT_FILE,
@@ -28,6 +25,9 @@ from driver_container.verdict import (
     parse_verdict,
     stale_reason,
 )
+from driver_container.manager.manager import hand_verdict_to_init
+from driver_container.paths import HostPaths
+from driver_container.settings import Settings
 
 DIGEST = "digest-1"
 SETTINGS = Settings(driver_config_digest=DIGEST)
@@ -91,7 +91,7 @@ def test_a_stale_or_broken_verdict_is_ignored_with_a_warning(
         settings = Settings(driver_config_digest="digest-2")
     else:
         (init.run_dir / VERDICT_FILE).write_text("{not json")
-    with caplog.at_level(logging.WARNING, logger="driver_container.verdict"):
+    with caplog.at_level(logging.WARNING, logger="driver_container.inspect.verdict"):
         state = inspect_host(init, settings)
     assert state.module_files_source == "none"
     codes = {f.code: f.severity for f in state.findings}
