@@ -60,7 +60,8 @@ def init(
 @app.command("load")
 def load(ctx: typer.Context) -> None:
     """On Talos: wait for machined's modules and verify them. Elsewhere: load them, then verify."""
-    from driver_container.lifecycle.init import loaded_version, run_load
+    from driver_container.lifecycle.generic_host import run_load
+    from driver_container.lifecycle.verify import loaded_version
     from driver_container.runtime.runner import Runner
     from driver_container.settings import Settings
 
@@ -72,7 +73,7 @@ def load(ctx: typer.Context) -> None:
 @app.command("unload")
 def unload(ctx: typer.Context) -> None:
     """On Talos: explain that Talos owns the modules (exit 0). Elsewhere: unload them refcount-safely."""
-    from driver_container.lifecycle.init import run_unload
+    from driver_container.lifecycle.generic_host import run_unload
     from driver_container.runtime.runner import Runner
     from driver_container.settings import Settings
 

@@ -70,26 +70,26 @@ def run_reload(paths: HostPaths, settings: Settings, runner: Runner) -> None:
     On Talos nothing loads nvidia_peermem (see the module doc): warn and idle. On generic hosts it is
     loaded here through the runner when missing, as NVIDIA's script does.
     """
-    from driver_container.lifecycle import init as lifecycle
+    from driver_container.lifecycle import modwait, verify
     from driver_container.runtime.supervise import Shutdown
 
-    info, runner = lifecycle.detect(paths, settings, runner)
+    info, runner = verify.detect(paths, settings, runner)
     talos = info.name == "talos"
     shutdown = Shutdown().install()
     try:
         if not _wait_ready_file(paths, settings, shutdown):
             return
-        if talos and lifecycle.missing_modules(paths, (PEERMEM,)):
+        if talos and modwait.missing_modules(paths, (PEERMEM,)):
             # Never modprobe (the runner forbids it) and never wait: machined cannot load it either.
             log.warning("%s; not waiting for it (set driver.rdma.enabled=false to drop this sidecar)",
                         TALOS_NO_PEERMEM)
         else:
-            if not talos and lifecycle.missing_modules(paths, (PEERMEM,)):
+            if not talos and modwait.missing_modules(paths, (PEERMEM,)):
                 from driver_container.modprobe import generic
 
                 params = generic.read_module_params(paths, "nvidia-peermem")
                 runner.run(generic.build_modprobe_argv("nvidia-peermem", params, settings.driver_version))
-            if not lifecycle.wait_for_modules(paths, _only_peermem(settings), shutdown, talos=False,
+            if not modwait.wait_for_modules(paths, _only_peermem(settings), shutdown, talos=False,
                                               names=(PEERMEM,)):
                 return
             log.info("%s loaded; waiting for a signal", PEERMEM)

@@ -11,7 +11,7 @@ from support import FIXTURES, fixture_paths
 
 from driver_container.cli.status_cmd import render_text
 from driver_container.inspect.hoststate import HostState, inspect_host
-from driver_container.lifecycle.init import verify
+from driver_container.lifecycle.verify import verify
 from driver_container.paths import HostPaths
 from driver_container.settings import Settings
 

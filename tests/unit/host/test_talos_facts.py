@@ -14,7 +14,7 @@ from driver_container.errors import ModuleWaitTimeout
 from driver_container.findings import talos_module_snippet
 from driver_container.formats.talos_config import module_config_snippet, parse_talos_version, uses_kernel_module_config
 from driver_container.inspect.hoststate import inspect_host
-from driver_container.lifecycle.init import machine_config_snippet, required_modules, wait_for_modules
+from driver_container.lifecycle.modwait import machine_config_snippet, required_modules, wait_for_modules
 from driver_container.runtime.supervise import Shutdown
 from driver_container.settings import Settings
 
