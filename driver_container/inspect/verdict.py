@@ -37,7 +37,7 @@ FORMAT_VERSION = 1
 VERDICT_FILE = "nvidia-driver.module-verdict.json"  # in RUN_DIR, beside nvidia-driver.state
 VERDICT_LIMIT = 1 << 20  # a verdict names a handful of module files: a few KiB
 BOOT_ID = "sys/kernel/random/boot_id"  # under PROCFS_ROOT
-# Finding codes about module files (findings._file_checks), shown by `status` as the writer saw them.
+# Finding codes about module files (findings.modules.file_checks), shown by `status` as the writer saw them.
 FILE_FINDINGS = ("MODULE_FILE_MISMATCH", "MODULE_FILE_UNREADABLE", "VERMAGIC_MISMATCH", "MODULE_FILE_MISSING")
 _STR_FIELDS = ("version", "srcversion", "vermagic", "license", "signer", "error")
 
