@@ -74,7 +74,7 @@ def configure(
 
 
 def _options(env: dict[str, str]) -> ManagerOptions:
-    from driver_container.manager.kube import KubeConfig, namespace_of_service_account
+    from driver_container.manager.endpoint import KubeConfig, namespace_of_service_account
 
     node = env.get("NODE_NAME", "").strip()
     if not node:

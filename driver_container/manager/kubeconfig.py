@@ -18,6 +18,7 @@ from pathlib import Path
 
 from driver_container.errors import KubernetesError
 from driver_container.formats.numbers import parse_int
+from driver_container.manager.secretfile import read_small_file
 
 _INT = re.compile(r"[-+]?(0|[1-9][0-9]*)")
 _FIX = "flatten it to JSON: kubectl config view --flatten -o json > kubeconfig.json"
@@ -187,8 +188,6 @@ def parse_yaml_subset(text: str, *, source: str = "<kubeconfig>") -> YamlValue:
 
 
 def load_kubeconfig_file(path: Path) -> dict[str, YamlValue]:
-    from driver_container.manager.kube import read_small_file
-
     text = read_small_file(path, "kubeconfig", fix="check KUBECONFIG")
     value = parse_yaml_subset(text, source=str(path))
     if not isinstance(value, dict):

@@ -12,58 +12,40 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 from typing import Any, Protocol
 
 from driver_container.errors import (
     DriverContainerError,
     HostDriverPresentError,
-    HostReadError,
     KubernetesError,
     VerificationError,
 )
-from driver_container.formats.kernel.mountinfo import mounts_at_or_below, parse_mountinfo, top_mount_at
-from driver_container.formats.numbers import parse_uint
-from driver_container.node.rootmount import is_ours
-from driver_container.paths import HostPaths, Root
+from driver_container.manager.facts import (
+    NodeFacts,
+    check_versions,
+    gather_facts,
+)
+from driver_container.manager.labels import (
+    CLIENT_LABEL,
+    DRA_DRIVER_LABEL,
+    DRA_PLUGIN_APP,
+    DRIVER_DEPLOY_LABEL,
+    PAUSED,
+    PRE_INSTALLED,
+    client_pods,
+    operand_selector,
+    pause_patch,
+    paused_value,
+    restore_patch,
+)
+from driver_container.paths import HostPaths
 from driver_container.runtime.runner import MODULE_TOOLS, Runner
 from driver_container.settings import Settings
 
 log = logging.getLogger(__name__)
-
-PAUSED = "paused-for-driver-upgrade"  # value the stock manager and upgrade controller use
-DRIVER_DEPLOY_LABEL = "nvidia.com/gpu.deploy.driver"
-PRE_INSTALLED = "pre-installed"  # the operator stops scheduling its driver pod on such a node
-# Operand deploy label -> ``app`` label of its pods whose end is waited for (None: paused, not waited for).
-# The stock manager's lists, NVIDIA/k8s-driver-manager v0.12.0 (bd62ca7d) cmd/driver-manager/main.go
-# fetchCurrentLabels, evictAllGPUOperatorComponents and waitForPodsToTerminate.
-CLIENT_LABEL = "nvidia.com/gpu.deploy.client"  # user GPU clients: their DaemonSets select on this key
-DRA_DRIVER_LABEL = "nvidia.com/gpu.deploy.dra-driver"  # the DRA kubelet plugin: paused last (evictKubeletPlugin)
-DRA_PLUGIN_APP = "nvidia-dra-driver-kubelet-plugin"
-OPERANDS: dict[str, str | None] = {
-    "nvidia.com/gpu.deploy.operator-validator": "nvidia-operator-validator",
-    "nvidia.com/gpu.deploy.container-toolkit": "nvidia-container-toolkit-daemonset",
-    "nvidia.com/gpu.deploy.device-plugin": "nvidia-device-plugin-daemonset",
-    "nvidia.com/gpu.deploy.gpu-feature-discovery": "gpu-feature-discovery",
-    "nvidia.com/gpu.deploy.dcgm-exporter": "nvidia-dcgm-exporter",
-    "nvidia.com/gpu.deploy.dcgm": "nvidia-dcgm",
-    "nvidia.com/gpu.deploy.mig-manager": "nvidia-mig-manager",
-    "nvidia.com/gpu.deploy.nvsm": None,
-    "nvidia.com/gpu.deploy.sandbox-validator": "nvidia-sandbox-validator",
-    "nvidia.com/gpu.deploy.sandbox-device-plugin": "nvidia-sandbox-device-plugin-daemonset",
-    "nvidia.com/gpu.deploy.vgpu-device-manager": "nvidia-vgpu-device-manager",
-    "nvidia.com/gpu.deploy.dra-validator": None,
-    "nvidia.com/gpu.deploy.dcgm-exporter-dra": "nvidia-dcgm-exporter-dra",
-    "nvidia.com/gpu.deploy.dcgm-dra": "nvidia-dcgm-dra",
-    CLIENT_LABEL: None,  # waited for by nodeSelector key (client_pods), as the stock manager does
-}
-# The validator's host-driver probe: a regular executable nvidia-smi in these host directories
-# (cmd/nvidia-validator, gpu-operator-contract.md section 5). In-root paths, resolved through Root.
-HOST_SMI_DIRS = ("/usr/bin", "/usr/sbin", "/bin", "/sbin", "/opt/bin")
 
 
 @dataclass(frozen=True)
@@ -92,145 +74,13 @@ class NodeApi(Protocol):
     ) -> None: ...
 
 
-@dataclass(frozen=True)
-class NodeFacts:
-    platform: str  # "talos" | "generic"
-    platform_evidence: str
-    talos_version: str | None
-    host_smi: PurePosixPath | None  # host nvidia-smi found by the validator's rule
-    nvidia_version: str | None  # version of the loaded nvidia module; None when not loaded
-    nvidia_loaded: bool
-    image_version: str | None  # NVIDIA userspace version in this image
-    state_digest: str | None  # RUN_DIR/nvidia-driver.state
-    driver_mounts: tuple[str, ...]  # mount points at or below DRIVER_ROOT, unless ours is on top there
-    pid_file_stale: bool  # pid file present and its process gone
-
-
 # -- pure helpers ---------------------------------------------------------------------------------
-
-
-def paused_value(value: str) -> str:
-    """The stock manager's rule: true -> paused; false stays; other values get the suffix once."""
-    if value in ("true", PAUSED):
-        return PAUSED
-    if value == "false" or PAUSED in value:
-        return value
-    return f"{value}_{PAUSED}"
-
-
-def restored_value(value: str) -> str:
-    if value == PAUSED:
-        return "true"
-    return value.replace(f"_{PAUSED}", "").replace(PAUSED, "").strip("_")
-
-
-def pause_patch(labels: Mapping[str, str], extra: tuple[str, ...] = ()) -> dict[str, str]:
-    """Operand labels (and ``extra`` ones: the custom eviction label) to pause; the DRA plugin comes later."""
-    keys = set(OPERANDS) | set(extra)
-    return {k: paused_value(v) for k, v in labels.items() if k in keys and paused_value(v) != v}
-
-
-def restore_patch(labels: Mapping[str, str], extra: tuple[str, ...] = ()) -> dict[str, str]:
-    """Undo our pause, including one left behind by an interrupted earlier run."""
-    keys = {*OPERANDS, DRA_DRIVER_LABEL, *extra}
-    return {k: restored_value(v) for k, v in labels.items() if k in keys and PAUSED in v}
-
-
-def client_pods(pods: list[dict[str, Any]], key: str = CLIENT_LABEL) -> list[str]:
-    """Names of DaemonSet pods whose nodeSelector uses ``key`` (the stock WaitForPodsWithNodeSelector rule,
-    k8s-driver-manager v0.12.0 internal/kubernetes/client.go)."""
-    names = []
-    for pod in pods:
-        owners = pod.get("metadata", {}).get("ownerReferences") or []
-        by_daemonset = any(o.get("controller") and o.get("kind") == "DaemonSet" for o in owners)
-        if by_daemonset and key in (pod.get("spec", {}).get("nodeSelector") or {}):
-            names.append(str(pod["metadata"].get("name", "?")))
-    return names
-
-
-def operand_selector(*more: str) -> str:
-    apps = sorted({app for app in OPERANDS.values() if app} | set(more))
-    return f"app in ({','.join(apps)})"
-
-
-def find_host_smi(host: Root) -> PurePosixPath | None:
-    for directory in HOST_SMI_DIRS:
-        inner = PurePosixPath(directory) / "nvidia-smi"
-        st = host.stat(inner)  # follows links inside the host root, as chroot would
-        if st is not None and stat.S_ISREG(st.st_mode) and st.st_mode & 0o111:
-            return inner
-    return None
-
-
-def leftover_mounts(mountinfo: str, driver_root: str) -> tuple[str, ...]:
-    """Mounts a previous driver container left at or below DRIVER_ROOT; none when the visible mount there
-    is init's own exec-capable tmpfs (node/rootmount.py), which must outlive every container."""
-    top = top_mount_at(parse_mountinfo(mountinfo), driver_root.rstrip("/") or "/")
-    return () if top is not None and is_ours(top) else mounts_at_or_below(mountinfo, driver_root)
 
 
 # -- reading the node -----------------------------------------------------------------------------
 
 
-def _pid_file_stale(paths: HostPaths) -> bool:
-    """True when a pid file is there and no live init holds it. init creates it as a regular file with
-    O_NOFOLLOW (lock.py), so anything else at that name (a symlink, e.g. to /dev/zero, a FIFO) is no
-    lock of ours: stale, and removed as a name. The read goes through Root: non-blocking, regular file,
-    64 bytes at most."""
-    name = paths.pid_file.name
-    st = paths.run.lstat(name)
-    if st is None:
-        return False
-    if not stat.S_ISREG(st.st_mode):
-        log.warning("%s is not a regular file (mode %o): treated as stale", paths.pid_file, st.st_mode)
-        return True
-    try:
-        text = paths.run.read_text(name, limit=64).strip()
-    except HostReadError as exc:
-        log.warning("%s", exc.message)
-        return False
-    # The driver pod runs with hostPID (0500_daemonset.yaml), so the pid is a host pid visible in /proc.
-    pid = parse_uint(text)
-    return not (pid is not None and paths.proc.is_dir(str(pid)))
-
-
-def gather_facts(paths: HostPaths, settings: Settings) -> NodeFacts:
-    from driver_container.inspect.hoststate import read_loaded_modules
-    from driver_container.inspect.platform import detect_platform
-    from driver_container.inspect.userspace import find_userspace
-
-    platform = detect_platform(paths, settings.driver_platform)
-    nvidia = read_loaded_modules(paths).get("nvidia")
-    loaded = nvidia is not None and nvidia.loaded
-    mountinfo = paths.proc.read_text_or_none("self/mountinfo") or ""
-    state = paths.run.read_text_or_none(paths.state_file.name)
-    return NodeFacts(
-        platform=platform.name,
-        platform_evidence=platform.evidence,
-        talos_version=platform.talos_version,
-        host_smi=find_host_smi(paths.host),
-        nvidia_version=nvidia.version if nvidia is not None and loaded else None,
-        nvidia_loaded=loaded,
-        image_version=find_userspace(paths).version if loaded else None,
-        state_digest=state.strip() if state is not None else None,
-        driver_mounts=leftover_mounts(mountinfo, str(paths.driver_root)),
-        pid_file_stale=_pid_file_stale(paths),
-    )
-
-
 # -- the command ----------------------------------------------------------------------------------
-
-
-def check_versions(facts: NodeFacts) -> None:
-    if not facts.nvidia_version or not facts.image_version or facts.nvidia_version == facts.image_version:
-        return
-    talos = facts.talos_version or "<Talos version>"
-    raise VerificationError(
-        f"the loaded nvidia module is version {facts.nvidia_version} but this image ships NVIDIA userspace "
-        f"{facts.image_version}; they must be identical",
-        fix=f"use the driver image {facts.nvidia_version}-talos{talos} (driver.version), or install the Talos "
-        f"kmod extension of version {facts.image_version} and reboot (docs/talos.md)",
-    )
 
 
 def hand_verdict_to_init(paths: HostPaths, settings: Settings, digest: str | None) -> str:

@@ -88,7 +88,8 @@ def in_cluster(env: Mapping[str, str]) -> bool:
 
 
 def _client(env: Mapping[str, str]) -> KubeClient:
-    from driver_container.manager.kube import KubeClient, KubeConfig
+    from driver_container.manager.endpoint import KubeConfig
+    from driver_container.manager.kube import KubeClient
 
     # One short try per call: a slow or absent API must not hold up a node that is otherwise ready, nor a
     # SIGTERM (the publishing child that reports ignores it; init must stop within 2 s, issue 14).
@@ -96,7 +97,7 @@ def _client(env: Mapping[str, str]) -> KubeClient:
 
 
 def _namespace(env: Mapping[str, str]) -> str:
-    from driver_container.manager.kube import KubeConfig, namespace_of_service_account
+    from driver_container.manager.endpoint import KubeConfig, namespace_of_service_account
 
     return env.get("OPERATOR_NAMESPACE", "").strip() or namespace_of_service_account(KubeConfig()) or "default"
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from test_manager_api import NODE, NS, TOKEN, ApiState, Server, _start
 
-from driver_container.manager.kube import Endpoint, KubeClient, KubeConfig
+from driver_container.manager.endpoint import Endpoint, KubeConfig
+from driver_container.manager.kube import KubeClient
 from driver_container.manager.nodereport import PREFIX, READY, REFUSED, NodeVerdict, event, report
 
 ENV = {"NODE_NAME": NODE, "KUBERNETES_SERVICE_HOST": "set-so-in-cluster"}

@@ -156,7 +156,7 @@ def test_token_files_that_are_fifos_or_devices_are_refused_not_read(tmp_path: Pa
     """A tokenFile (or kubeconfig) that is /dev/zero or a FIFO must neither exhaust memory nor hang."""
     import os
 
-    from driver_container.manager.kube import read_small_file
+    from driver_container.manager.secretfile import read_small_file
 
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)

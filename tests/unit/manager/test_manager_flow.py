@@ -9,18 +9,16 @@ from manager_support import FakeApi, Node
 
 from driver_container.errors import ForbiddenCommandError, HostDriverPresentError, VerificationError
 from driver_container.formats.kernel.mountinfo import mounts_at_or_below
-from driver_container.manager.manager import (
+from driver_container.manager.facts import NodeFacts, gather_facts
+from driver_container.manager.labels import (
     PAUSED,
-    ManagerOptions,
-    NodeFacts,
-    gather_facts,
     operand_selector,
     pause_patch,
     paused_value,
     restore_patch,
     restored_value,
-    run_uninstall,
 )
+from driver_container.manager.manager import ManagerOptions, run_uninstall
 from driver_container.paths import HostPaths
 from driver_container.runtime.runner import MODULE_TOOLS, Runner
 from driver_container.settings import Settings

@@ -11,7 +11,8 @@ import pytest
 
 from driver_container.errors import PublishError
 from driver_container.formats.kernel.mountinfo import Mount, parse_mountinfo
-from driver_container.manager.manager import NodeFacts, clean_leftovers, leftover_mounts
+from driver_container.manager.facts import NodeFacts, leftover_mounts
+from driver_container.manager.manager import clean_leftovers
 from driver_container.node.rootmount import MOUNT_SOURCE, decide, leftovers_at, mount_argv
 from driver_container.paths import HostPaths
 from driver_container.publish.rootdir import create_driver_root, prepare_driver_root
