@@ -28,8 +28,8 @@ from driver_container.publish.rootdir import create_driver_root, prepare_driver_
 from driver_container.publish.scan import describe_userspace, early_sources
 from driver_container.publish.verify import CACHE, build_cache, cache_problems, closure_problems
 from driver_container.runtime import statusfiles
-from driver_container.runtime.fsutil import stage_write
 from driver_container.runtime.runner import Runner
+from driver_container.runtime.staged import stage_write
 
 __all__ = ["PublishPlan", "PublishReport", "publish_driver_root"]
 

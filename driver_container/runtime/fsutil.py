@@ -16,13 +16,11 @@ copied no further than the size fstat gave (a FIFO cannot hang, a device cannot 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 import secrets
 import stat
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from driver_container.errors import PublishError
@@ -53,7 +51,7 @@ def check_relative(rel: str | PurePosixPath, *, what: str = "published path") ->
     return PurePosixPath(*parts) if parts else PurePosixPath()
 
 
-def _relative_to(root: Path, target: Path) -> PurePosixPath:
+def relative_to(root: Path, target: Path) -> PurePosixPath:
     try:
         return check_relative(PurePosixPath(target.relative_to(root)))
     except ValueError as exc:
@@ -97,7 +95,7 @@ def _open_child_dir(parent: int, name: str, shown: Path, create: bool) -> int:
     except FileNotFoundError as exc:
         raise PublishError(f"{shown}: no such directory") from exc
     except OSError as exc:
-        st = _lstat_at(parent, name)
+        st = lstat_at(parent, name)
         if st is not None and stat.S_ISLNK(st.st_mode):
             raise PublishError(f"{shown}: is a symlink; refusing to write through it") from exc
         if st is not None and not stat.S_ISDIR(st.st_mode):
@@ -115,7 +113,7 @@ def opened_dir(root: Path, rel: str | PurePosixPath, *, create: bool = False) ->
         os.close(fd)
 
 
-def _lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
+def lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
     try:
         return os.lstat(name, dir_fd=dir_fd)
     except OSError:
@@ -127,7 +125,7 @@ def contained(root: Path, target: Path) -> Path:
 
     For callers that then write by path (device nodes); the publish itself writes through ``open_dir``.
     """
-    rel = _relative_to(root, target)
+    rel = relative_to(root, target)
     current = root
     for part in rel.parts[:-1]:
         current = current / part
@@ -166,7 +164,7 @@ def _temporary_name(target_name: str, suffix: str) -> str:
     return f".{target_name[:NAME_MAX - 40]}.{secrets.token_hex(6)}{suffix}"
 
 
-def _create_temporary(dir_fd: int, target_name: str, suffix: str) -> tuple[int, str]:
+def create_temporary(dir_fd: int, target_name: str, suffix: str) -> tuple[int, str]:
     for _ in range(100):
         name = _temporary_name(target_name, suffix)
         try:
@@ -177,7 +175,7 @@ def _create_temporary(dir_fd: int, target_name: str, suffix: str) -> tuple[int, 
     raise PublishError(f"cannot create a temporary for {target_name}")
 
 
-def _split_target(target: Path, root: Path | None) -> tuple[Path, PurePosixPath]:
+def split_target(target: Path, root: Path | None) -> tuple[Path, PurePosixPath]:
     """(root, relative target); without a root, the target's directory is the root (created if needed)."""
     if root is None:
         try:
@@ -185,7 +183,7 @@ def _split_target(target: Path, root: Path | None) -> tuple[Path, PurePosixPath]
         except OSError as exc:
             raise PublishError(f"{target}: cannot create: {exc.strerror}") from exc
         return target.parent, PurePosixPath(target.name)
-    rel = _relative_to(root, target)
+    rel = relative_to(root, target)
     if not rel.parts:
         raise PublishError(f"{target}: is its root {root}")
     return root, rel
@@ -193,18 +191,18 @@ def _split_target(target: Path, root: Path | None) -> tuple[Path, PurePosixPath]
 
 def atomic_write(target: Path, data: bytes, *, mode: int = 0o644, root: Path | None = None) -> None:
     """Write ``data`` to ``target`` atomically (temp file + fsync + rename); creates parent directories."""
-    base, rel = _split_target(target, root)
+    base, rel = split_target(target, root)
     with opened_dir(base, rel.parent, create=True) as dfd:
         prefix = f".{rel.name}."
         with contextlib.suppress(OSError):  # a killed earlier write of this target (writers hold the lock)
             sweep_at(dfd, lambda n: n.startswith(prefix) and n.endswith(".tmp"), target.parent)
         try:
-            fd, tmp = _create_temporary(dfd, rel.name, ".tmp")
+            fd, tmp = create_temporary(dfd, rel.name, ".tmp")
         except OSError as exc:
             raise PublishError(f"{target}: cannot create: {exc.strerror}") from exc
         try:
             try:
-                _write_all(fd, data)
+                write_all(fd, data)
                 os.fchmod(fd, mode)
                 os.fsync(fd)
             finally:
@@ -221,7 +219,7 @@ def atomic_write_text(target: Path, text: str, *, mode: int = 0o644, root: Path 
     atomic_write(target, text.encode(), mode=mode, root=root)
 
 
-def _write_all(fd: int, data: bytes | memoryview) -> None:
+def write_all(fd: int, data: bytes | memoryview) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
@@ -247,150 +245,10 @@ def open_regular(
     return fd, st
 
 
-COPY_CHUNK = 1 << 20  # 1 MiB: large enough that per-call overhead vanishes, small enough for a flat RSS
-
-
-@dataclass(frozen=True)
-class StagedFile:
-    """New content under a temporary name on ``target``'s filesystem (beside it, or in the publish's
-    staging directory); ``commit`` renames it into place through directory descriptors of ``root``."""
-
-    tmp: Path
-    target: Path
-    sha256: str
-    size: int
-    mtime_ns: int
-    root: Path | None = None
-
-    def _base(self) -> Path:
-        return self.root if self.root is not None else self.tmp.parent
-
-    def commit(self) -> None:
-        base = self._base()
-        try:
-            with opened_dir(base, _relative_to(base, self.tmp.parent)) as src, opened_dir(
-                base, _relative_to(base, self.target.parent)
-            ) as dst:
-                os.replace(self.tmp.name, self.target.name, src_dir_fd=src, dst_dir_fd=dst)
-        except (OSError, PublishError) as exc:
-            self.discard()
-            reason = exc.strerror if isinstance(exc, OSError) else exc.message
-            raise PublishError(f"{self.target}: cannot replace: {reason}") from exc
-
-    def discard(self) -> None:
-        base = self._base()
-        with contextlib.suppress(OSError, PublishError), opened_dir(base, _relative_to(base, self.tmp.parent)) as fd:
-            os.unlink(self.tmp.name, dir_fd=fd)
-
-
-def _copy_hashing(src_fd: int, out_fd: int, digest: hashlib._Hash, limit: int) -> int:
-    """Copy in 1 MiB chunks, hashing what is written; returns the byte count (never more than ``limit``).
-
-    One read into a buffer, hashed and written from there, so each byte is read once. Measured (2026-12,
-    31 files / 239 MB of the Debian 535 userspace, page cache warm, tmpfs target, one thread, best of 5):
-    0.27 s, against 0.34 s for hashing the source and then copying it with sendfile, and 0.25 s for
-    hashing and writing from an mmap of the source, not taken: a source truncated while mapped kills the
-    publisher with SIGBUS. 4 MiB chunks were no faster. copy_file_range fails with EXDEV from ext4 to
-    tmpfs, which is the production case (image overlay -> /run), so it would only add a second code path.
-    """
-    buf = bytearray(COPY_CHUNK)
-    view = memoryview(buf)
-    total = 0
-    while n := os.readv(src_fd, [buf]):
-        total += n
-        if total > limit:
-            raise PublishError(f"grew past the {limit} bytes it had when opened", fix="retry")
-        chunk = view[:n]
-        digest.update(chunk)  # hashlib drops the GIL for large buffers
-        _write_all(out_fd, chunk)
-    return total
-
-
-def _stage(target: Path, root: Path | None, suffix: str, fill: Callable[[int, hashlib._Hash], int]) -> StagedFile:
-    base, rel = _split_target(target, root)
-    with opened_dir(base, rel.parent, create=True) as dfd:
-        try:
-            fd, name = _create_temporary(dfd, rel.name, suffix)
-        except OSError as exc:
-            raise PublishError(f"{target}: cannot create: {exc.strerror}") from exc
-        digest = hashlib.sha256()
-        try:
-            size = fill(fd, digest)
-            st = os.fstat(fd)
-        except BaseException:
-            os.close(fd)
-            with contextlib.suppress(OSError):
-                os.unlink(name, dir_fd=dfd)
-            raise
-        os.close(fd)
-    return StagedFile(target.parent / name, target, digest.hexdigest(), size, st.st_mtime_ns, base)
-
-
-def _finish(fd: int, mode: int, mtime_ns: int | None) -> None:
-    os.fchmod(fd, mode)  # explicit: the temporary is created 0600 and the umask must not apply
-    if mtime_ns is not None:
-        os.utime(fd, ns=(mtime_ns, mtime_ns))
-
-
-def stage_copy(
-    src: Path,
-    target: Path,
-    *,
-    mode: int,
-    root: Path | None = None,
-    mtime_ns: int | None = None,
-    suffix: str = ".tmp",
-) -> StagedFile:
-    """Copy ``src`` (a regular file: ``open_regular``) to a temporary beside ``target``."""
-
-    def fill(fd: int, digest: hashlib._Hash) -> int:
-        src_fd, st = open_regular(src)
-        try:
-            size = _copy_hashing(src_fd, fd, digest, st.st_size)
-        except PublishError as exc:
-            raise PublishError(f"{src}: {exc.message}", fix=exc.fix) from exc
-        except OSError as exc:
-            raise PublishError(
-                f"{target}: cannot copy {src}: {exc.strerror}", fix="free space on its filesystem"
-            ) from exc
-        finally:
-            os.close(src_fd)
-        _finish(fd, mode, mtime_ns)
-        return size
-
-    return _stage(target, root, suffix, fill)
-
-
-def stage_write(target: Path, data: bytes, *, mode: int, root: Path | None = None, suffix: str = ".tmp") -> StagedFile:
-    """Write ``data`` to a temporary beside ``target``."""
-
-    def fill(fd: int, digest: hashlib._Hash) -> int:
-        digest.update(data)
-        try:
-            _write_all(fd, data)
-        except OSError as exc:
-            raise PublishError(f"{target}: cannot write: {exc.strerror}", fix="free space on its filesystem") from exc
-        _finish(fd, mode, None)
-        return len(data)
-
-    return _stage(target, root, suffix, fill)
-
-
-def atomic_copy(src: Path, target: Path, *, mode: int, root: Path | None = None, mtime_ns: int | None = None) -> str:
-    """Copy ``src`` to ``target`` atomically (temp file + rename); returns the sha256 hex of the content.
-
-    No fsync, unlike ``atomic_write``: copies go to DRIVER_ROOT on /run (tmpfs), where rename ordering,
-    not durability, is what keeps readers and a restarted publish consistent.
-    """
-    staged = stage_copy(src, target, mode=mode, root=root, mtime_ns=mtime_ns)
-    staged.commit()
-    return staged.sha256
-
-
 def remove_tree_at(dir_fd: int, name: str) -> None:
     """Remove ``name`` below ``dir_fd`` and, when it is a directory, everything in it; links are removed,
     never followed (each directory is opened ``O_NOFOLLOW`` below the descriptor of its parent)."""
-    st = _lstat_at(dir_fd, name)
+    st = lstat_at(dir_fd, name)
     if st is None:
         return
     if not stat.S_ISDIR(st.st_mode):
