@@ -2,15 +2,16 @@
 
 ``read_loaded_modules`` is the cheap part that ``init`` polls every second while Talos loads the modules
 (a few small procfs/sysfs files, no module file, no pyelftools); ``inspect_host`` adds module files,
-the image's userspace, requested parameters, firmware and the findings.
+the image's userspace, requested parameters and firmware. Checking is ``findings.check``'s, rendering
+``cli/status_render``'s: read -> check -> plan -> apply stays literal in the callers.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from driver_container.errors import HostReadError
 from driver_container.formats.kernel.modules import (
@@ -36,7 +37,6 @@ from driver_container.runtime.statusfiles import read_publish_status
 from driver_container.settings import Settings
 
 if TYPE_CHECKING:
-    from driver_container.findings import Finding
     from driver_container.inspect.modfiles import ModuleFile
     from driver_container.node.fabric import FabricInfo
 
@@ -130,7 +130,6 @@ class HostState:
     problems: tuple[str, ...] = ()  # unreadable or malformed host files
     param_errors: tuple[str, ...] = ()  # malformed /drivers/*.conf
     fabric: FabricInfo | None = None  # NVSwitch / NVLink5 systems only (docs/fabric.md)
-    findings: tuple[Finding, ...] = field(default=())
     module_files_source: str = "host"  # host | driver-manager verdict <file> | none (verdict.py)
     driver_root_mount: Mount | None = None  # the mount holding DRIVER_ROOT (None: no mountinfo)
     published_version: str | None = None  # from the manifest
@@ -140,77 +139,6 @@ class HostState:
     @property
     def kernel_release(self) -> str | None:
         return self.platform.kernel_release
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``status --json`` document (keys documented in docs/status.md)."""
-        return {
-            "platform": {
-                "name": self.platform.name,
-                "talos_version": self.platform.talos_version,
-                "evidence": self.platform.evidence,
-                "kernel_release": self.platform.kernel_release,
-                "os_id": self.platform.os_id,
-                "pretty_name": self.platform.pretty_name,
-            },
-            "modules": [self._module_json(m) for m in self.modules.values()],
-            "module_files_source": self.module_files_source,
-            "nvidia": {
-                "version": self.nvidia_version.version if self.nvidia_version else None,
-                "flavour": self.nvidia_version.flavour if self.nvidia_version else None,
-                "gpus": [
-                    {"pci_id": g.pci_id, "model": g.model, "uuid": g.uuid, "device_minor": g.device_minor}
-                    for g in self.gpus
-                ],
-            },
-            "userspace": {
-                "version": self.userspace.version,
-                "root": str(self.userspace.root),
-                "source": self.userspace.source,
-                "libcuda": str(self.userspace.libcuda) if self.userspace.libcuda else None,
-                "library_dirs": [str(d) for d in self.userspace.library_dirs],
-            },
-            "requested_parameters": {m: dict(p) for m, p in self.requested_params.items()},
-            "firmware": self.firmware,
-            "driver_root": {
-                "path": str(self.driver_root),
-                "published": self.published,
-                "version": self.published_version,
-                "last_publish_failed": self.publish_failure is not None,
-                "interrupted": self.publish_interrupted,
-            }
-            | self._mount_json(),
-            "fabric": self.fabric.to_json() if self.fabric is not None else None,
-            "findings": [
-                {"severity": f.severity, "code": f.code, "message": f.message, "fix": f.fix} for f in self.findings
-            ],
-        }
-
-    def _mount_json(self) -> dict[str, Any]:
-        from driver_container.node.rootmount import is_ours
-
-        m = self.driver_root_mount
-        if m is None:
-            return {"mount": None}
-        keys = {"mount_point": m.mount_point, "fstype": m.fstype, "source": m.source, "options": list(m.options)}
-        return {"mount": keys | {"ours": is_ours(m)}}
-
-    def _module_json(self, module: LoadedModule) -> dict[str, Any]:
-        file = self.module_files.get(module.name)
-        return {
-            "name": module.name,
-            "loaded": module.loaded,
-            "builtin": module.builtin,
-            "state": module.state,
-            "version": module.version,
-            "srcversion": module.srcversion,
-            "refcnt": module.refcnt,
-            "holders": list(module.holders),
-            "taint": module.taint,
-            "file": str(file.path) if file else None,
-            "file_version": file.version if file else None,
-            "file_srcversion": file.srcversion if file else None,
-            "file_flavour": file.flavour if file else None,
-        }
 
 
 def _read_version(paths: HostPaths, problems: list[str]) -> NvidiaProcVersion | None:
@@ -293,8 +221,8 @@ def read_driver_root_mount(paths: HostPaths, problems: list[str]) -> Mount | Non
 
 
 def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
-    """Read the whole host picture and compute the findings. Reads module files (pyelftools)."""
-    from driver_container.findings import check
+    """Read the whole host picture (no checks: callers run ``findings.check`` on it). Reads module files
+    (pyelftools)."""
     from driver_container.inspect.modfiles import read_module_files
     from driver_container.node.fabric import inspect_fabric
 
@@ -319,7 +247,7 @@ def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
     problems.extend(fabric.problems if fabric else ())
     publish = read_publish_status(paths)
     mount = read_driver_root_mount(paths, problems)
-    state = HostState(
+    return HostState(
         platform=platform,
         settings=settings,
         modules=modules,
@@ -340,4 +268,3 @@ def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
         module_files_source=files_source,
         driver_root_mount=mount,
     )
-    return replace(state, findings=tuple(check(state)))

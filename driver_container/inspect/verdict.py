@@ -28,6 +28,7 @@ from driver_container.inspect.modfiles import ModuleFile
 from driver_container.paths import HostPaths
 
 if TYPE_CHECKING:
+    from driver_container.findings import Finding
     from driver_container.inspect.hoststate import HostState
 
 log = logging.getLogger(__name__)
@@ -213,8 +214,8 @@ def adopt_verdict(
     return dict(verdict.module_files), f"{verdict.written_by} verdict {where}"
 
 
-def make_verdict(paths: HostPaths, state: HostState, digest: str | None) -> Verdict:
+def make_verdict(paths: HostPaths, state: HostState, findings: list[Finding], digest: str | None) -> Verdict:
     """The verdict of a host inspection made with the host root (driver-manager's view)."""
     binding = current_binding(paths, digest, state.userspace.version, state.kernel_release)
-    checks = tuple(f"{f.code}: {f.message}" for f in state.findings if f.code in FILE_FINDINGS)
+    checks = tuple(f"{f.code}: {f.message}" for f in findings if f.code in FILE_FINDINGS)
     return Verdict(binding, dict(state.module_files), checks)

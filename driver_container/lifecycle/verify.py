@@ -21,15 +21,16 @@ log = logging.getLogger(__name__)
 
 def verify(paths: HostPaths, settings: Settings) -> HostState:
     """Host-inspection findings; any error stops here, before DRIVER_ROOT is touched."""
-    from driver_container.findings import PUBLISH_OUTCOMES, REMEDIED_BY_INIT
+    from driver_container.findings import PUBLISH_OUTCOMES, REMEDIED_BY_INIT, check
     from driver_container.inspect.hoststate import inspect_host
 
     state = inspect_host(paths, settings)
+    found = check(state)
     # Not reasons to stop: the outcome of an earlier publish (this init redoes it) and what init itself
     # remedies before publishing (DRIVER_ROOT's own mount).
     skipped = PUBLISH_OUTCOMES | REMEDIED_BY_INIT
-    errors = [f for f in state.findings if f.severity == "error" and f.code not in skipped]
-    for finding in state.findings:
+    errors = [f for f in found if f.severity == "error" and f.code not in skipped]
+    for finding in found:
         if finding not in errors:
             level = logging.INFO if finding.severity == "info" else logging.WARNING
             log.log(level, "%s: %s", finding.code, finding.message)

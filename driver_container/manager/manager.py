@@ -23,6 +23,9 @@ from driver_container.errors import (
     KubernetesError,
     VerificationError,
 )
+from driver_container.findings import check
+from driver_container.inspect import verdict
+from driver_container.inspect.hoststate import inspect_host
 from driver_container.manager.facts import (
     NodeFacts,
     check_versions,
@@ -86,9 +89,6 @@ class NodeApi(Protocol):
 def hand_verdict_to_init(paths: HostPaths, settings: Settings, digest: str | None) -> str:
     """Read the module files through /host (only this init container has it) and leave the facts for
     ``init`` in RUN_DIR (verdict.py). Never fatal: without a verdict ``init`` only verifies less."""
-    from driver_container.inspect import verdict
-    from driver_container.inspect.hoststate import inspect_host
-
     try:
         state = inspect_host(paths, settings)
     except DriverContainerError as exc:
@@ -98,7 +98,8 @@ def hand_verdict_to_init(paths: HostPaths, settings: Settings, digest: str | Non
     if state.module_files_source != "host" or not state.module_files:
         verdict.remove_verdict(paths)
         return f"no NVIDIA module files under {paths.host_root}: no module-file verdict for init"
-    made = verdict.make_verdict(paths, state, digest)
+    found = check(state)
+    made = verdict.make_verdict(paths, state, found, digest)
     for line in made.findings:
         log.warning("module files: %s", line)
     try:
@@ -106,7 +107,7 @@ def hand_verdict_to_init(paths: HostPaths, settings: Settings, digest: str | Non
     except (DriverContainerError, OSError) as exc:
         log.warning("cannot leave the module-file verdict for init: %s", exc)
         return "module-file verdict NOT written"
-    file_errors = [f for f in state.findings if f.severity == "error" and f.code in verdict.FILE_FINDINGS]
+    file_errors = [f for f in found if f.severity == "error" and f.code in verdict.FILE_FINDINGS]
     outcome = "mismatch, init will refuse" if file_errors else "match"
     return f"module-file verdict for init: {outcome} ({len(made.module_files)} file(s))"
 
@@ -245,8 +246,6 @@ def run_preflight(paths: HostPaths, settings: Settings, facts: NodeFacts | None 
     API. The stock command checks nothing (k8s-driver-manager v0.12.0 preflightCheck only logs); this one
     checks the platform, a pre-installed host driver, the loaded module against the image's userspace,
     and the module files under /host against the loaded modules. Returns the lines of what passed."""
-    from driver_container.inspect.hoststate import inspect_host
-
     facts = facts or gather_facts(paths, settings)
     if facts.platform != "talos":
         return [f"not a Talos node ({facts.platform_evidence}): nothing to check for this image"]
@@ -265,7 +264,7 @@ def run_preflight(paths: HostPaths, settings: Settings, facts: NodeFacts | None 
         lines.append("nvidia not loaded yet: versions checked by init once Talos loads it")
     state = inspect_host(paths, settings)
     errors = [
-        f for f in state.findings if f.severity == "error" and f.code in ("MODULE_FILE_MISMATCH", "VERMAGIC_MISMATCH")
+        f for f in check(state) if f.severity == "error" and f.code in ("MODULE_FILE_MISMATCH", "VERMAGIC_MISMATCH")
     ]
     if errors:
         raise VerificationError(
