@@ -11,6 +11,7 @@ from typing import Annotated
 
 import typer
 
+from driver_container import logs
 from driver_container.paths import HostPaths
 
 app = typer.Typer(
@@ -58,7 +59,6 @@ def configure(
     log_format: Annotated[str, typer.Option(envvar="LOG_FORMAT", help="human or json")] = "human",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", envvar="VERBOSE")] = False,
 ) -> None:
-    from driver_container import logs
 
     logs.configure(json_format=log_format == "json", verbose=verbose)
     ctx.obj = HostPaths.from_mapping(

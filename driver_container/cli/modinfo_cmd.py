@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+from driver_container import __version__
 from driver_container.cli.app import app, host_paths
 from driver_container.errors import DriverContainerError
 
@@ -24,7 +25,6 @@ MODULE_SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
 @app.command("version")
 def version() -> None:
     """Print the entrypoint's version."""
-    from driver_container import __version__
 
     typer.echo(__version__)
 
@@ -41,6 +41,8 @@ def _running_kernel(ctx: typer.Context) -> str:
 
 
 def _resolve(ctx: typer.Context, arg: str, kver: str | None, basedir: Path | None) -> str | Path:
+    # Lazy, hot path: kmod pulls in pyelftools/zstandard; `status` without module files imports neither
+    # (tests/integration/test_status.py).
     from driver_container.formats.kmod import find_module
 
     if _is_path(arg):
@@ -71,6 +73,7 @@ def modinfo(
     ] = None,
 ) -> None:
     """Show module information exactly like kmod's modinfo (text) or as JSON."""
+    # Lazy, hot path: as in ``_resolve``.
     from driver_container.formats.kmod import format_modinfo, read_module, to_json
 
     failed = False

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from driver_container.cli.app import app, host_paths
+from driver_container.settings import Settings
 
 if TYPE_CHECKING:
     pass
@@ -22,10 +23,11 @@ def status(
 
     Exit status: 0 without error findings, 1 with one, 2 on usage errors.
     """
+    # Lazy, hot path: every command imports this module at registration; `modinfo` (bench/modinfo.py)
+    # must not pay for inspect/publish.
     from driver_container.cli.status_render import render_text, status_json
     from driver_container.findings import check, has_errors
     from driver_container.inspect.hoststate import inspect_host
-    from driver_container.settings import Settings
 
     paths = host_paths(ctx)
     state = inspect_host(paths, Settings.from_env())

@@ -10,6 +10,7 @@ from driver_container.findings.model import (
     talos_module_snippet,
     values_equal,
 )
+from driver_container.node.rootmount import MOUNT_SOURCE, blocking_options
 
 if TYPE_CHECKING:
     from driver_container.inspect.hoststate import HostState
@@ -202,7 +203,6 @@ def fabric(state: HostState) -> list[Finding]:
 
 def driver_root_mount(state: HostState) -> list[Finding]:
     """A published root on a noexec/nodev filesystem (node/rootmount.py): consumers cannot use it."""
-    from driver_container.node.rootmount import MOUNT_SOURCE, blocking_options
 
     mount = state.driver_root_mount
     blocking = blocking_options(mount) if mount is not None and state.published else ()

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from driver_container.formats.numbers import parse_c_int
+from driver_container.formats.talos_config import module_config_snippet, snippet_heading
 
 if TYPE_CHECKING:
     pass
@@ -35,7 +36,6 @@ def has_errors(findings: list[Finding] | tuple[Finding, ...]) -> bool:
 def talos_module_snippet(module: str, params: list[str], talos_version: str | None = None) -> str:
     """The machine-config text that makes Talos (machined) load ``module`` with ``params``, in the one form
     ``talos_version`` supports (driver_container/formats/talos_config.py)."""
-    from driver_container.formats.talos_config import module_config_snippet, snippet_heading
 
     return snippet_heading(talos_version) + "\n" + module_config_snippet([(module, params)], talos_version)
 

@@ -69,7 +69,7 @@ class _Header:
 def _structs(little_endian: bool, elf_class: int) -> Any:
     """pyelftools' ELF header definition for one class and byte order, built once (``ELFFile`` rebuilds
     all its structures for every file: ~0.6 ms, and imports its section and DWARF machinery: ~20 ms)."""
-    from elftools.elf.structs import ELFStructs
+    from elftools.elf.structs import ELFStructs  # lazy, hot path: `status` imports publish, never pyelftools
 
     structs = ELFStructs(little_endian=little_endian, elfclass=elf_class)
     structs.create_basic_structs()
@@ -80,7 +80,7 @@ def _header_and_segments(stream: BinaryIO, source: str) -> tuple[_Header, list[_
     """The ELF header through pyelftools' structures (machine and type names), then the program headers
     with ``struct`` (parsing ~10 of them per file with construct cost more than the rest of the scan);
     no section header is read."""
-    from elftools.common.utils import struct_parse
+    from elftools.common.utils import struct_parse  # lazy, hot path: `status` imports publish, never pyelftools
 
     ident = stream.read(6)
     if len(ident) < 6 or ident[4] not in (1, 2) or ident[5] not in (1, 2):
@@ -157,7 +157,7 @@ def _interpreter(stream: BinaryIO, interp: _Segment, source: str) -> str:
 
 
 def _parse(stream: BinaryIO, source: str) -> ElfDeps:
-    from elftools.common.exceptions import ELFError
+    from elftools.common.exceptions import ELFError  # lazy, hot path: `status` imports publish, never pyelftools
 
     if stream.read(4) != ELF_MAGIC:
         raise ElfFormatError(

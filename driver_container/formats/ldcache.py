@@ -34,6 +34,9 @@ OLD_ENTRY = 12
 FLAGS_X86_64 = 0x0303
 FLAGS_AARCH64 = 0x0A03
 FLAGS_BY_MACHINE = {"x86_64": FLAGS_X86_64, "aarch64": FLAGS_AARCH64}
+# Where glibc's ld.so and ldconfig keep the cache, inside a root (elf/dl-cache.h LD_SO_CACHE = SYSCONFDIR
+# "/ld.so.cache"): the image's userspace and the published DRIVER_ROOT alike.
+LD_SO_CACHE = "etc/ld.so.cache"
 
 # cache_file_new.flags endianness values (dl-cache.h): 0 unset (pre-2.33, host order), 2 little, 3 big.
 _ENDIAN = {0: "<", 2: "<", 3: ">"}

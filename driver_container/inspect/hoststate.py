@@ -29,11 +29,15 @@ from driver_container.formats.kernel.nvidia_proc import (
     read_gpus,
 )
 from driver_container.formats.kernel.sysfs import SysfsModule, read_sysfs_module
+from driver_container.formats.userspace_layout import FIRMWARE_DIRS as USERSPACE_FIRMWARE_DIRS
+from driver_container.inspect.modfiles import read_module_files
 from driver_container.inspect.platform import PlatformInfo, detect_platform
-from driver_container.inspect.userspace import FIRMWARE_DIRS as USERSPACE_FIRMWARE_DIRS
 from driver_container.inspect.userspace import Userspace, find_userspace
+from driver_container.inspect.verdict import adopt_verdict
+from driver_container.node.fabric import inspect_fabric
+from driver_container.node.rootmount import read_mounts
 from driver_container.paths import HostPaths, Root
-from driver_container.runtime.statusfiles import read_publish_status
+from driver_container.publish.status import read_publish_status
 from driver_container.settings import Settings
 
 if TYPE_CHECKING:
@@ -210,7 +214,6 @@ def locate_firmware(paths: HostPaths, names: list[str], kver: str | None, proble
 
 def read_driver_root_mount(paths: HostPaths, problems: list[str]) -> Mount | None:
     """The mount holding DRIVER_ROOT in PROCFS_ROOT/self/mountinfo; None where that file does not exist."""
-    from driver_container.node.rootmount import read_mounts
 
     try:
         mounts = read_mounts(paths)
@@ -223,8 +226,6 @@ def read_driver_root_mount(paths: HostPaths, problems: list[str]) -> Mount | Non
 def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
     """Read the whole host picture (no checks: callers run ``findings.check`` on it). Reads module files
     (pyelftools)."""
-    from driver_container.inspect.modfiles import read_module_files
-    from driver_container.node.fabric import inspect_fabric
 
     problems: list[str] = []
     platform = detect_platform(paths, settings.driver_platform)
@@ -238,7 +239,6 @@ def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
     userspace = find_userspace(paths)
     files_source = "host"
     if not files and kver:  # no host root here (the operator's main container): driver-manager's verdict
-        from driver_container.inspect.verdict import adopt_verdict
 
         files, files_source = adopt_verdict(paths, settings.driver_config_digest, userspace.version, kver)
     firmware_names = sorted({fw for f in files.values() for fw in f.firmware})

@@ -122,7 +122,8 @@ def find_module_files(paths: HostPaths, kernel_release: str) -> list[PurePosixPa
 
 def read_module_file(host: Root, path: PurePosixPath) -> ModuleFile:
     """Read one file with the modinfo engine; failures become ``ModuleFile.error``, never exceptions."""
-    from driver_container.formats.kmod import read_module  # heavy (pyelftools, compression): only here
+    # Lazy, hot path: kmod pulls in pyelftools and zstandard; `status` without module files skips them.
+    from driver_container.formats.kmod import read_module
 
     fallback = name_from_file(path.name)
     try:

@@ -19,31 +19,15 @@ from pathlib import Path, PurePosixPath
 
 from driver_container.errors import HostReadError
 from driver_container.formats.elfarch import HEADER_BYTES, elf_machine
+from driver_container.formats.ldcache import FLAGS_BY_MACHINE, LD_SO_CACHE, parse_ld_cache
+from driver_container.formats.userspace_layout import SEARCH_DIRS
 from driver_container.paths import HostPaths, Root
 
 log = logging.getLogger(__name__)
 
-_BASE_DIRS = (
-    "/usr/lib64",
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu",
-    "/lib64",
-    "/lib/x86_64-linux-gnu",
-    "/lib/aarch64-linux-gnu",
-)
-# The toolkit's search order: the root itself, then each base dir followed by its nvidia/current.
-SEARCH_DIRS: tuple[str, ...] = ("/", *(d for base in _BASE_DIRS for d in (base, f"{base}/nvidia/current")))
 VERSION_LIBS = ("libcuda.so", "libnvidia-ml.so")  # in order of preference
-LD_CACHE = "/etc/ld.so.cache"
-# Where the image keeps NVIDIA firmware (nvidia/<version>/gsp_*.bin). The image cannot use /lib/firmware
-# alone: gpu-operator mounts the host's <driver root>/lib/firmware over the container's /lib/firmware
-# (0500_daemonset.yaml), so our Dockerfile keeps it under usr/share/nvidia/firmware. That dir comes first:
-# from the second start on, /lib/firmware shows the copies published last time, and taking those as
-# sources would rewrite them (and rerun ldconfig) on every restart.
-FIRMWARE_DIRS = ("usr/share/nvidia/firmware", "lib/firmware", "usr/lib/firmware")
+
 LD_CACHE_LIMIT = 64 << 20
-# 64-bit ld.so.cache entry flags (glibc dl-cache.h): x86-64 and aarch64 libc6 libraries.
-_CACHE_FLAGS_64 = (0x0303, 0x0A03)
 _VERSIONED = re.compile(r"(?P<lib>lib[A-Za-z0-9_+-]+\.so)\.(?P<version>[0-9]+\.[0-9]+(?:\.[0-9]+)?)")
 
 
@@ -92,17 +76,16 @@ def _from_ld_cache(root: Root, problems: list[str]) -> dict[str, list[PurePosixP
     """Resolve ``libcuda.so.1``-style cache entries inside the root to their versioned file names."""
     found: dict[str, list[PurePosixPath]] = {lib: [] for lib in VERSION_LIBS}
     try:
-        data = root.read_bytes(LD_CACHE, limit=LD_CACHE_LIMIT) if root.is_file(LD_CACHE) else None
+        data = root.read_bytes(LD_SO_CACHE, limit=LD_CACHE_LIMIT) if root.is_file(LD_SO_CACHE) else None
         if data is None:
             return found
-        from driver_container.formats.ldcache import parse_ld_cache  # owned elsewhere; imported only when needed
 
-        entries = parse_ld_cache(data, source=str(root.resolve(LD_CACHE)))
+        entries = parse_ld_cache(data, source=str(root.resolve(LD_SO_CACHE)))
     except HostReadError as exc:
         problems.append(exc.message)
         return found
     for entry in entries:
-        if entry.flags not in _CACHE_FLAGS_64:
+        if entry.flags not in FLAGS_BY_MACHINE.values():
             continue
         for lib in VERSION_LIBS:
             if not entry.key.startswith(lib + "."):

@@ -21,15 +21,12 @@ import json
 import logging
 from dataclasses import asdict, dataclass
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from driver_container.errors import DriverContainerError, VerdictFormatError
 from driver_container.inspect.modfiles import ModuleFile
 from driver_container.paths import HostPaths
-
-if TYPE_CHECKING:
-    from driver_container.findings import Finding
-    from driver_container.inspect.hoststate import HostState
+from driver_container.runtime.fsutil import atomic_write_text
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +163,6 @@ def current_binding(paths: HostPaths, digest: str | None, image_version: str | N
 
 
 def write_verdict(paths: HostPaths, verdict: Verdict) -> None:
-    from driver_container.runtime.fsutil import atomic_write_text
 
     target = paths.run_dir / VERDICT_FILE
     atomic_write_text(target, render_verdict(verdict), root=paths.run_dir)
@@ -212,10 +208,3 @@ def adopt_verdict(
     names = ", ".join(verdict.module_files) or "none"
     log.info("module files as %s read them this boot (%s): %s", verdict.written_by, where, names)
     return dict(verdict.module_files), f"{verdict.written_by} verdict {where}"
-
-
-def make_verdict(paths: HostPaths, state: HostState, findings: list[Finding], digest: str | None) -> Verdict:
-    """The verdict of a host inspection made with the host root (driver-manager's view)."""
-    binding = current_binding(paths, digest, state.userspace.version, state.kernel_release)
-    checks = tuple(f"{f.code}: {f.message}" for f in findings if f.code in FILE_FINDINGS)
-    return Verdict(binding, dict(state.module_files), checks)

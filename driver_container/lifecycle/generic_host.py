@@ -11,6 +11,7 @@ from driver_container.errors import (
 )
 from driver_container.lifecycle.modwait import missing_modules, wait_for_modules
 from driver_container.lifecycle.verify import detect, verify
+from driver_container.modprobe import generic
 from driver_container.paths import HostPaths
 from driver_container.runtime import statusfiles
 from driver_container.runtime.runner import Runner
@@ -29,7 +30,6 @@ def prepare_generic(
 ) -> tuple[str, ...]:
     """Generic hosts (issue 8): keep loaded modules when the digest matches, else reload them.
     Returns the modules to wait for: nvidia_peermem only where a Mellanox device makes it load."""
-    from driver_container.modprobe import generic
 
     if "nvidia_peermem" in names and not generic.mellanox_present(paths):
         names = tuple(n for n in names if n != "nvidia_peermem")
@@ -45,7 +45,6 @@ def prepare_generic(
 
 
 def unload_generic(paths: HostPaths, settings: Settings, runner: Runner) -> None:
-    from driver_container.modprobe import generic
 
     try:
         generic.unload_modules(paths, settings, runner)
@@ -57,7 +56,6 @@ def run_load(paths: HostPaths, settings: Settings, runner: Runner) -> HostState:
     """``load``: on Talos wait for machined's modules and verify; on generic hosts load them first."""
     info, runner = detect(paths, settings, runner)
     if info.name != "talos":
-        from driver_container.modprobe import generic
 
         generic.load_modules(paths, settings, runner)
     shutdown = Shutdown().install()
@@ -79,7 +77,6 @@ def run_unload(paths: HostPaths, settings: Settings, runner: Runner) -> str:
             "CAP_SYS_MODULE): nothing to unload. Remove them from the machine config (machine.kernel.modules, or the "
             "KernelModuleConfig documents from Talos 1.14) and reboot instead."
         )
-    from driver_container.modprobe import generic
 
     generic.unload_modules(paths, settings, runner)
     return "NVIDIA modules unloaded"

@@ -23,8 +23,12 @@ from driver_container.errors import (
 from driver_container.lifecycle.generic_host import prepare_generic, unload_generic
 from driver_container.lifecycle.modwait import POLL_S, PROGRESS_S, required_modules, wait_for_modules
 from driver_container.lifecycle.verify import detect, loaded_version, verify
-from driver_container.node import persistenced
+from driver_container.manager.nodereport import READY, NodeVerdict, report
+from driver_container.node import devices, fabricmanager, firmware, persistenced
+from driver_container.node.fabric import inspect_fabric
 from driver_container.paths import HostPaths
+from driver_container.publish import publish_driver_root
+from driver_container.publish.journal import recover
 from driver_container.runtime import statusfiles
 from driver_container.runtime.lock import PidLock
 from driver_container.runtime.runner import Runner
@@ -148,7 +152,6 @@ def _publish(paths: HostPaths, settings: Settings, runner: Runner, shutdown: Shu
 def _undo_interrupted_publish(paths: HostPaths) -> None:
     """The publishing child was killed by a signal: roll its commit back now (renames only), so the
     previous root is intact even if no container starts again here."""
-    from driver_container.publish.journal import recover
 
     try:
         recover(paths.driver_root)
@@ -157,7 +160,6 @@ def _undo_interrupted_publish(paths: HostPaths) -> None:
 
 
 def _verify_and_publish(paths: HostPaths, settings: Settings, runner: Runner) -> str:
-    from driver_container.publish import publish_driver_root
 
     state = verify(paths, settings)
     version = loaded_version(state)
@@ -168,7 +170,6 @@ def _verify_and_publish(paths: HostPaths, settings: Settings, runner: Runner) ->
 
 def _report_published(state: HostState, version: str) -> None:
     """Annotate the Node from this (already heavy) child; a no-op outside a cluster, never fatal."""
-    from driver_container.manager.nodereport import READY, NodeVerdict, report
 
     flavour = state.nvidia_version.flavour if state.nvidia_version else None
     report(NodeVerdict(READY, version, flavour, state.module_files_source))
@@ -176,7 +177,6 @@ def _report_published(state: HostState, version: str) -> None:
 
 def _node_steps(paths: HostPaths) -> None:
     """Firmware path first: GSP firmware is loaded when a GPU is first opened (persistenced opens them)."""
-    from driver_container.node import devices, firmware
 
     firmware.set_firmware_search_path(paths)
     try:
@@ -185,10 +185,10 @@ def _node_steps(paths: HostPaths) -> None:
         # Best effort like the firmware path: without nodes the validator falls back to the host's /dev.
         log.warning("device nodes not created: %s", exc.message)
         return
-    report = devices.create_device_nodes(paths.driver_root, nodes)
+    made = devices.create_device_nodes(paths.driver_root, nodes)
     log.info(
         "device nodes in %s: %d created, %d unchanged, %d not permitted",
-        paths.driver_root / "dev", len(report.created), len(report.unchanged), len(report.not_permitted),
+        paths.driver_root / "dev", len(made.created), len(made.unchanged), len(made.not_permitted),
     )
 
 
@@ -225,19 +225,16 @@ def _start_fabric(
     paths: HostPaths, settings: Settings, runner: Runner, opts: InitOptions, shutdown: Shutdown
 ) -> FabricDaemons | None:
     """NVSwitch/NVLink5 nodes only (docs/fabric.md): after persistenced, before Ready."""
-    from driver_container.node.fabric import inspect_fabric
 
     info = inspect_fabric(paths)  # one stat on ordinary nodes
     if info is None:
         return None
-    from driver_container.node import fabricmanager
 
     return fabricmanager.start(paths, settings, runner, info, shutdown, poll_s=opts.fabric_poll_s,
                                progress_s=opts.progress_s)
 
 
 def _stop_fabric(fabric: FabricDaemons) -> None:
-    from driver_container.node import fabricmanager
 
     fabricmanager.stop_all(fabric)
 

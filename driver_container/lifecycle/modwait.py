@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 from driver_container.errors import (
     ModuleWaitTimeout,
 )
+from driver_container.formats.talos_config import module_config_snippet, snippet_heading
+from driver_container.inspect.hoststate import read_loaded_modules
 from driver_container.paths import HostPaths
 from driver_container.runtime.supervise import Shutdown
 from driver_container.settings import Settings
@@ -41,13 +43,11 @@ def required_modules(settings: Settings, *, talos: bool = False) -> tuple[str, .
 
 def machine_config_snippet(names: tuple[str, ...], talos_version: str | None = None) -> str:
     """The machine-config text for ``names`` (no parameters) in the form ``talos_version`` supports."""
-    from driver_container.formats.talos_config import module_config_snippet
 
     return module_config_snippet([(n, ()) for n in names], talos_version)
 
 
 def missing_modules(paths: HostPaths, names: tuple[str, ...]) -> list[str]:
-    from driver_container.inspect.hoststate import read_loaded_modules
 
     problems: list[str] = []
     loaded = read_loaded_modules(paths, problems)
@@ -98,7 +98,6 @@ def _timeout_error(
         f"(read {paths.procfs_root / 'modules'} and {paths.sysfs_root / 'module'})"
     )
     if talos:
-        from driver_container.formats.talos_config import snippet_heading
 
         fix = (
             "Talos loads them only from the machine config (then reboot or apply); "

@@ -18,9 +18,11 @@ exits would be restarted in a loop).
 from __future__ import annotations
 
 import logging
+import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from driver_container.errors import HostReadError
+from driver_container.errors import HostReadError, ModuleWaitTimeout
 from driver_container.formats.kernel.modules import parse_proc_modules
 from driver_container.inspect.platform import detect_platform
 from driver_container.paths import HostPaths
@@ -70,6 +72,8 @@ def run_reload(paths: HostPaths, settings: Settings, runner: Runner) -> None:
     On Talos nothing loads nvidia_peermem (see the module doc): warn and idle. On generic hosts it is
     loaded here through the runner when missing, as NVIDIA's script does.
     """
+    # Lazy, hot path: this module is the liveness probe's (every 30 s, bench/probe.py); only ``reload``
+    # needs the module wait, the supervisor and modprobe.
     from driver_container.lifecycle import modwait, verify
     from driver_container.runtime.supervise import Shutdown
 
@@ -101,16 +105,13 @@ def run_reload(paths: HostPaths, settings: Settings, runner: Runner) -> None:
 
 
 def _only_peermem(settings: Settings) -> Settings:
-    from dataclasses import replace
 
     # required_modules() always includes nvidia and nvidia_uvm; they are loaded before peermem anyway.
     return replace(settings, gpu_direct_rdma=True, nvidia_modeset=False)
 
 
 def _wait_ready_file(paths: HostPaths, settings: Settings, shutdown: Shutdown) -> bool:
-    import time
 
-    from driver_container.errors import ModuleWaitTimeout
 
     target = paths.validations_dir / CTR_READY
     deadline = time.monotonic() + settings.module_wait_timeout

@@ -5,9 +5,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from driver_container import findings
 from driver_container.errors import (
     VerificationError,
 )
+from driver_container.findings import PUBLISH_OUTCOMES, REMEDIED_BY_INIT, check
+from driver_container.inspect.hoststate import inspect_host
+from driver_container.inspect.platform import detect_platform
 from driver_container.paths import HostPaths
 from driver_container.runtime.runner import MODULE_TOOLS, Runner
 from driver_container.settings import Settings
@@ -21,8 +25,6 @@ log = logging.getLogger(__name__)
 
 def verify(paths: HostPaths, settings: Settings) -> HostState:
     """Host-inspection findings; any error stops here, before DRIVER_ROOT is touched."""
-    from driver_container.findings import PUBLISH_OUTCOMES, REMEDIED_BY_INIT, check
-    from driver_container.inspect.hoststate import inspect_host
 
     state = inspect_host(paths, settings)
     found = check(state)
@@ -42,7 +44,6 @@ def verify(paths: HostPaths, settings: Settings) -> HostState:
 
 
 def loaded_version(state: HostState) -> str:
-    from driver_container import findings
 
     version = findings.loaded_version(state)
     if version is None:
@@ -56,7 +57,6 @@ def loaded_version(state: HostState) -> str:
 
 def detect(paths: HostPaths, settings: Settings, runner: Runner) -> tuple[PlatformInfo, Runner]:
     """The platform, and the runner to use on it (module tools forbidden on Talos)."""
-    from driver_container.inspect.platform import detect_platform
 
     info = detect_platform(paths, settings.driver_platform)
     log.info("platform: %s%s (%s)", info.name, f" {info.talos_version}" if info.talos_version else "", info.evidence)

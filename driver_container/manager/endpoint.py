@@ -88,7 +88,8 @@ def _materialise(data: str | None, name: str, workdir: Path, what: str) -> str:
 
 def kubeconfig_endpoint(path_list: str, workdir: Path, context: str | None = None) -> Endpoint:
     """The endpoint of KUBECONFIG's context; the first existing file of a ``:``-list is used."""
-    # Lazy: the in-cluster path (init's node report, every driver-manager pod) never parses a kubeconfig.
+    # Lazy, hot path: the in-cluster path (init's node report, every driver-manager pod) never parses a
+    # kubeconfig, nor imports its reader.
     from driver_container.manager.kubeconfig import load_kubeconfig_file, select_context
 
     candidates = [Path(p) for p in path_list.split(os.pathsep) if p]

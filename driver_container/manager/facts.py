@@ -13,6 +13,9 @@ from driver_container.errors import (
 )
 from driver_container.formats.kernel.mountinfo import mounts_at_or_below, parse_mountinfo, top_mount_at
 from driver_container.formats.numbers import parse_uint
+from driver_container.inspect.hoststate import read_loaded_modules
+from driver_container.inspect.platform import detect_platform
+from driver_container.inspect.userspace import find_userspace
 from driver_container.node.rootmount import is_ours
 from driver_container.paths import HostPaths, Root
 from driver_container.settings import Settings
@@ -78,9 +81,6 @@ def _pid_file_stale(paths: HostPaths) -> bool:
 
 
 def gather_facts(paths: HostPaths, settings: Settings) -> NodeFacts:
-    from driver_container.inspect.hoststate import read_loaded_modules
-    from driver_container.inspect.platform import detect_platform
-    from driver_container.inspect.userspace import find_userspace
 
     platform = detect_platform(paths, settings.driver_platform)
     nvidia = read_loaded_modules(paths).get("nvidia")

@@ -29,7 +29,7 @@ from driver_container.manager.endpoint import (
 )
 
 if TYPE_CHECKING:
-    import requests
+    import requests  # lazy, hot path: as in KubeClient.__init__
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ class KubeClient:
         clock: Callable[[], float] = time.monotonic,
         workdir: Path | None = None,
     ) -> None:
-        import requests
+        import requests  # lazy, hot path: init imports this module (node report); requests only when it reports
 
         self.endpoint = endpoint
         self.config = config or KubeConfig()
@@ -181,7 +181,7 @@ class KubeClient:
     def _request(
         self, method: str, path: str, *, params: Mapping[str, str] | None, body: object, content_type: str
     ) -> requests.Response:
-        import requests
+        import requests  # lazy, hot path: init imports this module (node report); requests only when it reports
 
         cfg = self.config
         delay = cfg.backoff
@@ -221,7 +221,7 @@ class KubeClient:
 
 
 def _describe(exc: Exception) -> str:
-    import requests
+    import requests  # lazy, hot path: as in KubeClient.__init__
 
     if isinstance(exc, requests.Timeout):
         return "timed out"

@@ -25,7 +25,7 @@ from driver_container.errors import (
 )
 from driver_container.findings import check
 from driver_container.inspect import verdict
-from driver_container.inspect.hoststate import inspect_host
+from driver_container.inspect.hoststate import HostState, inspect_host
 from driver_container.manager.facts import (
     NodeFacts,
     check_versions,
@@ -86,6 +86,14 @@ class NodeApi(Protocol):
 # -- the command ----------------------------------------------------------------------------------
 
 
+def _make_verdict(paths: HostPaths, state: HostState, checks: tuple[str, ...], digest: str | None) -> verdict.Verdict:
+    """The verdict of a host inspection made with the host root (driver-manager's view); ``checks``: the
+    "CODE: message" of its FILE_FINDINGS."""
+    binding = verdict.current_binding(paths, digest, state.userspace.version, state.kernel_release)
+    return verdict.Verdict(binding, dict(state.module_files), checks)
+
+
+
 def hand_verdict_to_init(paths: HostPaths, settings: Settings, digest: str | None) -> str:
     """Read the module files through /host (only this init container has it) and leave the facts for
     ``init`` in RUN_DIR (verdict.py). Never fatal: without a verdict ``init`` only verifies less."""
@@ -99,7 +107,8 @@ def hand_verdict_to_init(paths: HostPaths, settings: Settings, digest: str | Non
         verdict.remove_verdict(paths)
         return f"no NVIDIA module files under {paths.host_root}: no module-file verdict for init"
     found = check(state)
-    made = verdict.make_verdict(paths, state, found, digest)
+    checks = tuple(f"{f.code}: {f.message}" for f in found if f.code in verdict.FILE_FINDINGS)
+    made = _make_verdict(paths, state, checks, digest)
     for line in made.findings:
         log.warning("module files: %s", line)
     try:

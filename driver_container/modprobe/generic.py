@@ -27,6 +27,7 @@ from driver_container.formats.kernel.modules import parse_proc_modules
 from driver_container.formats.modconf import conf_file_name, nvidia_parameters, parse_module_conf
 from driver_container.inspect.hoststate import LoadedModule, read_loaded_modules
 from driver_container.inspect.platform import detect_platform, read_kernel_release
+from driver_container.node.firmware import set_firmware_search_path
 from driver_container.paths import HostPaths, Root
 from driver_container.runtime.runner import MODULE_TOOLS, Runner
 from driver_container.settings import Settings
@@ -145,8 +146,6 @@ def _peermem_decision(paths: HostPaths, settings: Settings) -> tuple[bool, str]:
 
 def _set_firmware_path(paths: HostPaths) -> str:
     # Open modules boot GSP from firmware on first GPU open: the path must be set before modprobe.
-    from driver_container.node.firmware import set_firmware_search_path
-
     return set_firmware_search_path(paths).result.value
 
 

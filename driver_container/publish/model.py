@@ -7,8 +7,6 @@ from pathlib import Path, PurePosixPath
 
 from driver_container.formats.elfdeps import ElfDeps
 
-TRIPLETS = {"EM_X86_64": "x86_64-linux-gnu", "EM_AARCH64": "aarch64-linux-gnu"}
-
 
 @dataclass(frozen=True)
 class SourceFile:

@@ -14,7 +14,6 @@ import contextlib
 import json
 import logging
 import os
-from dataclasses import dataclass
 
 from driver_container.errors import DriverContainerError, HostReadError
 from driver_container.paths import HostPaths
@@ -84,23 +83,3 @@ def read_publish_failure(paths: HostPaths) -> tuple[str, str] | None:
         return (str(body["version"]), str(body["error"]))
     except (ValueError, TypeError, KeyError):
         return ("unknown", "damaged record")
-
-
-@dataclass(frozen=True)
-class PublishStatus:
-    """What ``status`` says about DRIVER_ROOT: the published version (from its manifest, read bounded and
-    without following links), the last failed publish, and whether one was interrupted (journal left)."""
-
-    version: str | None
-    failure: tuple[str, str] | None
-    interrupted: bool
-
-
-def read_publish_status(paths: HostPaths) -> PublishStatus:
-    from driver_container.publish.journal import interrupted
-    from driver_container.publish.manifest import read_manifest
-
-    _text, manifest = read_manifest(paths.driver_root)
-    return PublishStatus(
-        manifest.version if manifest else None, read_publish_failure(paths), interrupted(paths.driver_root)
-    )

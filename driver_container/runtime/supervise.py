@@ -193,6 +193,8 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def _die_with_parent(parent: int) -> None:
+    # Lazy, hot path: only the forked publish child needs ctypes (prctl); the probe and `status`
+    # import this module's callers without it.
     import ctypes
 
     pr_set_pdeathsig = 1  # linux/prctl.h

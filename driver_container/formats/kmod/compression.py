@@ -111,7 +111,7 @@ def check_zstd_frames(data: Buffer, label: str) -> int:
 
 
 def _zstd(data: Buffer, label: str, max_size: int) -> bytes:
-    import zstandard
+    import zstandard  # lazy, hot path: only .ko.zst needs it; `status` without module files never loads it
 
     frames = check_zstd_frames(data, label)
     # The view is released before returning: a map with a live export cannot be closed.

@@ -1,4 +1,4 @@
-"""modparams: the /drivers/<module>.conf parser and NVIDIA's R580+ parameter rule (pure)."""
+"""formats.modconf: the /drivers/<module>.conf parser and NVIDIA's R580+ parameter rule (pure)."""
 
 from __future__ import annotations
 
