@@ -10,25 +10,50 @@ Pure functions only: text and values in, values out.
 
 from __future__ import annotations
 
+import re
+import shlex
 from collections.abc import Sequence
 
-from driver_container.errors import UsageError
-from driver_container.formats.kernel.modules import parse_parameter_conf
+from driver_container.errors import HostReadError, UsageError
 from driver_container.formats.numbers import parse_uint
 
+_PARAM = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 COHERENT_MEMORY_PARAM = "NVreg_CoherentGPUMemoryMode"
 COHERENT_MEMORY_VALUE = "driver"
 COHERENT_MEMORY_FIRST_MAJOR = 580  # NVIDIA adds the parameter from R580 on
 
 
+def conf_module_name(file_stem: str) -> str:
+    """``nvidia-uvm`` (the operator's ConfigMap key) -> ``nvidia_uvm`` (the kernel's name)."""
+    return file_stem.replace("-", "_")
+
+
 def parse_module_conf(text: str, *, source: str = "<conf>") -> list[tuple[str, str]]:
-    """Ordered ``(NAME, VALUE)`` pairs of a ``<module>.conf`` text, duplicates kept (the kernel applies
-    the last one). One implementation for the whole project: the inspection code
-    (``kernel.modules.parse_parameter_conf``) reads the same files and must agree on every byte.
+    """Ordered ``NAME=VALUE`` pairs of a ``/drivers/<module>.conf`` file, duplicates kept (the kernel
+    applies the last one): one or more per line, shell quoting allowed as NVIDIA's scripts pass the line to
+    modprobe through the shell; ``#`` starts a comment. The one parser of these files: `status`/`init`'s
+    inspection and generic hosts' modprobe read them through it.
 
     Raises HostReadError naming ``source`` and the line when a word is not ``NAME=VALUE``.
     """
-    return parse_parameter_conf(text, source=source)
+    pairs: list[tuple[str, str]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        try:
+            words = shlex.split(line, comments=True)
+        except ValueError as exc:
+            raise HostReadError(
+                f"{source}:{number}: cannot parse {line.strip()[:80]!r}: {exc}",
+                fix="write NAME=VALUE pairs, quote values that contain spaces",
+            ) from exc
+        for word in words:
+            name, sep, value = word.partition("=")
+            if not sep or not _PARAM.fullmatch(name):
+                raise HostReadError(
+                    f"{source}:{number}: {word[:80]!r} is not NAME=VALUE",
+                    fix="write module parameters as NAME=VALUE, e.g. NVreg_EnableGpuFirmware=1",
+                )
+            pairs.append((name, value))
+    return pairs
 
 
 def conf_file_name(module: str) -> str:

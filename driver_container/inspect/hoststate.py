@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING
 from driver_container.errors import HostReadError
 from driver_container.formats.kernel.modules import (
     ProcModule,
-    conf_module_name,
-    parse_parameter_conf,
     parse_proc_modules,
 )
 from driver_container.formats.kernel.mountinfo import Mount, mount_containing
@@ -29,6 +27,7 @@ from driver_container.formats.kernel.nvidia_proc import (
     read_gpus,
 )
 from driver_container.formats.kernel.sysfs import SysfsModule, read_sysfs_module
+from driver_container.formats.modconf import conf_module_name, parse_module_conf
 from driver_container.formats.userspace_layout import FIRMWARE_DIRS as USERSPACE_FIRMWARE_DIRS
 from driver_container.inspect.modfiles import read_module_files
 from driver_container.inspect.platform import PlatformInfo, detect_platform
@@ -169,7 +168,7 @@ def read_requested_params(paths: HostPaths) -> tuple[dict[str, tuple[tuple[str, 
             continue
         try:
             text = conf.read_text_or_none(file_name, limit=65536) or ""
-            result[module] = tuple(parse_parameter_conf(text, source=str(paths.drivers_conf_dir / file_name)))
+            result[module] = tuple(parse_module_conf(text, source=str(paths.drivers_conf_dir / file_name)))
         except HostReadError as exc:
             errors.append(exc.message)
     return result, errors

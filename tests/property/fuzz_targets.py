@@ -16,7 +16,7 @@ from driver_container.findings import values_equal
 from driver_container.formats.elfarch import elf_machine
 from driver_container.formats.elfdeps import read_elf_deps
 from driver_container.formats.kernel.devices import parse_mig_minors, parse_proc_devices
-from driver_container.formats.kernel.modules import parse_parameter_conf, parse_proc_modules
+from driver_container.formats.kernel.modules import parse_proc_modules
 from driver_container.formats.kernel.mountinfo import parse_mount_points
 from driver_container.formats.kernel.nvidia_proc import (
     gpu_from_information,
@@ -111,7 +111,6 @@ TARGETS: dict[str, Target] = {
     "proc_devices": Target(_text(parse_proc_devices), inline=(PROC_DEVICES.encode(),)),
     "mig_minors": Target(_text(parse_mig_minors), inline=(MIG_MINORS.encode(),)),
     "module_conf": Target(_text(parse_module_conf), (HOST / "drivers/nvidia.conf",)),
-    "parameter_conf": Target(_text(parse_parameter_conf), (HOST / "drivers/nvidia.conf",)),
     "manifest": Target(_text(parse_manifest), (SAMPLES / "manifest.json",)),
     "mountinfo": Target(_text(parse_mount_points), inline=(MOUNTINFO.encode(),)),
     "ld_cache": Target(parse_ld_cache, (USERSPACE / "etc/ld.so.cache",)),

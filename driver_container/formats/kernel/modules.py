@@ -9,15 +9,12 @@ on a kernel built without ``CONFIG_MODULE_UNLOAD``.
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass
 
-from driver_container.errors import HostReadError
 from driver_container.formats.numbers import parse_int, parse_uint
 
 _NAME = re.compile(r"[A-Za-z0-9_]+")
 _STATES = ("Live", "Loading", "Unloading")
-_PARAM = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 
 
 @dataclass(frozen=True)
@@ -69,34 +66,3 @@ def parse_proc_modules(text: str, *, rejects: list[str] | None = None) -> list[P
             continue
         modules.append(module)
     return modules
-
-
-def conf_module_name(file_stem: str) -> str:
-    """``nvidia-uvm`` (the operator's ConfigMap key) -> ``nvidia_uvm`` (the kernel's name)."""
-    return file_stem.replace("-", "_")
-
-
-def parse_parameter_conf(text: str, *, source: str = "<conf>") -> list[tuple[str, str]]:
-    """``NAME=VALUE`` pairs of a ``/drivers/<module>.conf`` file (one or more per line, shell quoting
-    allowed as NVIDIA's scripts pass the line to modprobe through the shell; ``#`` starts a comment).
-
-    Raises HostReadError naming the line when a word is not ``NAME=VALUE``.
-    """
-    pairs: list[tuple[str, str]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        try:
-            words = shlex.split(line, comments=True)
-        except ValueError as exc:
-            raise HostReadError(
-                f"{source}:{number}: cannot parse {line.strip()[:80]!r}: {exc}",
-                fix="write NAME=VALUE pairs, quote values that contain spaces",
-            ) from exc
-        for word in words:
-            name, sep, value = word.partition("=")
-            if not sep or not _PARAM.fullmatch(name):
-                raise HostReadError(
-                    f"{source}:{number}: {word[:80]!r} is not NAME=VALUE",
-                    fix="write module parameters as NAME=VALUE, e.g. NVreg_EnableGpuFirmware=1",
-                )
-            pairs.append((name, value))
-    return pairs
