@@ -18,6 +18,7 @@ import typer
 from driver_container import __version__
 from driver_container.cli.app import app, host_paths
 from driver_container.errors import DriverContainerError
+from driver_container.inspect.platform import read_kernel_release
 
 MODULE_SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
 
@@ -36,8 +37,7 @@ def _is_path(arg: str) -> bool:
 
 def _running_kernel(ctx: typer.Context) -> str:
     # Inside the pod uname() is the host's kernel too; the proc root is read first so a fixture can set it.
-    text = host_paths(ctx).proc.read_text_or_none("sys/kernel/osrelease")
-    return text.strip() if text else os.uname().release
+    return read_kernel_release(host_paths(ctx)) or os.uname().release
 
 
 def _resolve(ctx: typer.Context, arg: str, kver: str | None, basedir: Path | None) -> str | Path:

@@ -11,6 +11,7 @@ from driver_container.findings.model import (
     values_equal,
 )
 from driver_container.node.rootmount import MOUNT_SOURCE, blocking_options
+from driver_container.publish.manifest import MANIFEST_PATH
 
 if TYPE_CHECKING:
     from driver_container.inspect.hoststate import HostState
@@ -118,7 +119,7 @@ def environment(state: HostState) -> list[Finding]:
             Finding(
                 "info",
                 "DRIVER_ROOT_NOT_PUBLISHED",
-                f"{state.driver_root} holds no published driver (no .driver-container/manifest.json)",
+                f"{state.driver_root} holds no published driver (no {MANIFEST_PATH})",
                 "run `nvidia-driver init`",
             )
         )

@@ -47,7 +47,6 @@ log = logging.getLogger(__name__)
 
 NVIDIA_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem")
 NVREG = "NVreg_"  # /proc/driver/nvidia/params drops this prefix of the modinfo parameter names
-MANIFEST = ".driver-container/manifest.json"  # written by the publish step into DRIVER_ROOT
 # Firmware directories the kernel searches after its custom path (drivers/base/firmware_loader/main.c
 # fw_path[]); the toolkit searches the same list under the driver root.
 FIRMWARE_DIRS = ("/lib/firmware/updates/{kver}", "/lib/firmware/updates", "/lib/firmware/{kver}", "/lib/firmware")
