@@ -29,6 +29,7 @@ from driver_container.findings.modules import (
     loaded_version,
     module_presence,
     versions,
+    versions_mismatch,
 )
 
 if TYPE_CHECKING:
@@ -45,6 +46,7 @@ __all__ = [
     "loaded_version",
     "talos_module_snippet",
     "values_equal",
+    "versions_mismatch",
 ]
 
 

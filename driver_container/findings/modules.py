@@ -108,6 +108,12 @@ def loaded_version(state: HostState) -> str | None:
     return state.modules["nvidia"].version
 
 
+def versions_mismatch(loaded: str | None, userspace: str | None) -> bool:
+    """The one version rule (``status``, ``init`` and driver-manager): a loaded module and an image
+    userspace, both known, must be identical (see the package doc for why)."""
+    return bool(loaded and userspace and loaded != userspace)
+
+
 def versions(state: HostState) -> list[Finding]:
     out: list[Finding] = []
     us, loaded, wanted = state.userspace, loaded_version(state), state.settings.driver_version
@@ -149,7 +155,7 @@ def versions(state: HostState) -> list[Finding]:
                 "check that PROCFS_ROOT/SYSFS_ROOT are the host's",
             )
         )
-    if loaded and us.version and loaded != us.version:
+    if versions_mismatch(loaded, us.version):
         out.append(
             Finding(
                 "error",

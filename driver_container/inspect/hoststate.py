@@ -34,6 +34,7 @@ from driver_container.inspect.platform import PlatformInfo, detect_platform
 from driver_container.inspect.userspace import Userspace, find_userspace
 from driver_container.inspect.verdict import adopt_verdict
 from driver_container.node.fabric import inspect_fabric
+from driver_container.node.firmware import PARAM as FIRMWARE_PATH_PARAM
 from driver_container.node.rootmount import read_mounts
 from driver_container.paths import HostPaths, Root
 from driver_container.publish.status import read_publish_status
@@ -180,7 +181,7 @@ def _firmware_roots(paths: HostPaths, kver: str | None, problems: list[str]) -> 
     driver = Root(paths.driver_root)
     places: list[tuple[Root, str]] = []
     try:
-        custom = (paths.sys.read_text_or_none("module/firmware_class/parameters/path", limit=4096) or "").strip()
+        custom = (paths.sys.read_text_or_none(str(FIRMWARE_PATH_PARAM), limit=4096) or "").strip()
     except HostReadError as exc:
         problems.append(exc.message)
         custom = ""

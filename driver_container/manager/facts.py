@@ -11,6 +11,7 @@ from driver_container.errors import (
     HostReadError,
     VerificationError,
 )
+from driver_container.findings import versions_mismatch
 from driver_container.formats.kernel.mountinfo import mounts_at_or_below, parse_mountinfo, top_mount_at
 from driver_container.formats.numbers import parse_uint
 from driver_container.inspect.hoststate import read_loaded_modules
@@ -102,7 +103,7 @@ def gather_facts(paths: HostPaths, settings: Settings) -> NodeFacts:
 
 
 def check_versions(facts: NodeFacts) -> None:
-    if not facts.nvidia_version or not facts.image_version or facts.nvidia_version == facts.image_version:
+    if not versions_mismatch(facts.nvidia_version, facts.image_version):
         return
     talos = facts.talos_version or "<Talos version>"
     raise VerificationError(

@@ -23,7 +23,10 @@ OWNERS = {
     "manifest.json": {"publish/manifest.py"},
 }
 # Whole literals only (a message may name the file): the kernel release is read in one place.
-EXACT_OWNERS = {"sys/kernel/osrelease": {"inspect/platform.py"}}
+EXACT_OWNERS = {
+    "sys/kernel/osrelease": {"inspect/platform.py"},
+    "module/firmware_class/parameters/path": {"node/firmware.py"},
+}
 CACHE_FLAGS_64 = {0x0303, 0x0A03}  # glibc dl-cache.h FLAG_X8664_LIB64, FLAG_AARCH64_LIB64 (with FLAG_ELF_LIBC6)
 
 
