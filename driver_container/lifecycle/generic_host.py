@@ -11,7 +11,7 @@ from driver_container.errors import (
 )
 from driver_container.lifecycle.modwait import missing_modules, wait_for_modules
 from driver_container.lifecycle.verify import detect, verify
-from driver_container.modprobe import generic
+from driver_container.modprobe import generic, unload
 from driver_container.paths import HostPaths
 from driver_container.runtime import statusfiles
 from driver_container.runtime.runner import Runner
@@ -39,7 +39,7 @@ def prepare_generic(
     if digest and statusfiles.read_state(paths) == digest and not missing_modules(paths, names):
         log.info("modules loaded and %s matches DRIVER_CONFIG_DIGEST: userspace-only publish", paths.state_file)
         return names
-    generic.unload_modules(paths, settings, runner)
+    unload.unload_modules(paths, settings, runner)
     generic.load_modules(paths, settings, runner)
     return names
 
@@ -47,7 +47,7 @@ def prepare_generic(
 def unload_generic(paths: HostPaths, settings: Settings, runner: Runner) -> None:
 
     try:
-        generic.unload_modules(paths, settings, runner)
+        unload.unload_modules(paths, settings, runner)
     except DriverContainerError as exc:
         log.warning("modules left loaded: %s", exc.message)
 
@@ -78,5 +78,5 @@ def run_unload(paths: HostPaths, settings: Settings, runner: Runner) -> str:
             "KernelModuleConfig documents from Talos 1.14) and reboot instead."
         )
 
-    generic.unload_modules(paths, settings, runner)
+    unload.unload_modules(paths, settings, runner)
     return "NVIDIA modules unloaded"

@@ -9,7 +9,8 @@ from fakes import FakeHost
 
 from driver_container.errors import DriverInUseError, ForbiddenCommandError
 from driver_container.inspect.hoststate import LoadedModule, read_loaded_modules
-from driver_container.modprobe.generic import load_modules, unload_is_safe, unload_modules
+from driver_container.modprobe.generic import load_modules
+from driver_container.modprobe.unload import unload_is_safe, unload_modules
 from driver_container.runtime.runner import MODULE_TOOLS
 from driver_container.settings import Settings
 
