@@ -9,11 +9,16 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import io
 import tokenize
 from pathlib import Path
 
+import typer.main
+
 import driver_container
+from driver_container.cli.app import app
+from driver_container.paths import HOST_ROOTS, HostPaths
 
 PACKAGE = Path(driver_container.__file__).parent
 OWNERS = {
@@ -113,3 +118,12 @@ def test_modules_stay_small() -> None:
     """~300 lines a module (the developers' guide)."""
     long = [f"{name} ({len(source.splitlines())})" for name, source in _modules() if len(source.splitlines()) > 300]
     assert not long, f"modules over ~300 lines: {long}"
+
+
+def test_host_roots_are_declared_once() -> None:
+    """paths.HOST_ROOTS names every HostPaths root, and the global CLI options are exactly its rows."""
+    fields = {f.name for f in dataclasses.fields(HostPaths) if not f.name.startswith("_")}
+    assert {r.field for r in HOST_ROOTS} == fields
+    command = typer.main.get_command(app)
+    envvars = {p.envvar for p in command.params if p.envvar} - {"LOG_FORMAT", "VERBOSE"}
+    assert envvars == {r.env for r in HOST_ROOTS}
