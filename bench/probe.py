@@ -3,7 +3,7 @@ against a bare interpreter start (`python -c pass`), measured in the same run. T
 
 The baseline is the cheapest possible Python process: the probe's console script never imports typer
 (cli._probe_fast_path), so comparing with `import typer` would pass by construction. Also measures the
-probe called directly (`driver_container.node.peermem.probe`), i.e. the cost of the script wrapper.
+probe called directly (`driver_container.lifecycle.peermem.probe`), i.e. the cost of the script wrapper.
 
 Usage: python bench/probe.py [--runs N] [--json]
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PROC = REPO / "tests/unit/node/fixtures/peermem-loaded/proc"
 FAST = (
-    "import sys\nfrom driver_container.node.peermem import probe\nfrom driver_container.paths import HostPaths\n"
+    "import sys\nfrom driver_container.lifecycle.peermem import probe\nfrom driver_container.paths import HostPaths\n"
     "sys.exit(0 if probe(HostPaths.from_env())[0] else 1)"
 )
 

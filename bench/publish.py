@@ -25,7 +25,7 @@ from pathlib import Path
 from driver_container.paths import HostPaths
 from driver_container.publish.plan import plan_publish
 from driver_container.publish.scan import describe_userspace
-from driver_container.runner import Runner
+from driver_container.runtime.runner import Runner
 
 REPO = Path(__file__).resolve().parent.parent
 CHILD = """
@@ -33,7 +33,7 @@ import json, resource, sys, time
 from pathlib import Path
 from driver_container.paths import HostPaths
 from driver_container.publish import publish_driver_root
-from driver_container.runner import Runner
+from driver_container.runtime.runner import Runner
 t, c = time.perf_counter(), time.process_time()
 r = publish_driver_root(HostPaths(userspace_root=Path(sys.argv[1]), driver_root_override=Path(sys.argv[2]),
                         procfs_root=Path("/nonexistent")), sys.argv[3], Runner())

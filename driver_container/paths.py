@@ -165,20 +165,36 @@ class Root:
                 yield self.inner_path(Path(dirpath) / name)
 
 
-# Environment variable -> field, as documented in docs/configuration.md.
-ENV_NAMES: dict[str, str] = {
-    "HOST_ROOT": "host_root",
-    "PROCFS_ROOT": "procfs_root",
-    "SYSFS_ROOT": "sysfs_root",
-    "RUN_DIR": "run_dir",
-    "DRIVER_ROOT": "driver_root",
-    "HOST_DRIVER_ROOT": "host_driver_root",
-    "USERSPACE_ROOT": "userspace_root",
-    "HOST_OS_RELEASE": "host_os_release",
-    "DRIVERS_CONF_DIR": "drivers_conf_dir",
-    "FABRICMANAGER_RUN_DIR": "fabric_run_dir",
-    "FABRICMANAGER_LOG_DIR": "fabric_log_dir",
-}
+@dataclass(frozen=True)
+class HostRootOption:
+    """One host root: its environment variable (the CLI option is ``--<env lowercased, dashed>``), the
+    ``HostPaths`` field it sets and the option's help. Adding a root: a field and a row here."""
+
+    env: str
+    field: str
+    help: str
+
+
+# The one table of host roots (docs/configuration.md): drives HostPaths.from_mapping, the environment
+# names and the global CLI options (cli/app.py).
+HOST_ROOTS: tuple[HostRootOption, ...] = (
+    HostRootOption("HOST_ROOT", "host_root", "host / (default /host)"),
+    HostRootOption("PROCFS_ROOT", "procfs_root", "(default /proc)"),
+    HostRootOption("SYSFS_ROOT", "sysfs_root", "(default /sys)"),
+    HostRootOption("RUN_DIR", "run_dir", "(default /run/nvidia)"),
+    HostRootOption("DRIVER_ROOT", "driver_root_override", "published root (default RUN_DIR/driver)"),
+    HostRootOption("HOST_DRIVER_ROOT", "host_driver_root_override", "DRIVER_ROOT as the host sees it"),
+    HostRootOption("USERSPACE_ROOT", "userspace_root", "image root holding the NVIDIA userspace (/)"),
+    HostRootOption(
+        "HOST_OS_RELEASE", "host_os_release_override", "(default /host-etc/os-release, else HOST_ROOT/etc/os-release)"
+    ),
+    HostRootOption("DRIVERS_CONF_DIR", "drivers_conf_dir", "module parameter files (default /drivers)"),
+    HostRootOption(
+        "FABRICMANAGER_RUN_DIR", "fabric_run_dir", "FM pid files, sockets (default /run/nvidia-fabricmanager)"
+    ),
+    HostRootOption("FABRICMANAGER_LOG_DIR", "fabric_log_dir", "FM and NVLSM logs (default /var/log)"),
+)
+ENV_NAMES: tuple[str, ...] = tuple(r.env for r in HOST_ROOTS)
 
 # The operator mounts the host's /etc/os-release here (assets/state-driver/0500_daemonset.yaml).
 OPERATOR_OS_RELEASE = Path("/host-etc/os-release")
@@ -205,14 +221,12 @@ class HostPaths:
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, str | Path | None]) -> HostPaths:
-        """Build from ``ENV_NAMES`` keys (environment or CLI options); empty values mean default."""
+        """Build from ``HOST_ROOTS`` environment names (environment or CLI options); empty means default."""
         kwargs: dict[str, Path] = {}
-        for env_name, attr in ENV_NAMES.items():
-            value = values.get(env_name)
-            if value is None or str(value) == "":
-                continue
-            overridable = attr in ("driver_root", "host_driver_root", "host_os_release")
-            kwargs[f"{attr}_override" if overridable else attr] = Path(value)
+        for root in HOST_ROOTS:
+            value = values.get(root.env)
+            if value is not None and str(value) != "":
+                kwargs[root.field] = Path(value)
         return cls(**kwargs)  # type: ignore[arg-type]
 
     @classmethod

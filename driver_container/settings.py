@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from driver_container.errors import UsageError
-from driver_container.kernel.fabric import overrides_from_env
-from driver_container.numbers import parse_decimal_seconds
+from driver_container.formats.kernel.fabric import overrides_from_env
+from driver_container.formats.numbers import parse_decimal_seconds
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's test command (README): set up, then the whole pytest suite, ruff and mypy.
+# The project's test command (README): set up, then the whole pytest suite, ruff, mypy and import-linter.
 # Fails when any of them fails; stops the Docker engine that setup started, whatever happens.
 set -euo pipefail
 
@@ -23,6 +23,8 @@ echo "== ruff" >&2
 .venv/bin/ruff check . || failed+=(ruff)
 echo "== mypy" >&2
 .venv/bin/mypy || failed+=(mypy)
+echo "== lint-imports" >&2
+.venv/bin/lint-imports || failed+=(lint-imports)
 
 if ((${#failed[@]})); then
   echo "FAILED: ${failed[*]}" >&2

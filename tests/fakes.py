@@ -19,7 +19,7 @@ from pathlib import Path
 from support import FIXTURES, fixture_paths
 
 from driver_container.paths import HostPaths
-from driver_container.runner import Runner
+from driver_container.runtime.runner import Runner
 
 LOG = """printf "%s" "${0##*/}" >>"$FAKE_LOG"
 for a in "$@"; do printf "\\t%s" "$a" >>"$FAKE_LOG"; done
@@ -132,7 +132,7 @@ FAKE_PERSISTENCED = Path(__file__).resolve().parent / "unit" / "node" / "fake_pe
 def install_recording_tools(bindir: Path, calls: Path) -> None:
     """modprobe/rmmod/insmod that only record their argv (NUL-separated, one record per call, arguments
     verbatim: never evaluated by a shell) plus the fake nvidia-persistenced, for init run as a process."""
-    from driver_container.runner import MODULE_TOOLS
+    from driver_container.runtime.runner import MODULE_TOOLS
 
     bindir.mkdir()
     for tool in sorted(MODULE_TOOLS):

@@ -38,7 +38,8 @@ def _probe_fast_path(args: list[str]) -> int | None:
     and typer's import plus its per-call set-up cost more than the probe itself (bench/probe.py)."""
     if args != ["probe_nvidia_peermem"]:
         return None
-    from driver_container.node.peermem import probe
+    # Lazy, hot path: the probe runs every 30 s; it needs only these two light modules (bench/probe.py).
+    from driver_container.lifecycle.peermem import probe
     from driver_container.paths import HostPaths
 
     healthy, reason = probe(HostPaths.from_env())
@@ -54,6 +55,7 @@ def main(argv: list[str] | None = None) -> None:
         if fast is not None:
             sys.exit(fast)
 
+        # Lazy, hot path: typer is imported only when not on the probe fast path (bench/probe.py).
         from driver_container.cli.app import app
 
         _register_commands()

@@ -6,12 +6,14 @@ from the environment variable of the same name, which is how the DaemonSet sets 
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from driver_container.paths import HostPaths
+from driver_container import logs
+from driver_container.paths import HOST_ROOTS, HostPaths, HostRootOption
 
 app = typer.Typer(
     name="nvidia-driver",
@@ -22,60 +24,37 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
-PathOpt = Annotated[Path | None, typer.Option(show_default=False)]
-
-
-@app.callback()
-def configure(
-    ctx: typer.Context,
-    host_root: Annotated[Path | None, typer.Option(envvar="HOST_ROOT", help="host / (default /host)")] = None,
-    procfs_root: Annotated[Path | None, typer.Option(envvar="PROCFS_ROOT", help="(default /proc)")] = None,
-    sysfs_root: Annotated[Path | None, typer.Option(envvar="SYSFS_ROOT", help="(default /sys)")] = None,
-    run_dir: Annotated[Path | None, typer.Option(envvar="RUN_DIR", help="(default /run/nvidia)")] = None,
-    driver_root: Annotated[
-        Path | None, typer.Option(envvar="DRIVER_ROOT", help="published root (default RUN_DIR/driver)")
-    ] = None,
-    host_driver_root: Annotated[
-        Path | None, typer.Option(envvar="HOST_DRIVER_ROOT", help="DRIVER_ROOT as the host sees it")
-    ] = None,
-    userspace_root: Annotated[
-        Path | None, typer.Option(envvar="USERSPACE_ROOT", help="image root holding the NVIDIA userspace (/)")
-    ] = None,
-    host_os_release: Annotated[
-        Path | None,
-        typer.Option(envvar="HOST_OS_RELEASE", help="(default /host-etc/os-release, else HOST_ROOT/etc/os-release)"),
-    ] = None,
-    drivers_conf_dir: Annotated[
-        Path | None, typer.Option(envvar="DRIVERS_CONF_DIR", help="module parameter files (default /drivers)")
-    ] = None,
-    fabricmanager_run_dir: Annotated[
-        Path | None,
-        typer.Option(envvar="FABRICMANAGER_RUN_DIR", help="FM pid files, sockets (default /run/nvidia-fabricmanager)"),
-    ] = None,
-    fabricmanager_log_dir: Annotated[
-        Path | None, typer.Option(envvar="FABRICMANAGER_LOG_DIR", help="FM and NVLSM logs (default /var/log)")
-    ] = None,
-    log_format: Annotated[str, typer.Option(envvar="LOG_FORMAT", help="human or json")] = "human",
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", envvar="VERBOSE")] = False,
-) -> None:
-    from driver_container import logs
-
+def configure(ctx: typer.Context, log_format: str, verbose: bool, **roots: Path | None) -> None:
     logs.configure(json_format=log_format == "json", verbose=verbose)
-    ctx.obj = HostPaths.from_mapping(
-        {
-            "HOST_ROOT": host_root,
-            "PROCFS_ROOT": procfs_root,
-            "SYSFS_ROOT": sysfs_root,
-            "RUN_DIR": run_dir,
-            "DRIVER_ROOT": driver_root,
-            "HOST_DRIVER_ROOT": host_driver_root,
-            "USERSPACE_ROOT": userspace_root,
-            "HOST_OS_RELEASE": host_os_release,
-            "DRIVERS_CONF_DIR": drivers_conf_dir,
-            "FABRICMANAGER_RUN_DIR": fabricmanager_run_dir,
-            "FABRICMANAGER_LOG_DIR": fabricmanager_log_dir,
-        }
-    )
+    ctx.obj = HostPaths.from_mapping({root.env: roots[_option_name(root)] for root in HOST_ROOTS})
+
+
+def _option_name(root: HostRootOption) -> str:
+    return root.env.lower()
+
+
+def _signature() -> inspect.Signature:
+    """``configure``'s parameters as typer reads them: one option per row of ``paths.HOST_ROOTS``."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    roots = [
+        inspect.Parameter(
+            _option_name(root), keyword, default=None,
+            annotation=Annotated[Path | None, typer.Option(envvar=root.env, help=root.help)],
+        )
+        for root in HOST_ROOTS
+    ]
+    return inspect.Signature([
+        inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
+        *roots,
+        inspect.Parameter("log_format", keyword, default="human",
+                          annotation=Annotated[str, typer.Option(envvar="LOG_FORMAT", help="human or json")]),
+        inspect.Parameter("verbose", keyword, default=False,
+                          annotation=Annotated[bool, typer.Option("--verbose", "-v", envvar="VERBOSE")]),
+    ])
+
+
+configure.__signature__ = _signature()  # type: ignore[attr-defined]
+app.callback()(configure)
 
 
 def host_paths(ctx: typer.Context) -> HostPaths:

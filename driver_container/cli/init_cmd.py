@@ -1,4 +1,4 @@
-"""``init``, ``load`` and ``unload``: thin wrappers over driver_container.lifecycle."""
+"""``init``, ``load`` and ``unload``: thin wrappers over driver_container.lifecycle.init."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import typer
 
 from driver_container.cli.app import app, host_paths
 from driver_container.errors import DriverContainerError
+from driver_container.runtime.runner import Runner
+from driver_container.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +35,9 @@ def init(
     ] = None,
 ) -> None:
     """Verify the loaded driver, publish DRIVER_ROOT, start nvidia-persistenced, wait for a signal."""
-    from driver_container.lifecycle import InitOptions, run_init
-    from driver_container.runner import Runner
-    from driver_container.settings import Settings
+    # Lazy, hot path: every command imports this module at registration; `status` and `modinfo`
+    # (bench/modinfo.py) must not pay for lifecycle/publish.
+    from driver_container.lifecycle.init import InitOptions, run_init
 
     # NVIDIA's script accepts these for its installer (license prompt, build threads); we build nothing.
     if accept_license:
@@ -51,7 +53,7 @@ def init(
     try:
         run_init(host_paths(ctx), settings, Runner(), options)
     except DriverContainerError as exc:
-        from driver_container.nodereport import REFUSED, NodeVerdict, report
+        from driver_container.manager.nodereport import REFUSED, NodeVerdict, report
 
         report(NodeVerdict(REFUSED, reason=exc.message))  # the Node shows why; never masks ``exc``
         raise
@@ -60,9 +62,9 @@ def init(
 @app.command("load")
 def load(ctx: typer.Context) -> None:
     """On Talos: wait for machined's modules and verify them. Elsewhere: load them, then verify."""
-    from driver_container.lifecycle import loaded_version, run_load
-    from driver_container.runner import Runner
-    from driver_container.settings import Settings
+    # Lazy, hot path: see ``init`` above (registration cost of every command).
+    from driver_container.lifecycle.generic_host import run_load
+    from driver_container.lifecycle.verify import loaded_version
 
     state = run_load(host_paths(ctx), Settings.from_env(), Runner())
     loaded = [name for name, module in state.modules.items() if module.loaded]
@@ -72,8 +74,7 @@ def load(ctx: typer.Context) -> None:
 @app.command("unload")
 def unload(ctx: typer.Context) -> None:
     """On Talos: explain that Talos owns the modules (exit 0). Elsewhere: unload them refcount-safely."""
-    from driver_container.lifecycle import run_unload
-    from driver_container.runner import Runner
-    from driver_container.settings import Settings
+    # Lazy, hot path: see ``init`` above (registration cost of every command).
+    from driver_container.lifecycle.generic_host import run_unload
 
     typer.echo(run_unload(host_paths(ctx), Settings.from_env(), Runner()))

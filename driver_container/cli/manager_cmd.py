@@ -15,9 +15,16 @@ from typing import Annotated
 
 import typer
 
+from driver_container import logs
+from driver_container.cli import report_error, report_unexpected
 from driver_container.errors import DriverContainerError, UsageError
-from driver_container.manager import ManagerOptions
-from driver_container.settings import parse_bool, parse_seconds
+from driver_container.manager import manager
+from driver_container.manager.endpoint import KubeConfig, namespace_of_service_account
+from driver_container.manager.kube import KubeClient
+from driver_container.manager.manager import ManagerOptions
+from driver_container.paths import HostPaths
+from driver_container.runtime.runner import Runner
+from driver_container.settings import Settings, parse_bool, parse_seconds
 
 app = typer.Typer(
     name="driver-manager",
@@ -68,13 +75,11 @@ def configure(
     log_format: Annotated[str, typer.Option(envvar="LOG_FORMAT", help="human or json")] = "human",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", envvar="VERBOSE")] = False,
 ) -> None:
-    from driver_container import logs
 
     logs.configure(json_format=log_format == "json", verbose=verbose)
 
 
 def _options(env: dict[str, str]) -> ManagerOptions:
-    from driver_container.kube import KubeConfig, namespace_of_service_account
 
     node = env.get("NODE_NAME", "").strip()
     if not node:
@@ -94,7 +99,6 @@ def _options(env: dict[str, str]) -> ManagerOptions:
 
 
 def _warn_about_unused(env: dict[str, str]) -> None:
-    from driver_container.settings import Settings, parse_bool
 
     set_ignored = [name for name in IGNORED_ON_TALOS if env.get(name)]
     if set_ignored:
@@ -113,11 +117,6 @@ def _warn_about_unused(env: dict[str, str]) -> None:
 @app.command("uninstall_driver")
 def uninstall_driver() -> None:
     """Prepare the node for the driver container (never unloads a module on Talos)."""
-    from driver_container.kube import KubeClient
-    from driver_container.manager import run_uninstall
-    from driver_container.paths import HostPaths
-    from driver_container.runner import Runner
-    from driver_container.settings import Settings
 
     env = dict(os.environ)
     options = _options(env)
@@ -129,7 +128,7 @@ def uninstall_driver() -> None:
 
     _warn_about_unused(env)
     try:
-        summary = run_uninstall(
+        summary = manager.run_uninstall(
             HostPaths.from_env(env), Settings.from_env(env), options, runner=Runner(), api_factory=api_factory
         )
     finally:
@@ -142,19 +141,15 @@ def uninstall_driver() -> None:
 def preflight_check() -> None:
     """Read-only: platform, pre-installed host driver, loaded module vs image userspace, module files
     under /host. Exit 1 with the reason when uninstall_driver or init would refuse; no API calls."""
-    from driver_container.manager import run_preflight
-    from driver_container.paths import HostPaths
-    from driver_container.settings import Settings
 
     env = dict(os.environ)
     _warn_about_unused(env)
-    for line in run_preflight(HostPaths.from_env(env), Settings.from_env(env)):
+    for line in manager.run_preflight(HostPaths.from_env(env), Settings.from_env(env)):
         typer.echo(f"driver-manager: preflight: {line}")
     typer.echo("driver-manager: preflight checks passed (platform, host driver, versions, module files)")
 
 
 def main(argv: list[str] | None = None) -> None:
-    from driver_container.cli import report_error, report_unexpected
 
     try:
         app(args=argv)

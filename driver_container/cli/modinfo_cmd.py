@@ -15,8 +15,10 @@ from typing import Annotated
 
 import typer
 
+from driver_container import __version__
 from driver_container.cli.app import app, host_paths
 from driver_container.errors import DriverContainerError
+from driver_container.inspect.platform import read_kernel_release
 
 MODULE_SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
 
@@ -24,7 +26,6 @@ MODULE_SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
 @app.command("version")
 def version() -> None:
     """Print the entrypoint's version."""
-    from driver_container import __version__
 
     typer.echo(__version__)
 
@@ -36,12 +37,13 @@ def _is_path(arg: str) -> bool:
 
 def _running_kernel(ctx: typer.Context) -> str:
     # Inside the pod uname() is the host's kernel too; the proc root is read first so a fixture can set it.
-    text = host_paths(ctx).proc.read_text_or_none("sys/kernel/osrelease")
-    return text.strip() if text else os.uname().release
+    return read_kernel_release(host_paths(ctx)) or os.uname().release
 
 
 def _resolve(ctx: typer.Context, arg: str, kver: str | None, basedir: Path | None) -> str | Path:
-    from driver_container.kmod import find_module
+    # Lazy, hot path: kmod pulls in pyelftools/zstandard; `status` without module files imports neither
+    # (tests/integration/test_status.py).
+    from driver_container.formats.kmod import find_module
 
     if _is_path(arg):
         return arg  # the text as given: kmod prints it unnormalised (kmod/reader.py absolute_name)
@@ -71,7 +73,8 @@ def modinfo(
     ] = None,
 ) -> None:
     """Show module information exactly like kmod's modinfo (text) or as JSON."""
-    from driver_container.kmod import format_modinfo, read_module, to_json
+    # Lazy, hot path: as in ``_resolve``.
+    from driver_container.formats.kmod import format_modinfo, read_module, to_json
 
     failed = False
     records: list[object] = []

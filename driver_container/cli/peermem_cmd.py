@@ -9,12 +9,14 @@ from __future__ import annotations
 import typer
 
 from driver_container.cli.app import app, host_paths
+from driver_container.lifecycle.peermem import probe, run_reload
+from driver_container.runtime.runner import Runner
+from driver_container.settings import Settings
 
 
 @app.command("probe_nvidia_peermem")
 def probe_nvidia_peermem(ctx: typer.Context) -> None:
     """Exit 1 only when mlx5_core is loaded and nvidia_peermem is not (liveness probe)."""
-    from driver_container.node.peermem import probe
 
     healthy, reason = probe(host_paths(ctx))
     if not healthy:
@@ -25,8 +27,5 @@ def probe_nvidia_peermem(ctx: typer.Context) -> None:
 @app.command("reload_nvidia_peermem")
 def reload_nvidia_peermem(ctx: typer.Context) -> None:
     """Wait for nvidia_peermem (loaded by Talos) and the driver pod's readiness, then for a signal."""
-    from driver_container.node.peermem import run_reload
-    from driver_container.runner import Runner
-    from driver_container.settings import Settings
 
     run_reload(host_paths(ctx), Settings.from_env(), Runner())

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from driver_container.errors import HostReadError, PublishError
-from driver_container.fsutil import contained
-from driver_container.kernel.devices import parse_mig_minors, parse_proc_devices
-from driver_container.kernel.nvidia_proc import read_gpus
+from driver_container.formats.kernel.devices import parse_mig_minors, parse_proc_devices
+from driver_container.formats.kernel.nvidia_proc import read_gpus
 from driver_container.paths import HostPaths
+from driver_container.runtime.fsutil import contained
 
 log = logging.getLogger(__name__)
 

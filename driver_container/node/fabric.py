@@ -21,7 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from driver_container.errors import HostReadError
-from driver_container.kernel.fabric import is_nvlink5_vpd, parse_cap_mask, parse_port_guid, usable_management_port
+from driver_container.formats.kernel.fabric import (
+    is_nvlink5_vpd,
+    parse_cap_mask,
+    parse_port_guid,
+    usable_management_port,
+)
 from driver_container.paths import HostPaths, Root
 
 log = logging.getLogger(__name__)

@@ -36,14 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from driver_container.errors import CommandError, DriverContainerError, FabricError
-from driver_container.fsutil import atomic_write_text, ensure_dir
-from driver_container.kernel.fabric import apply_overrides, parse_config
+from driver_container.formats.kernel.fabric import apply_overrides, parse_config
 from driver_container.node.fabric import FM_BINARY, FM_CONFIG, NVLSM_BINARY, PID_FILES, FabricInfo, inspect_fabric
 from driver_container.node.fabricwait import wait_for_fabric
 from driver_container.paths import HostPaths
-from driver_container.runner import Runner
+from driver_container.runtime.fsutil import atomic_write_text, ensure_dir
+from driver_container.runtime.runner import Runner
+from driver_container.runtime.supervise import Shutdown
 from driver_container.settings import Settings
-from driver_container.supervise import Shutdown
 
 log = logging.getLogger(__name__)
 

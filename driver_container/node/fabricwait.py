@@ -11,10 +11,10 @@ import time
 from collections.abc import Callable
 
 from driver_container.errors import CommandError, FabricError
-from driver_container.kernel.fabric import GpuFabric, parse_fabric_states
-from driver_container.runner import Runner
+from driver_container.formats.kernel.fabric import GpuFabric, parse_fabric_states
+from driver_container.runtime.runner import Runner
+from driver_container.runtime.supervise import Shutdown
 from driver_container.settings import Settings
-from driver_container.supervise import Shutdown
 
 log = logging.getLogger(__name__)
 

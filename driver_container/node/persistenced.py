@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from driver_container.errors import CommandError, HostReadError, PublishError
-from driver_container.fsutil import contained
-from driver_container.numbers import parse_uint
+from driver_container.formats.numbers import parse_uint
 from driver_container.paths import HostPaths
-from driver_container.runner import Runner
+from driver_container.runtime.fsutil import contained
+from driver_container.runtime.runner import Runner
 
 log = logging.getLogger(__name__)
 

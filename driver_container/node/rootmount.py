@@ -29,11 +29,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from driver_container.errors import CommandError, PublishError
-from driver_container.kernel.mountinfo import Mount, mount_containing, parse_mountinfo, top_mount_at
+from driver_container.formats.kernel.mountinfo import Mount, mount_containing, parse_mountinfo, top_mount_at
 from driver_container.paths import HostPaths
 
 if TYPE_CHECKING:  # status reads mounts through this module too: no subprocess import for it
-    from driver_container.runner import Runner
+    from driver_container.runtime.runner import Runner
 
 log = logging.getLogger(__name__)
 

@@ -16,9 +16,8 @@ import logging
 import time
 from pathlib import Path, PurePosixPath
 
-from driver_container import statusfiles
 from driver_container.errors import DriverContainerError, PublishError
-from driver_container.fsutil import stage_write
+from driver_container.formats.ldcache import LD_SO_CACHE as CACHE
 from driver_container.paths import HostPaths
 from driver_container.publish.apply import Prepared, Tree, commit_steps, prepare
 from driver_container.publish.copier import TMP_SUFFIX, Copier, reset_staging, sweep_temporaries
@@ -28,8 +27,10 @@ from driver_container.publish.model import PublishPlan, PublishReport
 from driver_container.publish.plan import plan_publish
 from driver_container.publish.rootdir import create_driver_root, prepare_driver_root
 from driver_container.publish.scan import describe_userspace, early_sources
-from driver_container.publish.verify import CACHE, build_cache, cache_problems, closure_problems
-from driver_container.runner import Runner
+from driver_container.publish.verify import build_cache, cache_problems, closure_problems
+from driver_container.runtime import statusfiles
+from driver_container.runtime.runner import Runner
+from driver_container.runtime.staged import stage_write
 
 __all__ = ["PublishPlan", "PublishReport", "publish_driver_root"]
 

@@ -20,11 +20,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 from driver_container.errors import PublishError
-from driver_container.fsutil import StagedFile, check_relative, open_dir, stage_copy, stage_write
 from driver_container.publish.copier import TMP_SUFFIX, Copier
 from driver_container.publish.journal import STAGING, Step
 from driver_container.publish.manifest import Manifest, Record
 from driver_container.publish.model import PlannedEntry, PublishPlan
+from driver_container.runtime.fsutil import check_relative, open_dir
+from driver_container.runtime.staged import StagedFile, stage_copy, stage_write
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from driver_container.elfdeps import ElfDeps
 from driver_container.errors import UserspaceError
-from driver_container.ldcache import FLAGS_BY_MACHINE, CacheEntry, lookup
+from driver_container.formats.elfdeps import ElfDeps
+from driver_container.formats.ldcache import FLAGS_BY_MACHINE, CacheEntry, lookup
 from driver_container.paths import Root
 from driver_container.publish.model import SourceFile
 from driver_container.publish.sources import ElfFacts, source_file

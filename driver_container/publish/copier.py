@@ -1,7 +1,7 @@
 """Copies of source files into DRIVER_ROOT on worker threads, the largest ones started before the scan ends.
 
 A first publish is CPU-bound: each byte is read, hashed for the manifest and written to /run (tmpfs). For
-the Debian 535 userspace (239 MB) that is 0.27 CPU-s in ``fsutil.stage_copy`` (sha256 alone 0.135 s with
+the Debian 535 userspace (239 MB) that is 0.27 CPU-s in ``runtime.staged.stage_copy`` (sha256 alone 0.135 s with
 SHA-NI), against 0.14 s for `cp -a`, so the copies must use every core and start as early as possible.
 The files that listing alone says will be published (versioned libraries, firmware: 9 files, 228 MB of
 the 239) are copied into DRIVER_ROOT/.driver-container/staging while the main thread parses ELF headers;
@@ -27,9 +27,10 @@ from pathlib import Path, PurePosixPath
 from typing import TypeVar
 
 from driver_container.errors import DriverContainerError, PublishError
-from driver_container.fsutil import StagedFile, opened_dir, remove_tree_at, stage_copy, sweep_at
 from driver_container.publish.journal import STAGING, STATE_DIR
 from driver_container.publish.model import SourceFile
+from driver_container.runtime.fsutil import opened_dir, remove_tree_at, sweep_at
+from driver_container.runtime.staged import StagedFile, stage_copy
 
 log = logging.getLogger(__name__)
 

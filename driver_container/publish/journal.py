@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from driver_container.errors import PublishError
-from driver_container.fsutil import (
+from driver_container.runtime.fsutil import (
     atomic_write_text,
     check_relative,
     open_dir,

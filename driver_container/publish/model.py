@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from driver_container.elfdeps import ElfDeps
-
-TRIPLETS = {"EM_X86_64": "x86_64-linux-gnu", "EM_AARCH64": "aarch64-linux-gnu"}
+from driver_container.formats.elfdeps import ElfDeps
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,9 @@ import posixpath
 from pathlib import PurePosixPath
 
 from driver_container.errors import PublishError, UserspaceError
-from driver_container.fsutil import check_relative
 from driver_container.publish.model import PlannedEntry, PublishPlan, SourceFile, Userspace
 from driver_container.publish.roles import VDPAU_DIR
+from driver_container.runtime.fsutil import check_relative
 
 SAFE_MODE_MASK = 0o755  # no setuid/setgid/sticky, no group/world write
 MANIFEST_DIR = PurePosixPath(".driver-container")

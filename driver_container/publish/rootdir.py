@@ -13,10 +13,10 @@ import logging
 from pathlib import Path
 
 from driver_container.errors import CommandError, PublishError
-from driver_container.kernel.mountinfo import Mount
+from driver_container.formats.kernel.mountinfo import Mount
 from driver_container.node.rootmount import describe, ensure_exec_mount, leftovers_at, read_mounts
 from driver_container.paths import HostPaths
-from driver_container.runner import Runner
+from driver_container.runtime.runner import Runner
 
 log = logging.getLogger(__name__)
 

@@ -19,13 +19,15 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
-from driver_container.elfdeps import ElfDeps
 from driver_container.errors import DriverContainerError, HostReadError, PublishError, UserspaceError
-from driver_container.ldcache import FLAGS_BY_MACHINE, CacheEntry, LdCacheFormatError, parse_ld_cache
+from driver_container.formats.elfdeps import ElfDeps
+from driver_container.formats.ldcache import FLAGS_BY_MACHINE, CacheEntry, LdCacheFormatError, parse_ld_cache
+from driver_container.formats.ldcache import LD_SO_CACHE as CACHE_PATH
+from driver_container.formats.userspace_layout import FIRMWARE_DIRS, TRIPLETS, lib_dirs
 from driver_container.paths import MAX_SYMLINKS, Root
 from driver_container.publish.closure import resolve_closure
 from driver_container.publish.manifest import SourceKey
-from driver_container.publish.model import TRIPLETS, SourceFile, Userspace
+from driver_container.publish.model import SourceFile, Userspace
 from driver_container.publish.roles import (
     VDPAU_DIR,
     VDPAU_PREFIX,
@@ -35,8 +37,7 @@ from driver_container.publish.roles import (
     link_name,
 )
 from driver_container.publish.sources import ElfFacts, source_file
-from driver_container.runner import Runner
-from driver_container.userspace import FIRMWARE_DIRS
+from driver_container.runtime.runner import Runner
 
 log = logging.getLogger(__name__)
 
@@ -64,16 +65,6 @@ CONFIG_FILES = (
 )
 CONFIG_GLOB_DIRS = ("usr/share/egl/egl_external_platform.d", "etc/egl/egl_external_platform.d")
 LDCONFIG_CANDIDATES = ("sbin/ldconfig.real", "sbin/ldconfig", "usr/sbin/ldconfig.real", "usr/sbin/ldconfig")
-CACHE_PATH = "etc/ld.so.cache"
-
-
-def lib_dirs(triplet: str | None = None) -> list[str]:
-    """Library dirs the toolkit searches (and Debian's nvidia/current), most specific first."""
-    triplets = [triplet] if triplet else list(TRIPLETS.values())
-    dirs = []
-    for t in triplets:
-        dirs += [f"usr/lib/{t}/nvidia/current", f"usr/lib/{t}", f"lib/{t}/nvidia/current", f"lib/{t}"]
-    return [*dirs, "usr/lib64", "lib64", "usr/lib", "lib"]
 
 
 def read_cache(root: Root) -> list[CacheEntry]:

@@ -13,16 +13,16 @@ import os
 from pathlib import Path
 
 from driver_container.errors import PublishError
-from driver_container.fsutil import ensure_dir
-from driver_container.ldcache import FLAGS_BY_MACHINE, LdCacheFormatError, lookup, parse_ld_cache
+from driver_container.formats.ldcache import FLAGS_BY_MACHINE, LdCacheFormatError, lookup, parse_ld_cache
+from driver_container.formats.ldcache import LD_SO_CACHE as CACHE
 from driver_container.paths import Root
 from driver_container.publish.journal import STAGING
 from driver_container.publish.model import PlannedEntry, PublishPlan
-from driver_container.runner import Runner
+from driver_container.runtime.fsutil import ensure_dir
+from driver_container.runtime.runner import Runner
 
 log = logging.getLogger(__name__)
 
-CACHE = "etc/ld.so.cache"
 NEW_CACHE = "ld.so.cache"  # ldconfig's output, in STAGING until it is checked
 
 

@@ -28,7 +28,7 @@ import pytest
 from container_support import IMAGE_DRIVER_VERSION, Volumes, detached, run_to_end
 from support import FIXTURES, require
 
-from driver_container.kernel.mountinfo import Mount, parse_mountinfo
+from driver_container.formats.kernel.mountinfo import Mount, parse_mountinfo
 
 pytestmark = pytest.mark.container
 

@@ -13,7 +13,7 @@
 # userspace creates as root are removed again, and the temporary directory is removed (KEEP=1 keeps it).
 # On a non-Talos host (DRIVER_PLATFORM auto -> generic) init would reload the modules unless its state
 # says the loaded ones are current: the script gives init a DRIVER_CONFIG_DIGEST and a matching state file
-# in its own RUN_DIR, so the modules already loaded are kept (lifecycle._prepare_generic) and the module
+# in its own RUN_DIR, so the modules already loaded are kept (lifecycle.generic_host.prepare_generic) and the module
 # tool stubs are never needed. nvidia_modeset is only required when it is loaded.
 # Environment: USERSPACE_ROOT, DRIVER_PLATFORM (default auto), PYTHON (default python3), KEEP;
 # CHECK_HOST_ROOT, CHECK_PROC, CHECK_SYS (default /, /proc, /sys: only tests point them at a fixture host).

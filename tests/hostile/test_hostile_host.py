@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from hostenv import Host, make_host, snapshot
 
-from driver_container.generic import build_modprobe_argv
-from driver_container.modparams import parse_module_conf
-from driver_container.runner import Runner
+from driver_container.formats.modconf import parse_module_conf
+from driver_container.modprobe.generic import build_modprobe_argv
+from driver_container.runtime.runner import Runner
 
 SECRET = "SECRET-outside-the-roots"
 

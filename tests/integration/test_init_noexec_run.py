@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from support import ARTEFACTS, FIXTURES, REPO, require
 
-from driver_container.kernel.mountinfo import Mount, parse_mountinfo
+from driver_container.formats.kernel.mountinfo import Mount, parse_mountinfo
 
 V = "535.309.01"
 HOST = FIXTURES / "hosts" / "talos-1.11-kmod-535"

@@ -26,10 +26,13 @@ import pytest
 from support import require
 
 from driver_container.errors import HostDriverPresentError, KubernetesError
-from driver_container.kube import Endpoint, KubeClient, KubeConfig
-from driver_container.manager import PAUSED, ManagerOptions, NodeFacts, run_uninstall
+from driver_container.manager.endpoint import Endpoint, KubeConfig
+from driver_container.manager.facts import NodeFacts
+from driver_container.manager.kube import KubeClient
+from driver_container.manager.labels import PAUSED
+from driver_container.manager.manager import ManagerOptions, run_uninstall
 from driver_container.paths import HostPaths
-from driver_container.runner import Runner
+from driver_container.runtime.runner import Runner
 from driver_container.settings import Settings
 
 TOKEN = "s3cr3t-token-value"

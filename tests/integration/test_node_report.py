@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from test_manager_api import NODE, NS, TOKEN, ApiState, Server, _start
 
-from driver_container.kube import Endpoint, KubeClient, KubeConfig
-from driver_container.nodereport import PREFIX, READY, REFUSED, NodeVerdict, event, report
+from driver_container.manager.endpoint import Endpoint, KubeConfig
+from driver_container.manager.kube import KubeClient
+from driver_container.manager.nodereport import PREFIX, READY, REFUSED, NodeVerdict, event, report
 
 ENV = {"NODE_NAME": NODE, "KUBERNETES_SERVICE_HOST": "set-so-in-cluster"}
 REFUSAL = NodeVerdict(
@@ -94,7 +95,7 @@ def test_outside_a_cluster_nothing_is_called_or_imported(api: Server) -> None:
     assert report(REFUSAL, {"KUBERNETES_SERVICE_HOST": "x"}, client_factory=_factory(api)) is False  # type: ignore[arg-type]
     assert api.state.requests == []
     code = (
-        "import sys; from driver_container.nodereport import report, NodeVerdict; "
+        "import sys; from driver_container.manager.nodereport import report, NodeVerdict; "
         "report(NodeVerdict('ready'), {}); assert 'requests' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
@@ -105,7 +106,7 @@ def test_init_refusal_is_reported_by_the_cli(
 ) -> None:
     """The whole path: `nvidia-driver init` fails on a host with no nvidia module (wait timeout) and the
     Node gets the refusal (the in-cluster endpoint is pointed at the local server)."""
-    from driver_container import kube
+    from driver_container.manager import kube
 
     monkeypatch.setattr(kube, "in_cluster_endpoint", lambda env, config: Endpoint(api.url, token=TOKEN))
     (tmp_path / "proc/sys/kernel").mkdir(parents=True)

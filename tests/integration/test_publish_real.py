@@ -16,7 +16,7 @@ from toolkit_rules import toolkit_problems
 
 from driver_container.paths import HostPaths
 from driver_container.publish import publish_driver_root
-from driver_container.runner import Runner
+from driver_container.runtime.runner import Runner
 
 V = "535.309.01"
 USERSPACE = ARTEFACTS / "debian-nvidia-535"

@@ -18,7 +18,7 @@ from toolkit_rules import toolkit_problems
 from driver_container.errors import DriverContainerError
 from driver_container.paths import HostPaths
 from driver_container.publish import publish_driver_root
-from driver_container.runner import Runner
+from driver_container.runtime.runner import Runner
 
 V = "595.91.07"
 SOURCE = FIXTURES / "userspace" / f"debian-{V}"

@@ -12,24 +12,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from driver_container.elfarch import elf_machine
-from driver_container.elfdeps import read_elf_deps
 from driver_container.findings import values_equal
-from driver_container.kernel.devices import parse_mig_minors, parse_proc_devices
-from driver_container.kernel.modules import parse_parameter_conf, parse_proc_modules
-from driver_container.kernel.mountinfo import parse_mount_points
-from driver_container.kernel.nvidia_proc import (
+from driver_container.formats.elfarch import elf_machine
+from driver_container.formats.elfdeps import read_elf_deps
+from driver_container.formats.kernel.devices import parse_mig_minors, parse_proc_devices
+from driver_container.formats.kernel.modules import parse_proc_modules
+from driver_container.formats.kernel.mountinfo import parse_mount_points
+from driver_container.formats.kernel.nvidia_proc import (
     gpu_from_information,
     parse_gpu_information,
     parse_nvidia_params,
     parse_nvidia_version,
 )
-from driver_container.kmod import format_modinfo, read_module, to_json
-from driver_container.kube import _retry_after
-from driver_container.kubeconfig import parse_yaml_subset
-from driver_container.ldcache import parse_ld_cache
-from driver_container.modparams import driver_major, parse_module_conf
-from driver_container.platform import parse_os_release
+from driver_container.formats.kmod import format_modinfo, read_module, to_json
+from driver_container.formats.ldcache import parse_ld_cache
+from driver_container.formats.modconf import driver_major, parse_module_conf
+from driver_container.inspect.platform import parse_os_release
+from driver_container.manager.kube import _retry_after
+from driver_container.manager.kubeconfig import parse_yaml_subset
 from driver_container.publish.manifest import parse_manifest
 from driver_container.settings import parse_seconds
 
@@ -111,7 +111,6 @@ TARGETS: dict[str, Target] = {
     "proc_devices": Target(_text(parse_proc_devices), inline=(PROC_DEVICES.encode(),)),
     "mig_minors": Target(_text(parse_mig_minors), inline=(MIG_MINORS.encode(),)),
     "module_conf": Target(_text(parse_module_conf), (HOST / "drivers/nvidia.conf",)),
-    "parameter_conf": Target(_text(parse_parameter_conf), (HOST / "drivers/nvidia.conf",)),
     "manifest": Target(_text(parse_manifest), (SAMPLES / "manifest.json",)),
     "mountinfo": Target(_text(parse_mount_points), inline=(MOUNTINFO.encode(),)),
     "ld_cache": Target(parse_ld_cache, (USERSPACE / "etc/ld.so.cache",)),

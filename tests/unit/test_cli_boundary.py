@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from driver_container import lifecycle, manager
 from driver_container.cli import main, manager_cmd
+from driver_container.lifecycle import init as lifecycle
+from driver_container.manager import manager
 
 
 def _boom(*_args: object, **_kwargs: object) -> None:

@@ -1,6 +1,6 @@
 """docs/troubleshooting.md must document every finding code and every error class the package defines.
 
-The codes are read from the source of findings.py (there is no registry: each ``Finding(...)`` call names its
+The codes are read from the source of findings/ (there is no registry: each ``Finding(...)`` call names its
 code as a literal), the classes by importing every module and walking ``DriverContainerError`` subclasses,
 so a new code or class without a doc entry fails here.
 """
@@ -18,7 +18,11 @@ from driver_container.errors import DriverContainerError
 
 REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "troubleshooting.md"
-FINDINGS = Path(driver_container.__file__).parent / "findings.py"
+FINDINGS = Path(driver_container.__file__).parent / "findings"  # the package: every module of it
+
+
+def _findings_source() -> str:
+    return "\n".join(p.read_text(encoding="utf-8") for p in sorted(FINDINGS.glob("*.py")))
 
 # A findings-table row starts with the code; an error class has its own heading.
 _ROW = re.compile(r"^\| `([A-Z][A-Z0-9_]+)` \|", re.MULTILINE)
@@ -62,14 +66,14 @@ def _doc() -> str:
 
 
 def test_every_finding_code_is_documented() -> None:
-    codes = finding_codes(FINDINGS.read_text(encoding="utf-8"))
+    codes = finding_codes(_findings_source())
     assert len(codes) >= 20  # guards the extraction itself
     missing = sorted(codes - set(_ROW.findall(_doc())))
     assert not missing, f"finding codes without a row in {DOC.name}: {missing}"
 
 
 def test_documented_codes_exist() -> None:
-    stale = sorted(set(_ROW.findall(_doc())) - finding_codes(FINDINGS.read_text(encoding="utf-8")))
+    stale = sorted(set(_ROW.findall(_doc())) - finding_codes(_findings_source()))
     assert not stale, f"{DOC.name} documents codes findings.py never emits: {stale}"
 
 

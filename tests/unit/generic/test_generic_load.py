@@ -8,8 +8,8 @@ import pytest
 from fakes import FakeHost
 
 from driver_container.errors import ModuleLoadError, UsageError, VerificationError
-from driver_container.generic import build_modprobe_argv, load_modules, mellanox_present, verify_loaded
-from driver_container.hoststate import LoadedModule, read_loaded_modules
+from driver_container.inspect.hoststate import LoadedModule, read_loaded_modules
+from driver_container.modprobe.generic import build_modprobe_argv, load_modules, mellanox_present, verify_loaded
 from driver_container.settings import Settings
 
 Make = Callable[..., FakeHost]

@@ -8,9 +8,10 @@ import pytest
 from fakes import FakeHost
 
 from driver_container.errors import DriverInUseError, ForbiddenCommandError
-from driver_container.generic import load_modules, unload_is_safe, unload_modules
-from driver_container.hoststate import LoadedModule, read_loaded_modules
-from driver_container.runner import MODULE_TOOLS
+from driver_container.inspect.hoststate import LoadedModule, read_loaded_modules
+from driver_container.modprobe.generic import load_modules
+from driver_container.modprobe.unload import unload_is_safe, unload_modules
+from driver_container.runtime.runner import MODULE_TOOLS
 from driver_container.settings import Settings
 
 Make = Callable[..., FakeHost]

@@ -1,4 +1,4 @@
-"""modparams: the /drivers/<module>.conf parser and NVIDIA's R580+ parameter rule (pure)."""
+"""formats.modconf: the /drivers/<module>.conf parser and NVIDIA's R580+ parameter rule (pure)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from support import FIXTURES
 
 from driver_container.errors import HostReadError, UsageError
-from driver_container.modparams import (
+from driver_container.formats.modconf import (
     conf_file_name,
     driver_major,
     has_parameter,

@@ -11,9 +11,10 @@ from pathlib import Path, PurePosixPath
 
 from support import FIXTURES, fixture_paths
 
-from driver_container.elfarch import elf_machine, machine_name
-from driver_container.hoststate import inspect_host
-from driver_container.modfiles import ModuleFile, read_module_files, with_companion_flavours
+from driver_container.findings import check
+from driver_container.formats.elfarch import elf_machine, machine_name
+from driver_container.inspect.hoststate import inspect_host
+from driver_container.inspect.modfiles import ModuleFile, read_module_files, with_companion_flavours
 from driver_container.settings import Settings
 
 USERSPACE = FIXTURES / "userspace" / "debian-595.91.07"
@@ -24,7 +25,7 @@ EM_AARCH64 = 183
 def _codes(userspace: Path, tmp_path: Path) -> list[str]:
     paths = fixture_paths(FIXTURES / "hosts/talos-1.13-open-595", run=tmp_path / "run", userspace=userspace)
     state = inspect_host(paths, SETTINGS)
-    return [f.code for f in state.findings if f.severity == "error"]
+    return [f.code for f in check(state) if f.severity == "error"]
 
 
 def _aarch64_userspace(tmp_path: Path) -> Path:

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from support import FIXTURES, fixture_paths
 
-from driver_container.cli.status_cmd import render_text
-from driver_container.hoststate import HostState, inspect_host
-from driver_container.lifecycle import verify
+from driver_container.cli.status_render import render_text, status_json
+from driver_container.findings import check
+from driver_container.inspect.hoststate import HostState, inspect_host
+from driver_container.lifecycle.verify import verify
 from driver_container.paths import HostPaths
 from driver_container.publish.manifest import Manifest, format_manifest
 from driver_container.settings import Settings
@@ -39,33 +40,33 @@ def _state(paths: HostPaths, mountinfo: str, *, published: bool) -> HostState:
 
 def test_published_root_on_noexec_run_is_an_error_naming_the_flags(paths: HostPaths) -> None:
     state = _state(paths, TALOS_RUN, published=True)
-    found = [f for f in state.findings if f.code == "DRIVER_ROOT_NOT_EXECUTABLE"]
+    found = [f for f in check(state) if f.code == "DRIVER_ROOT_NOT_EXECUTABLE"]
     assert len(found) == 1 and found[0].severity == "error"
     assert "rw,nosuid,nodev,noexec,relatime" in found[0].message
     assert "noexec: nothing in it can be run" in found[0].message and "nodev:" in found[0].message
     assert "CAP_SYS_ADMIN" in found[0].fix
-    mount = state.to_json()["driver_root"]["mount"]
+    mount = status_json(state, check(state))["driver_root"]["mount"]
     assert mount == {
         "mount_point": str(paths.run_dir), "fstype": "tmpfs", "source": "none",
         "options": ["rw", "nosuid", "nodev", "noexec", "relatime"], "ours": False,
     }  # fmt: skip
-    assert f"  mount {paths.run_dir} tmpfs none rw,nosuid,nodev,noexec,relatime" in render_text(state)
+    assert f"  mount {paths.run_dir} tmpfs none rw,nosuid,nodev,noexec,relatime" in render_text(state, check(state))
 
 
 def test_init_verify_goes_on_because_init_is_the_fix(paths: HostPaths) -> None:
     _state(paths, TALOS_RUN, published=True)
     state = verify(paths, Settings())  # raises VerificationError on any other error finding
-    assert "DRIVER_ROOT_NOT_EXECUTABLE" in {f.code for f in state.findings}
+    assert "DRIVER_ROOT_NOT_EXECUTABLE" in {f.code for f in check(state)}
 
 
 def test_unpublished_root_on_noexec_is_no_error_yet(paths: HostPaths) -> None:
     state = _state(paths, TALOS_RUN, published=False)
-    assert "DRIVER_ROOT_NOT_EXECUTABLE" not in {f.code for f in state.findings}
+    assert "DRIVER_ROOT_NOT_EXECUTABLE" not in {f.code for f in check(state)}
 
 
 def test_our_tmpfs_is_shown_and_clean(paths: HostPaths) -> None:
     state = _state(paths, TALOS_RUN + OURS, published=True)
-    assert [f for f in state.findings if f.severity == "error"] == []
-    mount = state.to_json()["driver_root"]["mount"]
+    assert [f for f in check(state) if f.severity == "error"] == []
+    mount = status_json(state, check(state))["driver_root"]["mount"]
     assert mount["mount_point"] == str(paths.driver_root) and mount["ours"] is True
     assert mount["options"] == ["rw", "nosuid", "relatime"]

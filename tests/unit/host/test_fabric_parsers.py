@@ -1,9 +1,9 @@
-"""Pure parsers of driver_container.kernel.fabric: VPD marker, IB port attributes, NVFM_CONFIG_* overrides,
+"""Pure parsers of driver_container.formats.kernel.fabric: VPD marker, IB port attributes, NVFM_CONFIG_* overrides,
 fabricmanager.cfg and the Fabric block of ``nvidia-smi -q``."""
 
 from __future__ import annotations
 
-from driver_container.kernel.fabric import (
+from driver_container.formats.kernel.fabric import (
     apply_overrides,
     is_nvlink5_vpd,
     overrides_from_env,

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from support import FIXTURES, REPO, fixture_paths, require
 
-from driver_container.findings import has_errors, talos_module_snippet, values_equal
-from driver_container.hoststate import inspect_host, read_loaded_modules
+from driver_container.findings import check, has_errors, talos_module_snippet, values_equal
+from driver_container.inspect.hoststate import inspect_host, read_loaded_modules
+from driver_container.inspect.userspace import find_userspace
 from driver_container.paths import HostPaths
 from driver_container.settings import Settings
-from driver_container.userspace import find_userspace
 
 HOSTS = FIXTURES / "hosts"
 
@@ -28,7 +28,7 @@ def tree(tmp_path: Path) -> Path:
 
 
 def codes(tree: Path, settings: Settings | None = None) -> set[str]:
-    return {f.code for f in inspect_host(fixture_paths(tree), settings or Settings()).findings}
+    return {f.code for f in check(inspect_host(fixture_paths(tree), settings or Settings()))}
 
 
 def test_loaded_modules_from_sysfs_without_proc_modules() -> None:
@@ -49,7 +49,7 @@ def test_unexpected_proc_lines_are_reported_not_fatal(tree: Path) -> None:
     (tree / "proc/driver/nvidia/version").write_text("garbage\n")
     state = inspect_host(fixture_paths(tree), Settings())
     assert state.nvidia_version is None
-    assert any("driver/nvidia/version" in f.message for f in state.findings if f.code == "HOST_FILE_UNREADABLE")
+    assert any("driver/nvidia/version" in f.message for f in check(state) if f.code == "HOST_FILE_UNREADABLE")
 
 
 def test_unreadable_and_looping_sysfs_files(tree: Path) -> None:
@@ -75,14 +75,14 @@ def test_absolute_symlink_out_of_host_root_is_not_followed(tree: Path, tmp_path:
     os.symlink(str(outside / "nvidia.ko"), video / "nvidia.ko")  # absolute: resolves to <host>/<that path>
     state = inspect_host(fixture_paths(tree), Settings())
     assert "nvidia" not in state.module_files
-    assert "MODULE_FILE_MISSING" in {f.code for f in state.findings}
+    assert "MODULE_FILE_MISSING" in {f.code for f in check(state)}
 
 
 def test_corrupt_module_file_is_a_finding(tree: Path) -> None:
     (tree / "host/usr/lib/modules/6.18.44-talos/kernel/drivers/video/nvidia.ko").write_bytes(b"\x7fELF" + b"\x00" * 20)
     state = inspect_host(fixture_paths(tree), Settings())
     assert state.module_files["nvidia"].error
-    assert "MODULE_FILE_UNREADABLE" in {f.code for f in state.findings}
+    assert "MODULE_FILE_UNREADABLE" in {f.code for f in check(state)}
 
 
 def test_vermagic_and_invalid_parameter_file(tree: Path) -> None:
@@ -98,11 +98,11 @@ def test_missing_modules_and_userspace(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     (empty / "proc").mkdir(parents=True)
     state = inspect_host(fixture_paths(empty), Settings(gpu_direct_rdma=True))
-    found = {f.code for f in state.findings}
+    found = {f.code for f in check(state)}
     assert {"NVIDIA_NOT_LOADED", "UVM_NOT_LOADED", "USERSPACE_MISSING", "PEERMEM_NOT_LOADED"} <= found
-    assert "PLATFORM_UNKNOWN" in found and has_errors(state.findings)
-    assert [f.severity for f in state.findings] == sorted(
-        (f.severity for f in state.findings), key=("error", "warning", "info").index
+    assert "PLATFORM_UNKNOWN" in found and has_errors(check(state))
+    assert [f.severity for f in check(state)] == sorted(
+        (f.severity for f in check(state)), key=("error", "warning", "info").index
     )
 
 
@@ -170,12 +170,12 @@ def test_values_equal_and_snippet() -> None:
 
 def test_read_loaded_modules_is_cheap() -> None:
     probe = (
-        "import sys; from driver_container.hoststate import read_loaded_modules; "
+        "import sys; from driver_container.inspect.hoststate import read_loaded_modules; "
         "from driver_container.paths import HostPaths; from pathlib import Path; "
         f"t = Path({str(HOSTS / 'talos-1.13-open-595')!r}); "
         "m = read_loaded_modules(HostPaths(procfs_root=t / 'proc', sysfs_root=t / 'sys')); "
         "assert m['nvidia'].loaded; "
-        "heavy = ('elftools', 'zstandard', 'requests', 'driver_container.kmod'); "
+        "heavy = ('elftools', 'zstandard', 'requests', 'driver_container.formats.kmod'); "
         "print(sorted(x for x in sys.modules if x.startswith(heavy)))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO)

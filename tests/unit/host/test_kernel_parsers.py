@@ -7,13 +7,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from driver_container.errors import HostReadError
-from driver_container.kernel.modules import ProcModule, parse_parameter_conf, parse_proc_modules
-from driver_container.kernel.nvidia_proc import (
+from driver_container.formats.kernel.modules import ProcModule, parse_proc_modules
+from driver_container.formats.kernel.nvidia_proc import (
     gpu_from_information,
     parse_gpu_information,
     parse_nvidia_params,
     parse_nvidia_version,
 )
+from driver_container.formats.modconf import parse_module_conf as parse_parameter_conf
 
 
 def test_proc_modules_shapes_and_rejects() -> None:

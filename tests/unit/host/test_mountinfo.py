@@ -3,7 +3,7 @@ show_mountinfo()), the mount that holds a path, the visible one of stacked mount
 
 from __future__ import annotations
 
-from driver_container.kernel.mountinfo import Mount, mount_containing, parse_line, parse_mountinfo, top_mount_at
+from driver_container.formats.kernel.mountinfo import Mount, mount_containing, parse_line, parse_mountinfo, top_mount_at
 
 # Lines as seen from a driver pod on a Talos node. /run: PseudoLate's tmpfs (siderolabs/talos
 # internal/pkg/mount/v3/helpers.go: nosuid,nodev via WithSecure, noexec, relatime, mode=0755; made with

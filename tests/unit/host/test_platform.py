@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from support import FIXTURES, fixture_paths
 
-from driver_container.platform import detect_platform, parse_os_release
+from driver_container.inspect.platform import detect_platform, parse_os_release
 
 HOSTS = FIXTURES / "hosts"
 

@@ -1,4 +1,4 @@
-"""Issue 14 item 4: every numeric field goes through driver_container.numbers (ASCII digits, bounded).
+"""Issue 14 item 4: every numeric field goes through driver_container.formats.numbers (ASCII digits, bounded).
 
 ``"²".isdigit()`` is true and ``int("²")`` raises; ``int("٣")`` is 3; ``int("9" * 5000)`` raises
 (Python's int-digits limit). Each parser below crashed or accepted such a value before the fix.
@@ -11,21 +11,21 @@ from pathlib import Path
 
 import pytest
 
-from driver_container import numbers
 from driver_container.errors import DriverContainerError
 from driver_container.findings import values_equal
-from driver_container.kernel.devices import parse_mig_minors, parse_proc_devices
-from driver_container.kernel.modules import parse_proc_modules
-from driver_container.kernel.nvidia_proc import gpu_from_information, parse_nvidia_version
-from driver_container.kernel.sysfs import read_sysfs_module
-from driver_container.kmod.der import DerError, encode_oid
-from driver_container.kube import _retry_after
-from driver_container.kubeconfig import parse_yaml_subset
-from driver_container.ldcache import libcmp
-from driver_container.lock import _read_pid
-from driver_container.modparams import driver_major
+from driver_container.formats import numbers
+from driver_container.formats.kernel.devices import parse_mig_minors, parse_proc_devices
+from driver_container.formats.kernel.modules import parse_proc_modules
+from driver_container.formats.kernel.nvidia_proc import gpu_from_information, parse_nvidia_version
+from driver_container.formats.kernel.sysfs import read_sysfs_module
+from driver_container.formats.kmod.der import DerError, encode_oid
+from driver_container.formats.ldcache import libcmp
+from driver_container.formats.modconf import driver_major
+from driver_container.manager.kube import _retry_after
+from driver_container.manager.kubeconfig import parse_yaml_subset
 from driver_container.node.persistenced import HOST_PID_FILE, host_daemon_pid
 from driver_container.paths import HostPaths, Root
+from driver_container.runtime.lock import _read_pid
 from driver_container.settings import parse_seconds
 
 HOSTILE = ("²", "١٢", "1_000", " 7", "+7", "-7", "0x1f", "", "9" * 5000, "7\u00a0")

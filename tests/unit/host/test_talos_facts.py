@@ -11,12 +11,12 @@ import yaml
 from support import FIXTURES, REPO, fixture_paths
 
 from driver_container.errors import ModuleWaitTimeout
-from driver_container.findings import talos_module_snippet
-from driver_container.hoststate import inspect_host
-from driver_container.lifecycle import machine_config_snippet, required_modules, wait_for_modules
+from driver_container.findings import check, talos_module_snippet
+from driver_container.formats.talos_config import module_config_snippet, parse_talos_version, uses_kernel_module_config
+from driver_container.inspect.hoststate import inspect_host
+from driver_container.lifecycle.modwait import machine_config_snippet, required_modules, wait_for_modules
+from driver_container.runtime.supervise import Shutdown
 from driver_container.settings import Settings
-from driver_container.supervise import Shutdown
-from driver_container.talos_config import module_config_snippet, parse_talos_version, uses_kernel_module_config
 
 HOSTS = FIXTURES / "hosts"
 
@@ -71,7 +71,7 @@ def test_findings_fix_fits_the_node_version(tmp_path: Path) -> None:
                           ("v1.14.0", "kind: KernelModuleConfig\nname: nvidia_uvm")):
         tree = _talos_tree(tmp_path / version, version, "talos-1.13-uvm-missing")
         state = inspect_host(fixture_paths(tree), Settings())
-        fix = next(f.fix for f in state.findings if f.code == "UVM_NOT_LOADED")
+        fix = next(f.fix for f in check(state) if f.code == "UVM_NOT_LOADED")
         assert form in fix, fix
         assert "parameters:" not in fix and fix.count("nvidia_uvm") >= 1
     assert "parameters:\n  - a=1" in talos_module_snippet("nvidia", ["a=1"], "v1.14.0")
@@ -89,7 +89,7 @@ def test_no_peermem_on_talos_init_does_not_wait_for_it(tmp_path: Path) -> None:
 
 def test_rdma_on_talos_warns_and_points_at_dma_buf(tmp_path: Path) -> None:
     state = inspect_host(fixture_paths(_talos_tree(tmp_path)), Settings(gpu_direct_rdma=True))
-    by_code = {f.code: f for f in state.findings}
+    by_code = {f.code: f for f in check(state)}
     assert "PEERMEM_NOT_LOADED" not in by_code  # that one would say "list nvidia_peermem"
     warning = by_code["PEERMEM_NOT_ON_TALOS"]
     assert warning.severity == "warning" and "-EINVAL" in warning.message
@@ -111,7 +111,7 @@ def test_firmware_fix_on_talos_names_the_kernel_argument(tmp_path: Path) -> None
     tree = _talos_tree(tmp_path)
     shutil.rmtree(tree / "userspace/lib/firmware")
     state = inspect_host(fixture_paths(tree), Settings())
-    fixes = {f.fix for f in state.findings if f.code == "FIRMWARE_MISSING"}
+    fixes = {f.fix for f in check(state) if f.code == "FIRMWARE_MISSING"}
     assert fixes and all("firmware_class.path=" in f and "machine.install.extraKernelArgs" in f for f in fixes)
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from support import MODULES, require
 
-from driver_container.kmod import ModuleParameter, read_module
+from driver_container.formats.kmod import ModuleParameter, read_module
 
 
 def test_variant_options(tmp_path: Path) -> None:

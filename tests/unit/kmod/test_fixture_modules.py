@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from support import MODULES
 
-from driver_container.kmod import ModuleParameter, format_modinfo, read_module
+from driver_container.formats.kmod import ModuleParameter, format_modinfo, read_module
 
 FORMS = {"nvidia.ko": None, "nvidia.ko.xz": "xz", "nvidia.ko.zst": "zstd"}
 
@@ -85,7 +85,7 @@ def test_section_lookup_agrees_with_pyelftools() -> None:
     # elf.py decodes the section table itself for speed; pyelftools is the independent reference.
     from elftools.elf.elffile import ELFFile
 
-    from driver_container.kmod.elf import read_sections
+    from driver_container.formats.kmod.elf import read_sections
 
     data = (MODULES / "nvidia.ko").read_bytes()
     elf = ELFFile(io.BytesIO(data))
@@ -107,7 +107,7 @@ def test_name_falls_back_to_this_module_section(tmp_path: Path) -> None:
 def test_large_file_is_mapped_and_reads_the_same(kmod_modinfo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from elfbuild import build_elf
 
-    from driver_container.kmod.reader import MMAP_THRESHOLD
+    from driver_container.formats.kmod.reader import MMAP_THRESHOLD
 
     data = build_elf(b"description=" + b"x" * MMAP_THRESHOLD + b"\0license=GPL\0", bits=64, order="<")
     path = tmp_path / "large.ko"

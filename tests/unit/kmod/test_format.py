@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from driver_container.kmod import ModuleInfo, Signature, format_modinfo
-from driver_container.kmod.format import hex_folded, to_json
+from driver_container.formats.kmod import ModuleInfo, Signature, format_modinfo
+from driver_container.formats.kmod.format import hex_folded, to_json
 
 
 @pytest.mark.parametrize(

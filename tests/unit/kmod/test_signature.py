@@ -13,9 +13,9 @@ from support import MODULES, require
 from test_bad_inputs import ELF_PART
 
 from driver_container.errors import ModuleFormatError
-from driver_container.kmod import format_modinfo, read_module
-from driver_container.kmod.der import DerError, Tlv, oid_text
-from driver_container.kmod.signature import MAGIC, split_signature
+from driver_container.formats.kmod import format_modinfo, read_module
+from driver_container.formats.kmod.der import DerError, Tlv, oid_text
+from driver_container.formats.kmod.signature import MAGIC, split_signature
 
 
 def _sign_file() -> str:
@@ -114,7 +114,7 @@ def test_fixture_signature_is_parsed_from_the_decompressed_bytes() -> None:
 
 @pytest.mark.parametrize("oid", ["2.5.4.3", "1.2.840.113549.1.7.2", "2.16.840.1.101.3.4.2.10", "1.3.14.3.2.26"])
 def test_encode_oid_round_trips(oid: str) -> None:
-    from driver_container.kmod.der import encode_oid
+    from driver_container.formats.kmod.der import encode_oid
 
     assert oid_text(Tlv(0x06, encode_oid(oid))) == oid
 

@@ -6,7 +6,7 @@ import signal
 import pytest
 
 from driver_container.errors import DriverContainerError, PublishError
-from driver_container.supervise import run_in_child
+from driver_container.runtime.supervise import run_in_child
 
 
 def test_result_comes_back_from_the_child() -> None:

@@ -7,7 +7,7 @@ import signal
 import threading
 import time
 
-from driver_container.supervise import Shutdown, run_in_child
+from driver_container.runtime.supervise import Shutdown, run_in_child
 
 
 def test_sigterm_kills_a_stuck_child_and_returns_at_once() -> None:

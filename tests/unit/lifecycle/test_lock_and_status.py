@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from driver_container import statusfiles
 from driver_container.errors import LockError
-from driver_container.lock import PidLock
 from driver_container.paths import HostPaths
+from driver_container.runtime import statusfiles
+from driver_container.runtime.lock import PidLock
 
 
 def test_lock_writes_our_pid_and_release_removes_it(tmp_path: Path) -> None:

@@ -10,10 +10,10 @@ import pytest
 from support import FIXTURES
 
 from driver_container.errors import ModuleWaitTimeout
-from driver_container.lifecycle import machine_config_snippet, required_modules, wait_for_modules
+from driver_container.lifecycle.modwait import machine_config_snippet, required_modules, wait_for_modules
 from driver_container.paths import HostPaths
+from driver_container.runtime.supervise import Shutdown
 from driver_container.settings import Settings
-from driver_container.supervise import Shutdown
 
 HOSTS = FIXTURES / "hosts"
 

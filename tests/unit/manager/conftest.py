@@ -7,7 +7,7 @@ import pytest
 from manager_support import FIXTURES, Node
 from support import fixture_paths
 
-from driver_container.runner import Runner
+from driver_container.runtime.runner import Runner
 
 
 @pytest.fixture

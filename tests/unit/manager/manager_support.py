@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from driver_container.paths import HostPaths
-from driver_container.runner import Runner
+from driver_container.runtime.runner import Runner
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from support import require_module
 
 from driver_container.errors import KubernetesError
-from driver_container.kubeconfig import parse_yaml_subset, select_context
+from driver_container.manager.kubeconfig import parse_yaml_subset, select_context
 
 # As written by talosctl kubeconfig (sequences indented under their key) ...
 TALOSCTL = """\
@@ -156,7 +156,7 @@ def test_token_files_that_are_fifos_or_devices_are_refused_not_read(tmp_path: Pa
     """A tokenFile (or kubeconfig) that is /dev/zero or a FIFO must neither exhaust memory nor hang."""
     import os
 
-    from driver_container.kube import read_small_file
+    from driver_container.manager.secretfile import read_small_file
 
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)

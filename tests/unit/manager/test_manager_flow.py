@@ -8,21 +8,19 @@ import pytest
 from manager_support import FakeApi, Node
 
 from driver_container.errors import ForbiddenCommandError, HostDriverPresentError, VerificationError
-from driver_container.kernel.mountinfo import mounts_at_or_below
-from driver_container.manager import (
+from driver_container.formats.kernel.mountinfo import mounts_at_or_below
+from driver_container.manager.facts import NodeFacts, gather_facts
+from driver_container.manager.labels import (
     PAUSED,
-    ManagerOptions,
-    NodeFacts,
-    gather_facts,
     operand_selector,
     pause_patch,
     paused_value,
     restore_patch,
     restored_value,
-    run_uninstall,
 )
+from driver_container.manager.manager import ManagerOptions, run_uninstall
 from driver_container.paths import HostPaths
-from driver_container.runner import MODULE_TOOLS, Runner
+from driver_container.runtime.runner import MODULE_TOOLS, Runner
 from driver_container.settings import Settings
 
 OPTIONS = ManagerOptions(node_name="gpu-1", driver_config_digest="digest-new", host_driver_delay=0)
@@ -223,7 +221,7 @@ def test_labels_are_restored_when_waiting_fails(node: Node) -> None:
 
 @pytest.mark.parametrize("node", ["talos-stale-mount"], indirect=True)
 def test_module_tools_are_forbidden_on_talos(node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
-    from driver_container import manager
+    from driver_container.manager import manager
 
     seen: list[frozenset[str]] = []
     real = manager.clean_leftovers

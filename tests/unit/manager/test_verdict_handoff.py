@@ -15,12 +15,11 @@ from pathlib import Path
 import pytest
 from support import FIXTURES, fixture_paths
 
+from driver_container.cli.status_render import status_json
 from driver_container.errors import VerdictFormatError
-from driver_container.hoststate import inspect_host
-from driver_container.manager import hand_verdict_to_init
-from driver_container.paths import HostPaths
-from driver_container.settings import Settings
-from driver_container.verdict import (
+from driver_container.findings import check
+from driver_container.inspect.hoststate import inspect_host
+from driver_container.inspect.verdict import (
     BOOT_ID,
     FORMAT_VERSION,
     VERDICT_FILE,
@@ -28,6 +27,9 @@ from driver_container.verdict import (
     parse_verdict,
     stale_reason,
 )
+from driver_container.manager.manager import hand_verdict_to_init
+from driver_container.paths import HostPaths
+from driver_container.settings import Settings
 
 DIGEST = "digest-1"
 SETTINGS = Settings(driver_config_digest=DIGEST)
@@ -45,7 +47,7 @@ def _node(tmp_path: Path, name: str) -> tuple[HostPaths, HostPaths]:
 
 
 def _codes(paths: HostPaths, settings: Settings = SETTINGS) -> dict[str, str]:
-    return {f.code: f.severity for f in inspect_host(paths, settings).findings}
+    return {f.code: f.severity for f in check(inspect_host(paths, settings))}
 
 
 def test_a_mismatching_file_read_by_the_manager_stops_init(tmp_path: Path) -> None:
@@ -55,19 +57,19 @@ def test_a_mismatching_file_read_by_the_manager_stops_init(tmp_path: Path) -> No
     assert "mismatch, init will refuse" in note
     state = inspect_host(init, SETTINGS)
     assert state.module_files_source == f"driver-manager verdict {init.run_dir / VERDICT_FILE}"
-    errors = {f.code for f in state.findings if f.severity == "error"}
+    errors = {f.code for f in check(state) if f.severity == "error"}
     assert "MODULE_FILE_MISMATCH" in errors
-    assert state.to_json()["module_files_source"].startswith("driver-manager verdict")
-    from driver_container.cli.status_cmd import render_text
+    assert status_json(state, check(state))["module_files_source"].startswith("driver-manager verdict")
+    from driver_container.cli.status_render import render_text
 
-    assert "module files: from driver-manager verdict" in render_text(state)  # `status` says where from
+    assert "module files: from driver-manager verdict" in render_text(state, check(state))  # `status` says where from
 
 
 def test_a_matching_verdict_verifies_and_carries_the_firmware_names(tmp_path: Path) -> None:
     manager, init = _node(tmp_path, "talos-1.13-open-595")
     assert "match (" in hand_verdict_to_init(manager, SETTINGS, DIGEST)
     state = inspect_host(init, SETTINGS)
-    assert "MODULE_FILE_MISSING" not in {f.code for f in state.findings}
+    assert "MODULE_FILE_MISSING" not in {f.code for f in check(state)}
     assert state.module_files["nvidia"].flavour == "open"
     assert state.firmware  # names from the file, located as init would (None where absent)
     doc = json.loads((init.run_dir / VERDICT_FILE).read_text())
@@ -91,10 +93,10 @@ def test_a_stale_or_broken_verdict_is_ignored_with_a_warning(
         settings = Settings(driver_config_digest="digest-2")
     else:
         (init.run_dir / VERDICT_FILE).write_text("{not json")
-    with caplog.at_level(logging.WARNING, logger="driver_container.verdict"):
+    with caplog.at_level(logging.WARNING, logger="driver_container.inspect.verdict"):
         state = inspect_host(init, settings)
     assert state.module_files_source == "none"
-    codes = {f.code: f.severity for f in state.findings}
+    codes = {f.code: f.severity for f in check(state)}
     assert "MODULE_FILE_MISMATCH" not in codes and codes.get("MODULE_FILE_MISSING") == "info"
     assert any(what in r.getMessage() for r in caplog.records), caplog.text
     if change != "garbage":

@@ -10,8 +10,9 @@ import pytest
 from fakes import add_fabric_to_image
 from support import FIXTURES, fixture_paths
 
+from driver_container.cli.status_render import status_json
 from driver_container.findings import check
-from driver_container.hoststate import inspect_host
+from driver_container.inspect.hoststate import inspect_host
 from driver_container.node.fabric import host_daemons, inspect_fabric
 from driver_container.paths import HostPaths
 from driver_container.settings import Settings
@@ -61,7 +62,8 @@ def test_ordinary_node_reads_nothing_but_one_stat(tmp_path: Path) -> None:
     (ib / "vpd").write_bytes(b"SMDL=SW_MNG")
     assert inspect_fabric(paths) is None
     assert "FABRIC_SYSTEM" not in _codes(paths)
-    assert inspect_host(paths, Settings()).to_json()["fabric"] is None
+    state = inspect_host(paths, Settings())
+    assert status_json(state, check(state))["fabric"] is None
     (paths.procfs_root / "driver/nvidia-nvswitch").mkdir()
     assert inspect_fabric(paths) is not None  # the same tree with the directory is an NVLink5 system
 

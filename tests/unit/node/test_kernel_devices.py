@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from unit.node.conftest import NODE_FIXTURES
 
-from driver_container.kernel.devices import CharDevices, MigMinor, parse_mig_minors, parse_proc_devices
+from driver_container.formats.kernel.devices import CharDevices, MigMinor, parse_mig_minors, parse_proc_devices
 
 
 def test_char_section_only_and_shared_major() -> None:

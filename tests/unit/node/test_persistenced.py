@@ -11,7 +11,7 @@ import pytest
 from driver_container.errors import CommandError
 from driver_container.node import persistenced
 from driver_container.paths import HostPaths
-from driver_container.runner import Runner
+from driver_container.runtime.runner import Runner
 
 FAKE = Path(__file__).resolve().parent / "fake_persistenced.py"
 

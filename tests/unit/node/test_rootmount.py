@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from driver_container.errors import PublishError
-from driver_container.kernel.mountinfo import Mount, parse_mountinfo
-from driver_container.manager import NodeFacts, clean_leftovers, leftover_mounts
+from driver_container.formats.kernel.mountinfo import Mount, parse_mountinfo
+from driver_container.manager.facts import NodeFacts, leftover_mounts
+from driver_container.manager.manager import clean_leftovers
 from driver_container.node.rootmount import MOUNT_SOURCE, decide, leftovers_at, mount_argv
 from driver_container.paths import HostPaths
 from driver_container.publish.rootdir import create_driver_root, prepare_driver_root
-from driver_container.runner import Runner
+from driver_container.runtime.runner import Runner
 
 # The driver pod's view on a Talos node (see tests/unit/host/test_mountinfo.py for the sources).
 ROOT = "1021 985 0:301 / / rw,relatime master:412 - overlay overlay rw\n"

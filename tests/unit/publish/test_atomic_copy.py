@@ -1,4 +1,4 @@
-"""fsutil.atomic_copy / stage_copy: content, mode, hash, mtime, no leftovers, containment."""
+"""staged.atomic_copy / stage_copy: content, mode, hash, mtime, no leftovers, containment."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from driver_container.errors import PublishError
-from driver_container.fsutil import COPY_CHUNK, atomic_copy, stage_copy, stage_write
+from driver_container.runtime.staged import COPY_CHUNK, atomic_copy, stage_copy, stage_write
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from support import FIXTURES, require
 
-from driver_container.elfdeps import ElfDeps, ElfFormatError, read_elf_deps
+from driver_container.formats.elfdeps import ElfDeps, ElfFormatError, read_elf_deps
 from driver_container.publish.sources import ElfFacts
 
 TREE = FIXTURES / "userspace" / "debian-595.91.07"

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from support import require
 
 from driver_container.errors import HostReadError
-from driver_container.ldcache import (
+from driver_container.formats.ldcache import (
     FLAGS_AARCH64,
     FLAGS_X86_64,
     CacheEntry,

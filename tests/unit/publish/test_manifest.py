@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from driver_container.elfdeps import ElfDeps
+from driver_container.formats.elfdeps import ElfDeps
 from driver_container.publish.manifest import Manifest, Record, format_manifest, parse_manifest
 
 CUDA_ELF = ElfDeps("EM_X86_64", 64, "ET_DYN", None, "libcuda.so.1", ("libnvidia-glcore.so.535.309.01",))

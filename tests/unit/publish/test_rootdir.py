@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from driver_container.kernel.mountinfo import parse_mount_points
+from driver_container.formats.kernel.mountinfo import parse_mount_points
 
 MOUNTINFO = (
     "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"

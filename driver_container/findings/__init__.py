@@ -1,0 +1,59 @@
+"""Cross-checks of a ``HostState``: pure, state in, findings out. Codes are stable (docs/troubleshooting.md).
+
+Why the version checks are errors: nvidia-container-cli mounts only libraries whose file name ends with
+the loaded module's version, and NVML refuses a kernel module of another version ("Driver/library version
+mismatch"), so every GPU pod would fail later; refusing here names the cause once.
+
+``modules`` checks the NVIDIA modules themselves, ``host`` what is around them; ``model`` holds
+``Finding``. The names below are the package's interface (callers import them from here).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from driver_container.findings.host import (
+    PUBLISH_OUTCOMES,
+    REMEDIED_BY_INIT,
+    driver_root_mount,
+    environment,
+    fabric,
+    parameters,
+)
+from driver_container.findings.model import SEVERITIES, Finding, has_errors, talos_module_snippet, values_equal
+from driver_container.findings.modules import (
+    PEERMEM_ON_TALOS_FIX,
+    architecture,
+    file_checks,
+    flavour,
+    loaded_version,
+    module_presence,
+    versions,
+    versions_mismatch,
+)
+
+if TYPE_CHECKING:
+    from driver_container.inspect.hoststate import HostState
+
+__all__ = [
+    "PEERMEM_ON_TALOS_FIX",
+    "PUBLISH_OUTCOMES",
+    "REMEDIED_BY_INIT",
+    "SEVERITIES",
+    "Finding",
+    "check",
+    "has_errors",
+    "loaded_version",
+    "talos_module_snippet",
+    "values_equal",
+    "versions_mismatch",
+]
+
+
+def check(state: HostState) -> list[Finding]:
+    """Every finding for ``state``, errors first, in a stable order."""
+    findings = module_presence(state) + versions(state) + flavour(state) + architecture(state)
+    for name, module in state.modules.items():
+        findings += file_checks(state, module, state.module_files.get(name))
+    findings += parameters(state) + environment(state) + fabric(state) + driver_root_mount(state)
+    return sorted(findings, key=lambda f: SEVERITIES.index(f.severity))

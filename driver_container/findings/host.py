@@ -1,0 +1,262 @@
+"""Checks of the host around the modules: parameters, environment, firmware, fabric, DRIVER_ROOT's mount,
+the last publish."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from driver_container.findings.model import (
+    Finding,
+    talos_module_snippet,
+    values_equal,
+)
+from driver_container.node.rootmount import MOUNT_SOURCE, blocking_options
+from driver_container.publish.manifest import MANIFEST_PATH
+
+if TYPE_CHECKING:
+    from driver_container.inspect.hoststate import HostState
+
+
+def _param_fix(state: HostState, module: str) -> str:
+    params = [f"{n}={v}" for n, v in state.requested_params.get(module, ())]
+    if state.platform.name == "talos":
+        snippet = talos_module_snippet(module, params, state.platform.talos_version)
+        return snippet + "\nthen reboot the node (Talos never reloads a loaded module)"
+    return f"add `options {module} {' '.join(params)}` to the host's /etc/modprobe.d/ and reload {module}"
+
+
+def _known_parameters(state: HostState, module: str) -> tuple[str, ...] | None:
+    """Parameter names the module declares: its file's parm list, else NVIDIA's complete params file."""
+    f = state.module_files.get(module)
+    if f is not None and not f.error:
+        return f.parameters
+    if module == "nvidia" and state.modules["nvidia"].parameters:
+        return tuple(state.modules["nvidia"].parameters)
+    return None
+
+
+def parameters(state: HostState) -> list[Finding]:
+    out = [
+        Finding("error", "PARAMETER_FILE_INVALID", e, "fix the kernelModuleConfig ConfigMap")
+        for e in state.param_errors
+    ]
+    for module, pairs in state.requested_params.items():
+        known = _known_parameters(state, module)
+        loaded = state.modules[module]
+        for name, value in pairs:
+            if known is not None and name not in known:
+                out.append(
+                    Finding(
+                        "error",
+                        "UNKNOWN_PARAMETER",
+                        f"{module} has no parameter {name} "
+                        f"(requested {name}={value}); it has: {', '.join(sorted(known)) or 'none'}",
+                        f"remove or correct {name} in the kernelModuleConfig ConfigMap ({module}.conf)",
+                    )
+                )
+                continue
+            if not loaded.loaded:
+                continue
+            effective = loaded.parameters.get(name)
+            if effective is None:
+                out.append(
+                    Finding(
+                        "info",
+                        "PARAMETER_UNVERIFIABLE",
+                        f"{module}: requested {name}={value}; the kernel does not expose its effective value",
+                        "nothing to do",
+                    )
+                )
+            elif not values_equal(value, effective):
+                out.append(
+                    Finding(
+                        "warning",
+                        "PARAMETER_DIFFERS",
+                        f"{module}: {name} is {effective} in the running kernel but {value} is requested",
+                        _param_fix(state, module),
+                    )
+                )
+    return out
+
+
+def environment(state: HostState) -> list[Finding]:
+    out = [
+        Finding("warning", "HOST_FILE_UNREADABLE", p, "check the mounts of PROCFS_ROOT, SYSFS_ROOT, HOST_ROOT")
+        for p in state.problems
+    ]
+    for name, where in sorted(state.firmware.items()):
+        if where is None:
+            out.append(
+                Finding(
+                    "warning",
+                    "FIRMWARE_MISSING",
+                    f"firmware {name} (named by the module) is in none of "
+                    "the kernel's, the toolkit's or the image's firmware directories",
+                    _firmware_fix(state),
+                )
+            )
+    if state.modules["nvidia"].loaded and not state.modules["nvidia"].builtin and not state.gpus:
+        out.append(
+            Finding(
+                "warning",
+                "NO_GPUS",
+                "nvidia is loaded but /proc/driver/nvidia/gpus lists no GPU",
+                "check that the node has an NVIDIA GPU bound to the nvidia driver (lspci -k)",
+            )
+        )
+    if state.platform.name == "generic" and state.platform.os_id is None:
+        out.append(
+            Finding(
+                "info",
+                "PLATFORM_UNKNOWN",
+                f"no usable os-release; platform {state.platform.name} ({state.platform.evidence})",
+                "mount the host's /etc/os-release at /host-etc/os-release or set DRIVER_PLATFORM",
+            )
+        )
+    out += _publish_state(state)
+    if not state.published:
+        out.append(
+            Finding(
+                "info",
+                "DRIVER_ROOT_NOT_PUBLISHED",
+                f"{state.driver_root} holds no published driver (no {MANIFEST_PATH})",
+                "run `nvidia-driver init`",
+            )
+        )
+    return out
+
+
+def _firmware_fix(state: HostState) -> str:
+    fix = (
+        "ship it in the image under /lib/firmware (the GSP firmware of the same driver version) "
+        "so that `init` publishes it"
+    )
+    if state.platform.name != "talos":
+        return fix
+    # The loader is built in (CONFIG_FW_LOADER=y), so its search path is the kernel argument
+    # firmware_class.path= (drivers/base/firmware_loader/main.c); init writes the runtime parameter too,
+    # but that is lost at reboot and read-only under SELinux enforcing (docs/talos.md).
+    return (
+        fix + "; on Talos also make the search path persistent with the kernel argument "
+        "firmware_class.path=<host driver root>/lib/firmware (machine.install.extraKernelArgs, "
+        "or the Image Factory schematic's extraKernelArgs)"
+    )
+
+
+def _fabric_image_fix(kind: str) -> str:
+    what = "Fabric Manager and NVLSM" if kind == "nvlink5" else "Fabric Manager"
+    return (
+        f"use an image built with NVIDIA's {what} of the loaded driver version (docs/fabric.md), or run it on "
+        "the host (Talos: the nvidia-fabricmanager extension) and set NVIDIA_FABRICMANAGER=false"
+    )
+
+
+def fabric(state: HostState) -> list[Finding]:
+    """NVSwitch / NVLink5 nodes (docs/fabric.md): no CUDA job runs until the fabric is trained."""
+    fab = state.fabric
+    if fab is None:
+        return []
+    by_host = fab.host_runs("nv-fabricmanager")
+    out: list[Finding] = []
+    wanted = state.settings.fabricmanager != "false" and by_host is None
+    if wanted and (fab.fm_binary is None or fab.fm_config is None):
+        out.append(Finding(
+            "error", "FABRIC_MANAGER_MISSING",
+            f"{fab.kind} system ({len(fab.nvswitch_devices)} NVSwitch, LPF {', '.join(fab.lpf_devices) or '-'}) but "
+            f"the image has no nv-fabricmanager with usr/share/nvidia/nvswitch/fabricmanager.cfg under "
+            f"{state.userspace.root}: GPU jobs would fail with CUDA_ERROR_SYSTEM_NOT_READY",
+            _fabric_image_fix(fab.kind),
+        ))
+    if wanted and fab.needs_nvlsm and fab.host_runs("nvlsm") is None and (
+        fab.nvlsm_binary is None or fab.nvlsm_config is None
+    ):
+        out.append(Finding(
+            "error", "NVLSM_MISSING",
+            f"NVLink5 system (LPF {', '.join(fab.lpf_devices)}) but the image has no nvlsm with "
+            f"usr/share/nvidia/nvlsm/nvlsm.conf under {state.userspace.root}",
+            _fabric_image_fix(fab.kind),
+        ))
+    if fab.missing_modules:
+        out.append(Finding(
+            "warning", "NVLINK5_MODULES_MISSING",
+            f"NVLink5 system but {', '.join(fab.missing_modules)} not loaded: NVLSM cannot reach the NVSwitches "
+            "(init waits for them up to MODULE_WAIT_TIMEOUT)",
+            "load them on the host; Talos: machine.kernel.modules with - name: mlx5_core, - name: mlx5_ib, "
+            "- name: ib_umad (docs/fabric.md)",
+        ))
+    elif fab.needs_nvlsm and fab.management_port is None:
+        out.append(Finding(
+            "warning", "NVLINK5_NO_MANAGEMENT_PORT",
+            f"no port of {', '.join(fab.lpf_devices)} has a GUID with the subnet manager enabled "
+            "(sysfs ports/<n>/gids/0 and cap_mask)",
+            "check the CX7 bridge's ports (ibstat) and that ib_umad is loaded",
+        ))
+    who = f"run by the host ({by_host.evidence})" if by_host else (
+        "left to the host (NVIDIA_FABRICMANAGER=false)" if state.settings.fabricmanager == "false"
+        else "started by init")
+    out.append(Finding(
+        "info", "FABRIC_SYSTEM",
+        f"{fab.kind} system: Fabric Manager {who}; Ready waits until nvidia-smi -q shows the fabric Completed",
+        "nothing to do",
+    ))
+    return out
+
+
+def driver_root_mount(state: HostState) -> list[Finding]:
+    """A published root on a noexec/nodev filesystem (node/rootmount.py): consumers cannot use it."""
+
+    mount = state.driver_root_mount
+    blocking = blocking_options(mount) if mount is not None and state.published else ()
+    if mount is None or not blocking:
+        return []
+    effects = {
+        "noexec": "nothing in it can be run or mapped executable (validator, device plugin, CDI containers)",
+        "nodev": "its device nodes cannot be opened",
+    }
+    return [
+        Finding(
+            "error",
+            "DRIVER_ROOT_NOT_EXECUTABLE",
+            f"the published driver root {state.driver_root} is on {mount.fstype} {mount.source} at "
+            f"{mount.mount_point} mounted {','.join(mount.options)}: "
+            + "; ".join(f"{o}: {effects[o]}" for o in blocking),
+            f"restart the driver container with CAP_SYS_ADMIN (gpu-operator runs it privileged) and "
+            f"RUN_DIR shared (Bidirectional): `init` then mounts a tmpfs {MOUNT_SOURCE} at DRIVER_ROOT",
+        )
+    ]
+
+
+# Errors ``init`` itself remedies (it mounts DRIVER_ROOT before publishing): its verify step goes on.
+REMEDIED_BY_INIT = frozenset({"DRIVER_ROOT_NOT_EXECUTABLE"})
+
+
+# Findings about the outcome of the last publish: `status` reports them, `init` (which publishes again)
+# only logs them.
+PUBLISH_OUTCOMES = frozenset({"LAST_PUBLISH_FAILED", "PUBLISH_INTERRUPTED"})
+
+
+def _publish_state(state: HostState) -> list[Finding]:
+    """A failed or interrupted publish: the root is the previous one (rolled back), not the one wanted."""
+    out = []
+    shown = f"version {state.published_version} is published" if state.published_version else "nothing is published"
+    if state.publish_failure is not None:
+        version, error = state.publish_failure
+        out.append(
+            Finding(
+                "error",
+                "LAST_PUBLISH_FAILED",
+                f"the last publish (of {version}) failed and was rolled back; {shown} in {state.driver_root}: {error}",
+                "fix the cause named in the error, then restart the driver pod (`nvidia-driver init`)",
+            )
+        )
+    if state.publish_interrupted:
+        out.append(
+            Finding(
+                "warning",
+                "PUBLISH_INTERRUPTED",
+                f"a publish into {state.driver_root} was killed mid-commit (journal left); {shown} once the next "
+                "start rolls it back",
+                "restart the driver pod: `init` rolls the interrupted publish back before anything else",
+            )
+        )
+    return out

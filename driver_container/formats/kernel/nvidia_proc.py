@@ -1,0 +1,123 @@
+"""``/proc/driver/nvidia/{version,params,gpus/*/information}`` (parsers and one reader).
+
+Formats (NVIDIA open-gpu-kernel-modules, nv-procfs.c; fields separated by two spaces):
+open:        ``NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build  (u@h)  <date>``
+proprietary: ``NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.309.01  Wed Mar 25 15:26:15 UTC 2026``
+then ``GCC version:  ...``. Versions have 2 or 3 parts (``515.76``). ``params`` holds the effective
+``NVreg_*`` values as ``Name: value`` WITHOUT the ``NVreg_`` prefix (those parameters have permission 0,
+so /sys/module/nvidia/parameters does not exist).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from driver_container.errors import HostReadError
+from driver_container.formats.numbers import parse_uint
+from driver_container.paths import Root
+
+_NVRM = re.compile(
+    r"NVRM version:\s+NVIDIA UNIX\s+(?P<kind>Open Kernel Module for (?P<arch1>\S+)|(?P<arch2>\S+) Kernel Module)"
+    r"\s+(?P<version>[0-9]+\.[0-9]+(?:\.[0-9]+)?)(?=\s|$)(?P<rest>.*)"
+)
+_PCI = re.compile(r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
+SMALL = 64 * 1024
+
+
+@dataclass(frozen=True)
+class NvidiaProcVersion:
+    version: str
+    flavour: str  # "open" | "proprietary"
+    arch: str
+    build: str  # the rest of the NVRM line (build type, builder, date), stripped
+    gcc_version: str | None
+    nvrm_line: str
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    pci_id: str
+    model: str | None
+    uuid: str | None
+    device_minor: int | None
+    fields: dict[str, str]
+
+
+def parse_nvidia_version(text: str) -> NvidiaProcVersion:
+    """Parse ``/proc/driver/nvidia/version``; raises HostReadError without a recognisable NVRM line."""
+    nvrm = gcc = None
+    for line in text.splitlines():
+        if nvrm is None and (match := _NVRM.search(line)):
+            nvrm = (match, line.strip())
+        elif line.startswith("GCC version:"):
+            gcc = line.partition(":")[2].strip() or None
+    if nvrm is None:
+        first = text.strip().splitlines()[0][:120] if text.strip() else "(empty)"
+        raise HostReadError(
+            f"no 'NVRM version: NVIDIA UNIX ... Kernel Module <version>' line (first line: {first!r})",
+            fix="check that PROCFS_ROOT is the host's /proc and the nvidia module is loaded",
+        )
+    match, line = nvrm
+    open_kind = match.group("kind").startswith("Open")
+    return NvidiaProcVersion(
+        version=match.group("version"),
+        flavour="open" if open_kind else "proprietary",
+        arch=match.group("arch1") or match.group("arch2") or "",
+        build=match.group("rest").strip(),
+        gcc_version=gcc,
+        nvrm_line=line,
+    )
+
+
+def _colon_pairs(text: str) -> dict[str, str]:
+    result: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip():
+            result[key.strip()] = value.strip()
+    return result
+
+
+def parse_nvidia_params(text: str) -> dict[str, str]:
+    """``Name: value`` lines -> {Name: value}; lines without a colon are ignored."""
+    return {k: v for k, v in _colon_pairs(text).items() if re.fullmatch(r"[A-Za-z0-9_]+", k)}
+
+
+def parse_gpu_information(text: str) -> dict[str, str]:
+    """``Key: \\t value`` lines of a GPU's ``information`` file, split at the first colon."""
+    return _colon_pairs(text)
+
+
+def gpu_from_information(pci_id: str, fields: dict[str, str]) -> GpuInfo:
+    minor_text = fields.get("Device Minor", "")
+    return GpuInfo(
+        pci_id=pci_id,
+        model=fields.get("Model") or None,
+        uuid=fields.get("GPU UUID") or None,
+        device_minor=parse_uint(minor_text),
+        fields=fields,
+    )
+
+
+def read_gpus(proc: Root, problems: list[str] | None = None) -> list[GpuInfo]:
+    """GPUs the loaded driver knows, from ``driver/nvidia/gpus/<pci>/information``, sorted by PCI id."""
+    gpus: list[GpuInfo] = []
+    try:
+        entries = proc.listdir("driver/nvidia/gpus")
+    except HostReadError as exc:
+        if problems is not None:
+            problems.append(exc.message)
+        return gpus
+    for pci_id in entries:
+        if not _PCI.fullmatch(pci_id):
+            continue
+        try:
+            text = proc.read_text_or_none(f"driver/nvidia/gpus/{pci_id}/information", limit=SMALL)
+        except HostReadError as exc:
+            if problems is not None:
+                problems.append(exc.message)
+            continue
+        if text is not None:
+            gpus.append(gpu_from_information(pci_id, parse_gpu_information(text)))
+    return gpus

@@ -1,0 +1,269 @@
+"""Gather everything the entrypoint knows about the host into one ``HostState`` (reading only).
+
+``read_loaded_modules`` is the cheap part that ``init`` polls every second while Talos loads the modules
+(a few small procfs/sysfs files, no module file, no pyelftools); ``inspect_host`` adds module files,
+the image's userspace, requested parameters and firmware. Checking is ``findings.check``'s, rendering
+``cli/status_render``'s: read -> check -> plan -> apply stays literal in the callers.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from driver_container.errors import HostReadError
+from driver_container.formats.kernel.modules import (
+    ProcModule,
+    parse_proc_modules,
+)
+from driver_container.formats.kernel.mountinfo import Mount, mount_containing
+from driver_container.formats.kernel.nvidia_proc import (
+    GpuInfo,
+    NvidiaProcVersion,
+    parse_nvidia_params,
+    parse_nvidia_version,
+    read_gpus,
+)
+from driver_container.formats.kernel.sysfs import SysfsModule, read_sysfs_module
+from driver_container.formats.modconf import conf_module_name, parse_module_conf
+from driver_container.formats.userspace_layout import FIRMWARE_DIRS as USERSPACE_FIRMWARE_DIRS
+from driver_container.inspect.modfiles import read_module_files
+from driver_container.inspect.platform import PlatformInfo, detect_platform
+from driver_container.inspect.userspace import Userspace, find_userspace
+from driver_container.inspect.verdict import adopt_verdict
+from driver_container.node.fabric import inspect_fabric
+from driver_container.node.firmware import PARAM as FIRMWARE_PATH_PARAM
+from driver_container.node.rootmount import read_mounts
+from driver_container.paths import HostPaths, Root
+from driver_container.publish.status import read_publish_status
+from driver_container.settings import Settings
+
+if TYPE_CHECKING:
+    from driver_container.inspect.modfiles import ModuleFile
+    from driver_container.node.fabric import FabricInfo
+
+log = logging.getLogger(__name__)
+
+NVIDIA_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem")
+NVREG = "NVreg_"  # /proc/driver/nvidia/params drops this prefix of the modinfo parameter names
+# Firmware directories the kernel searches after its custom path (drivers/base/firmware_loader/main.c
+# fw_path[]); the toolkit searches the same list under the driver root.
+FIRMWARE_DIRS = ("/lib/firmware/updates/{kver}", "/lib/firmware/updates", "/lib/firmware/{kver}", "/lib/firmware")
+
+
+@dataclass(frozen=True)
+class LoadedModule:
+    name: str
+    loaded: bool
+    builtin: bool
+    version: str | None
+    srcversion: str | None
+    refcnt: int | None
+    holders: tuple[str, ...]
+    taint: str | None
+    parameters: dict[str, str]
+    state: str | None = None  # Live | Loading | Unloading (procfs) or live | coming | going (sysfs)
+
+
+def _merge(name: str, proc: ProcModule | None, sysfs: SysfsModule, params: dict[str, str]) -> LoadedModule:
+    loaded = proc is not None or sysfs.initstate is not None or sysfs.builtin
+    return LoadedModule(
+        name=name,
+        loaded=loaded,
+        builtin=proc is None and sysfs.builtin,
+        version=sysfs.version,
+        srcversion=sysfs.srcversion,
+        refcnt=sysfs.refcnt if sysfs.refcnt is not None else (proc.refcnt if proc else None),
+        holders=sysfs.holders or (proc.users if proc else ()),
+        taint=sysfs.taint if sysfs.taint is not None else (proc.taint if proc else None),
+        parameters=params,
+        state=sysfs.initstate or (proc.state if proc else None),
+    )
+
+
+def read_nvidia_params(paths: HostPaths, problems: list[str]) -> dict[str, str]:
+    """Effective NVreg_* values, keyed by their modinfo names (``NVreg_`` added back)."""
+    try:
+        text = paths.proc.read_text_or_none("driver/nvidia/params", limit=1 << 20)
+    except HostReadError as exc:
+        problems.append(exc.message)
+        return {}
+    return {NVREG + k: v for k, v in parse_nvidia_params(text or "").items()}
+
+
+def read_loaded_modules(paths: HostPaths, problems: list[str] | None = None) -> dict[str, LoadedModule]:
+    """Loaded state of every NVIDIA module from /proc/modules and /sys/module (cheap; polled by init)."""
+    sink: list[str] = [] if problems is None else problems
+    proc: dict[str, ProcModule] = {}
+    try:
+        text = paths.proc.read_text_or_none("modules", limit=4 << 20)
+    except HostReadError as exc:
+        sink.append(exc.message)
+        text = None
+    if text is not None:  # absent on kernels without module support; sysfs initstate decides then
+        rejects: list[str] = []
+        proc = {m.name: m for m in parse_proc_modules(text, rejects=rejects)}
+        sink.extend(f"{paths.proc.path}/modules: unexpected line {line!r}" for line in rejects[:5])
+    result: dict[str, LoadedModule] = {}
+    for name in NVIDIA_MODULES:
+        sysfs = read_sysfs_module(paths.sys, name)
+        sink.extend(sysfs.problems)
+        params = sysfs.parameters
+        if name == "nvidia" and (name in proc or sysfs.present):
+            params = {**params, **read_nvidia_params(paths, sink)}
+        result[name] = _merge(name, proc.get(name), sysfs, params)
+    return result
+
+
+@dataclass(frozen=True)
+class HostState:
+    platform: PlatformInfo
+    settings: Settings
+    modules: dict[str, LoadedModule]
+    nvidia_version: NvidiaProcVersion | None
+    gpus: tuple[GpuInfo, ...]
+    module_files: dict[str, ModuleFile]
+    userspace: Userspace
+    requested_params: dict[str, tuple[tuple[str, str], ...]]  # module -> ((NAME, VALUE), ...)
+    firmware: dict[str, str | None]  # firmware name -> where it was found (None: nowhere)
+    driver_root: Path
+    published: bool
+    problems: tuple[str, ...] = ()  # unreadable or malformed host files
+    param_errors: tuple[str, ...] = ()  # malformed /drivers/*.conf
+    fabric: FabricInfo | None = None  # NVSwitch / NVLink5 systems only (docs/fabric.md)
+    module_files_source: str = "host"  # host | driver-manager verdict <file> | none (verdict.py)
+    driver_root_mount: Mount | None = None  # the mount holding DRIVER_ROOT (None: no mountinfo)
+    published_version: str | None = None  # from the manifest
+    publish_failure: tuple[str, str] | None = None  # (version, error) of the last publish, when it failed
+    publish_interrupted: bool = False  # a journal is left: the next start rolls that publish back
+
+    @property
+    def kernel_release(self) -> str | None:
+        return self.platform.kernel_release
+
+
+def _read_version(paths: HostPaths, problems: list[str]) -> NvidiaProcVersion | None:
+    try:
+        text = paths.proc.read_text_or_none("driver/nvidia/version", limit=65536)
+        return None if text is None else parse_nvidia_version(text)
+    except HostReadError as exc:
+        problems.append(f"{paths.proc.path}/driver/nvidia/version: {exc.message}")
+        return None
+
+
+def read_requested_params(paths: HostPaths) -> tuple[dict[str, tuple[tuple[str, str], ...]], list[str]]:
+    """The operator's ``/drivers/<module>.conf`` files (kernelModuleConfig ConfigMap keys)."""
+    conf = Root(paths.drivers_conf_dir)
+    result: dict[str, tuple[tuple[str, str], ...]] = {}
+    errors: list[str] = []
+    try:
+        names = conf.listdir("/")
+    except HostReadError as exc:
+        return result, [exc.message]
+    for file_name in names:
+        module = conf_module_name(file_name.removesuffix(".conf"))
+        if not file_name.endswith(".conf") or module not in NVIDIA_MODULES:
+            continue
+        try:
+            text = conf.read_text_or_none(file_name, limit=65536) or ""
+            result[module] = tuple(parse_module_conf(text, source=str(paths.drivers_conf_dir / file_name)))
+        except HostReadError as exc:
+            errors.append(exc.message)
+    return result, errors
+
+
+def _firmware_roots(paths: HostPaths, kver: str | None, problems: list[str]) -> list[tuple[Root, str]]:
+    """(root, dir) pairs where the kernel (host), the toolkit (driver root) or the image to be
+    published (userspace root) keep firmware; ``{kver}`` entries are dropped without a release."""
+    dirs = [d.format(kver=kver) for d in FIRMWARE_DIRS if kver or "{kver}" not in d]
+    driver = Root(paths.driver_root)
+    places: list[tuple[Root, str]] = []
+    try:
+        custom = (paths.sys.read_text_or_none(str(FIRMWARE_PATH_PARAM), limit=4096) or "").strip()
+    except HostReadError as exc:
+        problems.append(exc.message)
+        custom = ""
+    if custom:
+        custom_path = Path(custom)
+        if custom_path.is_relative_to(paths.host_driver_root):
+            places.append((driver, "/" + str(custom_path.relative_to(paths.host_driver_root))))
+        else:
+            places.append((paths.host, custom))
+    places += [(paths.host, d) for d in dirs] + [(driver, d) for d in dirs]
+    places += [(paths.userspace, f"/{d}") for d in USERSPACE_FIRMWARE_DIRS]
+    return places
+
+
+def locate_firmware(paths: HostPaths, names: list[str], kver: str | None, problems: list[str]) -> dict[str, str | None]:
+    places = _firmware_roots(paths, kver, problems)
+    result: dict[str, str | None] = {}
+    for name in names:
+        result[name] = None
+        for root, directory in places:
+            try:
+                if root.is_file(f"{directory}/{name}"):
+                    result[name] = str(root.resolve(f"{directory}/{name}"))
+                    break
+            except HostReadError as exc:
+                problems.append(exc.message)
+    return result
+
+
+def read_driver_root_mount(paths: HostPaths, problems: list[str]) -> Mount | None:
+    """The mount holding DRIVER_ROOT in PROCFS_ROOT/self/mountinfo; None where that file does not exist."""
+
+    try:
+        mounts = read_mounts(paths)
+    except HostReadError as exc:
+        problems.append(exc.message)
+        return None
+    return None if mounts is None else mount_containing(mounts, str(paths.driver_root.resolve()))
+
+
+def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
+    """Read the whole host picture (no checks: callers run ``findings.check`` on it). Reads module files
+    (pyelftools)."""
+
+    problems: list[str] = []
+    platform = detect_platform(paths, settings.driver_platform)
+    problems.extend(platform.problems)
+    modules = read_loaded_modules(paths, problems)
+    version = _read_version(paths, problems) if modules["nvidia"].loaded else None
+    gpus = tuple(read_gpus(paths.proc, problems)) if modules["nvidia"].loaded else ()
+    kver = platform.kernel_release
+    files = read_module_files(paths, kver, problems) if kver else {}
+    requested, param_errors = read_requested_params(paths)
+    userspace = find_userspace(paths)
+    files_source = "host"
+    if not files and kver:  # no host root here (the operator's main container): driver-manager's verdict
+
+        files, files_source = adopt_verdict(paths, settings.driver_config_digest, userspace.version, kver)
+    firmware_names = sorted({fw for f in files.values() for fw in f.firmware})
+    problems.extend(userspace.problems)
+    fabric = inspect_fabric(paths)
+    problems.extend(fabric.problems if fabric else ())
+    publish = read_publish_status(paths)
+    mount = read_driver_root_mount(paths, problems)
+    return HostState(
+        platform=platform,
+        settings=settings,
+        modules=modules,
+        nvidia_version=version,
+        gpus=gpus,
+        module_files=files,
+        userspace=userspace,
+        requested_params=requested,
+        firmware=locate_firmware(paths, firmware_names, kver, problems),
+        driver_root=paths.driver_root,
+        published=publish.version is not None,
+        published_version=publish.version,
+        publish_failure=publish.failure,
+        publish_interrupted=publish.interrupted,
+        problems=tuple(dict.fromkeys(problems)),
+        param_errors=tuple(param_errors),
+        fabric=fabric,
+        module_files_source=files_source,
+        driver_root_mount=mount,
+    )

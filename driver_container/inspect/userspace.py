@@ -1,0 +1,152 @@
+"""The image's NVIDIA userspace and its driver version, found as the container toolkit finds it.
+
+nvidia-container-toolkit (see shared/reference/gpu-operator-contract.md section 6) looks for
+``libcuda.so.X.Y[.Z]`` (else ``libnvidia-ml.so.X.Y[.Z]``) in fixed search directories under the root,
+including their ``nvidia/current`` subdirectories (Debian's layout), then in ``<root>/etc/ld.so.cache``
+(64-bit entries only). The driver version is the suffix of that file name, and the legacy
+``nvidia-container-cli`` only mounts libraries whose name ends with the LOADED module's version, so the
+two must be equal exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from driver_container.errors import HostReadError
+from driver_container.formats.elfarch import HEADER_BYTES, elf_machine
+from driver_container.formats.ldcache import FLAGS_BY_MACHINE, LD_SO_CACHE, parse_ld_cache
+from driver_container.formats.userspace_layout import SEARCH_DIRS
+from driver_container.paths import HostPaths, Root
+
+log = logging.getLogger(__name__)
+
+VERSION_LIBS = ("libcuda.so", "libnvidia-ml.so")  # in order of preference
+
+LD_CACHE_LIMIT = 64 << 20
+_VERSIONED = re.compile(r"(?P<lib>lib[A-Za-z0-9_+-]+\.so)\.(?P<version>[0-9]+\.[0-9]+(?:\.[0-9]+)?)")
+
+
+@dataclass(frozen=True)
+class Userspace:
+    version: str | None
+    root: Path
+    library_dirs: tuple[PurePosixPath, ...]  # in-root dirs holding lib*.so.<version>
+    libcuda: PurePosixPath | None
+    libnvidia_ml: PurePosixPath | None
+    source: str  # "search-path" | "ld.so.cache" | "none"
+    versions_seen: tuple[str, ...] = ()  # every version found; more than one is ambiguous
+    problems: tuple[str, ...] = field(default=())
+    machine: int | None = None  # ELF e_machine of libcuda (else libnvidia-ml): the userspace's architecture
+
+
+def version_of(file_name: str, lib: str) -> str | None:
+    """``libcuda.so.595.91.07`` -> ``595.91.07`` for ``lib`` ``libcuda.so``; other names -> None."""
+    match = _VERSIONED.fullmatch(file_name)
+    return match.group("version") if match and match.group("lib") == lib else None
+
+
+def _scan_dirs(root: Root, problems: list[str]) -> dict[str, list[PurePosixPath]]:
+    """{lib: [in-root paths of lib.so.<version> files]} over the search dirs, in search order."""
+    found: dict[str, list[PurePosixPath]] = {lib: [] for lib in VERSION_LIBS}
+    for directory in SEARCH_DIRS:
+        try:
+            names = root.listdir(directory)
+        except HostReadError as exc:
+            problems.append(exc.message)
+            continue
+        for name in names:
+            for lib in VERSION_LIBS:
+                if version_of(name, lib) is None:
+                    continue
+                path = PurePosixPath(directory) / name
+                try:
+                    if root.is_file(path):
+                        found[lib].append(path)
+                except HostReadError as exc:
+                    problems.append(exc.message)
+    return found
+
+
+def _from_ld_cache(root: Root, problems: list[str]) -> dict[str, list[PurePosixPath]]:
+    """Resolve ``libcuda.so.1``-style cache entries inside the root to their versioned file names."""
+    found: dict[str, list[PurePosixPath]] = {lib: [] for lib in VERSION_LIBS}
+    try:
+        data = root.read_bytes(LD_SO_CACHE, limit=LD_CACHE_LIMIT) if root.is_file(LD_SO_CACHE) else None
+        if data is None:
+            return found
+
+        entries = parse_ld_cache(data, source=str(root.resolve(LD_SO_CACHE)))
+    except HostReadError as exc:
+        problems.append(exc.message)
+        return found
+    for entry in entries:
+        if entry.flags not in FLAGS_BY_MACHINE.values():
+            continue
+        for lib in VERSION_LIBS:
+            if not entry.key.startswith(lib + "."):
+                continue
+            try:
+                real = root.resolve(entry.value)
+            except HostReadError as exc:
+                problems.append(exc.message)
+                continue
+            if version_of(real.name, lib) is not None and real.is_file():
+                found[lib].append(root.inner_path(real))
+    return found
+
+
+def find_userspace(paths: HostPaths) -> Userspace:
+    """Locate the image's libcuda/libnvidia-ml and derive the driver version from their file names."""
+    root = paths.userspace
+    problems: list[str] = []
+    found, source = _scan_dirs(root, problems), "search-path"
+    if not any(found.values()):
+        found, source = _from_ld_cache(root, problems), "ld.so.cache"
+    versions = sorted({v for lib, files in found.items() for f in files if (v := version_of(f.name, lib)) is not None})
+    primary = next((lib for lib in VERSION_LIBS if found[lib]), None)
+    if primary is None:
+        return Userspace(None, root.path, (), None, None, "none", (), tuple(problems))
+    chosen = found[primary][0]
+    version = version_of(chosen.name, primary)
+    dirs = tuple(
+        dict.fromkeys(f.parent for files in found.values() for f in files if f.name.endswith(f".so.{version}"))
+    )
+    log.debug("userspace %s from %s (%s)", version, chosen, source)
+    machine = _elf_machine_of(root, chosen, problems)
+    return Userspace(
+        version=version,
+        root=root.path,
+        library_dirs=dirs,
+        libcuda=found["libcuda.so"][0] if found["libcuda.so"] else None,
+        libnvidia_ml=found["libnvidia-ml.so"][0] if found["libnvidia-ml.so"] else None,
+        source=source,
+        versions_seen=tuple(versions),
+        problems=tuple(problems),
+        machine=machine,
+    )
+
+
+def _elf_machine_of(root: Root, inner: PurePosixPath, problems: list[str]) -> int | None:
+    """e_machine from the first 20 bytes of a library: opened without following a last link (it was
+    resolved inside the root), non-blocking, and only when it is a regular file."""
+    real = root.resolve(inner)
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        problems.append(f"{real}: cannot open: {exc.strerror}")
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            problems.append(f"{real}: not a regular file")
+            return None
+        return elf_machine(os.pread(fd, HEADER_BYTES, 0))
+    except OSError as exc:
+        problems.append(f"{real}: cannot read: {exc.strerror}")
+        return None
+    finally:
+        os.close(fd)

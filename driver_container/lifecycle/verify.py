@@ -1,0 +1,65 @@
+"""Detect the platform and verify the host (inspect, then check) before anything is written."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from driver_container import findings
+from driver_container.errors import (
+    VerificationError,
+)
+from driver_container.findings import PUBLISH_OUTCOMES, REMEDIED_BY_INIT, check
+from driver_container.inspect.hoststate import inspect_host
+from driver_container.inspect.platform import detect_platform
+from driver_container.paths import HostPaths
+from driver_container.runtime.runner import MODULE_TOOLS, Runner
+from driver_container.settings import Settings
+
+if TYPE_CHECKING:
+    from driver_container.inspect.hoststate import HostState
+    from driver_container.inspect.platform import PlatformInfo
+
+log = logging.getLogger(__name__)
+
+
+def verify(paths: HostPaths, settings: Settings) -> HostState:
+    """Host-inspection findings; any error stops here, before DRIVER_ROOT is touched."""
+
+    state = inspect_host(paths, settings)
+    found = check(state)
+    # Not reasons to stop: the outcome of an earlier publish (this init redoes it) and what init itself
+    # remedies before publishing (DRIVER_ROOT's own mount).
+    skipped = PUBLISH_OUTCOMES | REMEDIED_BY_INIT
+    errors = [f for f in found if f.severity == "error" and f.code not in skipped]
+    for finding in found:
+        if finding not in errors:
+            level = logging.INFO if finding.severity == "info" else logging.WARNING
+            log.log(level, "%s: %s", finding.code, finding.message)
+    if errors:
+        message = "; ".join(f"{f.code}: {f.message}" for f in errors)
+        fixes = "; ".join(dict.fromkeys(f.fix for f in errors if f.fix))
+        raise VerificationError(f"verification failed, {paths.driver_root} left untouched: {message}", fix=fixes)
+    return state
+
+
+def loaded_version(state: HostState) -> str:
+
+    version = findings.loaded_version(state)
+    if version is None:
+        raise VerificationError(
+            f"cannot tell the loaded driver version ({state.driver_root} left untouched): neither "
+            "/proc/driver/nvidia/version nor /sys/module/nvidia/version is readable",
+            fix="mount the host's /proc and /sys at PROCFS_ROOT and SYSFS_ROOT",
+        )
+    return version
+
+
+def detect(paths: HostPaths, settings: Settings, runner: Runner) -> tuple[PlatformInfo, Runner]:
+    """The platform, and the runner to use on it (module tools forbidden on Talos)."""
+
+    info = detect_platform(paths, settings.driver_platform)
+    log.info("platform: %s%s (%s)", info.name, f" {info.talos_version}" if info.talos_version else "", info.evidence)
+    if info.name == "talos":
+        return info, runner.forbid(MODULE_TOOLS)
+    return info, runner

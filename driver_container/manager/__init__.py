@@ -1,0 +1,1 @@
+"""The driver-manager flow, its Kubernetes client and kubeconfig reader, the Node report."""

@@ -1,0 +1,252 @@
+"""A small Kubernetes API client on ``requests``: the few calls driver-manager makes.
+
+Credentials come from the pod's service account (in-cluster) or from KUBECONFIG. Every call has a
+timeout; 409, 429 and 5xx answers and connection failures are retried with capped exponential backoff
+(honouring ``Retry-After``); every other failure is a ``KubernetesError`` that names the request and a
+fix. Tokens and keys never reach a log line or a repr. ``requests`` is imported only when a client is
+built, so modules that merely import this one stay light.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from driver_container.errors import KubernetesError
+from driver_container.formats.numbers import parse_uint
+from driver_container.manager.endpoint import (
+    Endpoint,
+    KubeConfig,
+    in_cluster_endpoint,
+    kubeconfig_endpoint,
+)
+
+if TYPE_CHECKING:
+    import requests  # lazy, hot path: as in KubeClient.__init__
+
+log = logging.getLogger(__name__)
+
+RETRY_STATUSES = frozenset({409, 429, 500, 502, 503, 504})
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class KubeClient:
+    """GET/PATCH node, list pods, evict: the calls of the stock driver manager, nothing more."""
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        config: KubeConfig | None = None,
+        *,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        workdir: Path | None = None,
+    ) -> None:
+        import requests  # lazy, hot path: init imports this module (node report); requests only when it reports
+
+        self.endpoint = endpoint
+        self.config = config or KubeConfig()
+        self._sleep = sleep
+        self._clock = clock
+        self._workdir = workdir
+        self._session: requests.Session = requests.Session()
+        self._session.verify = endpoint.verify
+        if endpoint.client_cert is not None:
+            self._session.cert = endpoint.client_cert
+        if endpoint.token:
+            self._session.headers["Authorization"] = f"Bearer {endpoint.token}"
+        self._session.headers["Accept"] = "application/json"
+        self._session.headers["User-Agent"] = "driver-manager (talos-nvidia-driver-container)"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, config: KubeConfig | None = None) -> KubeClient:
+        """KUBECONFIG when set, else the in-cluster service account."""
+        e = os.environ if env is None else env
+        cfg = config or KubeConfig()
+        if e.get("KUBECONFIG"):
+            workdir = Path(tempfile.mkdtemp(prefix="driver-manager-"))
+            try:
+                endpoint = kubeconfig_endpoint(e["KUBECONFIG"], workdir)
+            except BaseException:
+                shutil.rmtree(workdir, ignore_errors=True)
+                raise
+            return cls(endpoint, cfg, workdir=workdir)
+        if e.get("KUBERNETES_SERVICE_HOST"):
+            return cls(in_cluster_endpoint(e, cfg), cfg)
+        raise KubernetesError(
+            "no Kubernetes API configuration: KUBECONFIG and KUBERNETES_SERVICE_HOST are both unset",
+            fix="run inside the cluster with a service account, or set KUBECONFIG",
+        )
+
+    def close(self) -> None:
+        self._session.close()
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
+
+    def __enter__(self) -> KubeClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the API calls ---------------------------------------------------------------------------
+
+    def get_node(self, name: str) -> dict[str, Any]:
+        return self._json("GET", f"/api/v1/nodes/{quote(name, safe='')}")
+
+    def node_labels(self, name: str) -> dict[str, str]:
+        labels = self.get_node(name).get("metadata", {}).get("labels") or {}
+        return {str(k): str(v) for k, v in labels.items()}
+
+    def patch_node_labels(self, name: str, labels: Mapping[str, str | None]) -> dict[str, str]:
+        """JSON merge patch (RFC 7386) of node labels; ``None`` removes a label. Returns the new labels."""
+        body = {"metadata": {"labels": dict(labels)}}
+        node = self._json("PATCH", f"/api/v1/nodes/{quote(name, safe='')}", body=body, content_type=MERGE_PATCH)
+        return {str(k): str(v) for k, v in (node.get("metadata", {}).get("labels") or {}).items()}
+
+    def patch_node_annotations(self, name: str, annotations: Mapping[str, str | None]) -> None:
+        """JSON merge patch of node annotations (nodereport.py); ``None`` removes one."""
+        body = {"metadata": {"annotations": dict(annotations)}}
+        self._json("PATCH", f"/api/v1/nodes/{quote(name, safe='')}", body=body, content_type=MERGE_PATCH)
+
+    def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
+        """POST a core/v1 Event (nodereport.py)."""
+        self._json("POST", f"/api/v1/namespaces/{quote(namespace, safe='')}/events", body=dict(event))
+
+    def list_pods(self, namespace: str | None, *, node: str, label_selector: str = "") -> list[dict[str, Any]]:
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods" if namespace else "/api/v1/pods"
+        params = {"fieldSelector": f"spec.nodeName={node}"}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        items = self._json("GET", path, params=params).get("items") or []
+        return [item for item in items if isinstance(item, dict)]
+
+    def evict_pod(self, namespace: str, name: str) -> None:
+        """Eviction (policy/v1); 429 means a disruption budget refuses it for now and is retried."""
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}/eviction"
+        self._json("POST", path, body=body, missing_ok=True)
+
+    def wait_for_pods_gone(
+        self, namespace: str | None, *, node: str, label_selector: str, timeout: float, poll: float = 5.0
+    ) -> None:
+        """Poll until no pod matches on ``node``; KubernetesError naming the pods after ``timeout`` s."""
+        deadline = self._clock() + timeout
+        while True:
+            names = [
+                p.get("metadata", {}).get("name", "?")
+                for p in self.list_pods(namespace, node=node, label_selector=label_selector)
+            ]
+            if not names:
+                return
+            if self._clock() >= deadline:
+                raise KubernetesError(
+                    f"pods {', '.join(sorted(names))} ({label_selector}) still on node {node} after {timeout:g} s",
+                    fix="check why they do not terminate (kubectl describe pod), then restart the driver pod",
+                )
+            log.info("waiting for %d pod(s) %s on %s to end", len(names), label_selector, node)
+            self._sleep(poll)
+
+    # -- transport -------------------------------------------------------------------------------
+
+    def _json(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str] | None = None,
+        body: object = None,
+        content_type: str = "application/json",
+        missing_ok: bool = False,
+    ) -> dict[str, Any]:
+        response = self._request(method, path, params=params, body=body, content_type=content_type)
+        if response.status_code == 404 and missing_ok:
+            return {}
+        if response.status_code >= 300:
+            raise _status_error(method, path, response)
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise KubernetesError(f"{method} {path}: the answer is not JSON") from exc
+        return data if isinstance(data, dict) else {}
+
+    def _request(
+        self, method: str, path: str, *, params: Mapping[str, str] | None, body: object, content_type: str
+    ) -> requests.Response:
+        import requests  # lazy, hot path: init imports this module (node report); requests only when it reports
+
+        cfg = self.config
+        delay = cfg.backoff
+        for attempt in range(1, cfg.attempts + 1):
+            last = attempt == cfg.attempts
+            try:
+                response = self._session.request(
+                    method,
+                    self.endpoint.server + path,
+                    params=params,
+                    json=body,
+                    headers={"Content-Type": content_type} if body is not None else None,
+                    timeout=(cfg.timeout, cfg.timeout),
+                    # Explicit per request: requests lets REQUESTS_CA_BUNDLE override a session's CA otherwise.
+                    verify=self.endpoint.verify,
+                )
+            except requests.RequestException as exc:
+                reason = _describe(exc)
+                # A certificate that does not verify will not verify on a retry either.
+                if last or isinstance(exc, requests.exceptions.SSLError):
+                    raise KubernetesError(
+                        f"{method} {path} on {self.endpoint.server}: {reason} ({attempt} attempt(s))",
+                        fix="check that the API server is reachable from the pod (network policy, DNS, CA)",
+                    ) from exc
+                log.warning("%s %s: %s; retry %d/%d in %.1f s", method, path, reason, attempt, cfg.attempts, delay)
+            else:
+                log.debug("%s %s -> %d", method, path, response.status_code)
+                if response.status_code not in RETRY_STATUSES or last:
+                    return response
+                delay = _retry_after(response, delay, cfg.backoff_max)
+                log.warning(
+                    "%s %s: %d; retry %d/%d in %.1f s", method, path, response.status_code, attempt, cfg.attempts, delay
+                )
+            self._sleep(delay)
+            delay = min(delay * 2, cfg.backoff_max)
+        raise AssertionError("unreachable")
+
+
+def _describe(exc: Exception) -> str:
+    import requests  # lazy, hot path: as in KubeClient.__init__
+
+    if isinstance(exc, requests.Timeout):
+        return "timed out"
+    if isinstance(exc, requests.exceptions.SSLError):
+        return "TLS verification failed"
+    return f"connection failed ({type(exc).__name__})"
+
+
+def _retry_after(response: requests.Response, delay: float, cap: float) -> float:
+    value = response.headers.get("Retry-After", "")
+    # RFC 9110 section 10.2.3: delay-seconds is 1*DIGIT (an HTTP-date is not honoured: the caller's delay).
+    seconds = parse_uint(value.strip())
+    return min(float(seconds), cap) if seconds is not None else delay
+
+
+def _status_error(method: str, path: str, response: requests.Response) -> KubernetesError:
+    try:
+        detail = str(response.json().get("message", ""))
+    except ValueError:
+        detail = ""
+    text = f"{method} {path}: {response.status_code} {response.reason}" + (f": {detail}" if detail else "")
+    fixes = {
+        401: "the API server rejected the credentials: check the service-account token (or KUBECONFIG user)",
+        403: "grant the driver pod's service account get/list/patch on nodes, list on pods and create on "
+        "pods/eviction (see docs/operator.md)",
+        404: "check NODE_NAME (fieldRef spec.nodeName) and OPERATOR_NAMESPACE",
+    }
+    return KubernetesError(text, fix=fixes.get(response.status_code))

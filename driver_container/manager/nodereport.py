@@ -1,0 +1,139 @@
+"""The node-level verdict of ``init``, visible without a shell on the node: Node annotations, and an Event
+when ``init`` refuses (a version or module-file mismatch, a root it cannot make executable, a module that
+never loaded).
+
+Kept off the critical path: nothing here can fail ``init``. Outside a cluster (no NODE_NAME, or neither
+KUBERNETES_SERVICE_HOST nor KUBECONFIG) it does nothing and imports nothing; in a cluster the client
+(``requests``) is imported only then, every call has a 1.5 s timeout and no retry, and whatever goes
+wrong - API unreachable, RBAC without the verb - is logged once as a warning.
+
+RBAC: ``patch`` on ``nodes`` (the annotations) and ``create`` on ``events``. The operator's driver
+ClusterRole grants get/list/patch/update/watch on nodes but nothing on events (NVIDIA/gpu-operator
+a22dbf67, assets/state-driver/0210_clusterrole.yaml and manifests/state-driver/0210_clusterrole.yaml):
+in an operator-managed pod the annotations work and the Event needs an extra ClusterRole
+(docs/operator.md).
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from driver_container.errors import DriverContainerError
+from driver_container.manager.endpoint import KubeConfig, namespace_of_service_account
+from driver_container.manager.kube import KubeClient
+
+if TYPE_CHECKING:
+    from driver_container.manager.kube import KubeClient
+
+log = logging.getLogger(__name__)
+
+PREFIX = "nvidia-driver-container/"  # annotation keys: <PREFIX>version, flavour, result, module-files, reason
+READY, REFUSED = "ready", "refused"
+MAX_REASON = 512  # an annotation value, shown by `kubectl describe node`: one line, bounded
+MAX_MESSAGE = 1024  # what the events API keeps of a message (events.k8s.io/v1 note limit)
+COMPONENT = "nvidia-driver"
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    result: str  # READY | REFUSED
+    version: str | None = None  # loaded nvidia module version
+    flavour: str | None = None  # open | proprietary
+    module_files: str | None = None  # where the module-file facts came from (HostState.module_files_source)
+    reason: str | None = None  # for a refusal: the error line
+
+
+def _one_line(text: str, limit: int) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def annotation_patch(verdict: NodeVerdict) -> dict[str, str | None]:
+    """The merge patch: every key is set or removed, so an earlier refusal's reason does not linger."""
+    return {
+        f"{PREFIX}result": verdict.result,
+        f"{PREFIX}version": verdict.version,
+        f"{PREFIX}flavour": verdict.flavour,
+        f"{PREFIX}module-files": verdict.module_files,
+        f"{PREFIX}reason": _one_line(verdict.reason, MAX_REASON) if verdict.reason else None,
+    }
+
+
+def event(verdict: NodeVerdict, node: str, namespace: str, now: datetime.datetime) -> dict[str, Any]:
+    """A core/v1 Warning Event about the Node. ``kubectl describe node`` finds node events by
+    involvedObject uid = the node's name (the convention the kubelet uses for its own node events)."""
+    stamp = now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{node}.nvidia-driver-", "namespace": namespace},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
+        "type": "Warning",
+        "reason": "NvidiaDriverRefused",
+        "message": _one_line(verdict.reason or "init refused the driver", MAX_MESSAGE),
+        "source": {"component": COMPONENT, "host": node},
+        "reportingComponent": COMPONENT,
+        "reportingInstance": node,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
+
+
+def in_cluster(env: Mapping[str, str]) -> bool:
+    return bool(env.get("NODE_NAME", "").strip()) and bool(env.get("KUBERNETES_SERVICE_HOST") or env.get("KUBECONFIG"))
+
+
+def _client(env: Mapping[str, str]) -> KubeClient:
+
+    # One short try per call: a slow or absent API must not hold up a node that is otherwise ready, nor a
+    # SIGTERM (the publishing child that reports ignores it; init must stop within 2 s, issue 14).
+    return KubeClient.from_env(env, KubeConfig(timeout=1.5, attempts=1))
+
+
+def _namespace(env: Mapping[str, str]) -> str:
+
+    return env.get("OPERATOR_NAMESPACE", "").strip() or namespace_of_service_account(KubeConfig()) or "default"
+
+
+def report(
+    verdict: NodeVerdict,
+    env: Mapping[str, str] | None = None,
+    *,
+    client_factory: Callable[[Mapping[str, str]], KubeClient] = _client,
+    namespace: Callable[[Mapping[str, str]], str] = _namespace,
+) -> bool:
+    """Annotate the Node (and post an Event on a refusal). True when everything was accepted; never raises."""
+    e = os.environ if env is None else env
+    if not in_cluster(e):
+        log.debug("not in a cluster (NODE_NAME, KUBERNETES_SERVICE_HOST/KUBECONFIG): node verdict not reported")
+        return False
+    node = e["NODE_NAME"].strip()
+    failures: list[str] = []
+    try:
+        with client_factory(e) as client:
+            calls: list[tuple[str, Callable[[], None]]] = [
+                ("annotate node", lambda: client.patch_node_annotations(node, annotation_patch(verdict)))
+            ]
+            if verdict.result == REFUSED:
+                ns = namespace(e)
+                body = event(verdict, node, ns, datetime.datetime.now(datetime.UTC))
+                calls.append((f"post an Event in {ns}", lambda: client.create_event(ns, body)))
+            for what, call in calls:
+                try:
+                    call()
+                except DriverContainerError as exc:
+                    failures.append(f"{what}: {exc.message}")
+    except DriverContainerError as exc:  # no usable API configuration
+        failures.append(exc.message)
+    if failures:
+        # Once, whatever failed: the node works without it (docs/operator.md lists the RBAC it needs).
+        log.warning("node verdict for %s not fully reported (init carries on): %s", node, "; ".join(failures))
+        return False
+    log.info("node %s annotated %sresult=%s", node, PREFIX, verdict.result)
+    return True

@@ -1,0 +1,104 @@
+"""Single instance: an exclusive flock on RUN_DIR/nvidia-driver.pid that holds our PID.
+
+flock(2) locks belong to the open file description and vanish when the process dies, so a pid file left
+by a killed instance never blocks (NVIDIA's script uses ``flock -n`` on the same file). The pid is
+written in place, not by rename, because renaming a new file over the path would drop the lock from it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+from pathlib import Path
+from types import TracebackType
+
+from driver_container.errors import LockError
+from driver_container.formats.numbers import parse_uint
+
+log = logging.getLogger(__name__)
+
+_ATTEMPTS = 5  # re-lock when the file was unlinked between our open and our flock
+
+
+class PidLock:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        for _ in range(_ATTEMPTS):
+            fd = self._open()
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read_pid(fd)
+                os.close(fd)
+                raise LockError(
+                    f"already running (pid {holder if holder is not None else 'unknown'}): {self.path} is locked",
+                    fix="stop the other instance first; only one init may run per node",
+                ) from None
+            if _same_file(fd, self.path):
+                self._fd = fd
+                self._write_pid(fd)
+                return
+            # The holder released and unlinked the file after our open: retry on the new path.
+            os.close(fd)
+        raise LockError(f"{self.path}: keeps being replaced; cannot lock it")
+
+    def _open(self) -> int:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+        except OSError as exc:
+            raise LockError(f"{self.path}: cannot open: {exc.strerror}", fix="check that RUN_DIR is writable") from exc
+
+    def _write_pid(self, fd: int) -> None:
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            os.fsync(fd)
+        except OSError as exc:
+            self.release()
+            raise LockError(f"{self.path}: cannot write our pid: {exc.strerror}") from exc
+
+    def release(self) -> None:
+        """Remove the file, then drop the lock (in this order, so no one locks a file about to vanish)."""
+        if self._fd is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            if _same_file(self._fd, self.path):
+                self.path.unlink()
+        os.close(self._fd)
+        self._fd = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def __enter__(self) -> PidLock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", errors="replace").strip()
+    except OSError:
+        return None
+    return parse_uint(text)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)

@@ -1,0 +1,85 @@
+"""The files gpu-operator reads under RUN_DIR (contract: the operator's startup probe and driver manager).
+
+- ``validations/.driver-daemons-status``: the startup probe fails unless it is absent or exactly ``Ready``
+  (assets/state-driver/0400_configmap.yaml), so it reads ``NotReady`` from our start until the daemons run.
+- ``nvidia-driver.state``: ``DRIVER_CONFIG_DIGEST``; k8s-driver-manager skips its uninstall when it matches.
+- ``nvidia-driver.publish-failed`` (ours): the version and error of the last publish that failed and
+  was rolled back; removed by the next publish that succeeds. ``status`` reports it.
+All written atomically through fsutil (readers see the old or the new content).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+
+from driver_container.errors import DriverContainerError, HostReadError
+from driver_container.paths import HostPaths
+from driver_container.runtime.fsutil import atomic_write_text
+
+log = logging.getLogger(__name__)
+
+DAEMONS_STATUS = ".driver-daemons-status"
+READY = "Ready"
+NOT_READY = "NotReady"
+
+
+def write_daemons_status(paths: HostPaths, ready: bool) -> None:
+    # No trailing newline: the probe compares `cat` output with "Ready" (shell strips it anyway).
+    value = READY if ready else NOT_READY
+    atomic_write_text(paths.validations_dir / DAEMONS_STATUS, value, root=paths.run_dir)
+    log.info("%s = %s", paths.validations_dir / DAEMONS_STATUS, value)
+
+
+def read_daemons_status(paths: HostPaths) -> str | None:
+    text = paths.run.read_text_or_none(f"validations/{DAEMONS_STATUS}", limit=64)
+    return None if text is None else text.strip()
+
+
+def write_state(paths: HostPaths, digest: str | None) -> None:
+    """Record DRIVER_CONFIG_DIGEST when the operator set one (issue: "= DRIVER_CONFIG_DIGEST (when set)")."""
+    if not digest:
+        log.info("DRIVER_CONFIG_DIGEST not set: %s not written", paths.state_file)
+        return
+    atomic_write_text(paths.state_file, digest, root=paths.run_dir)
+    log.info("%s = %s", paths.state_file, digest)
+
+
+def read_state(paths: HostPaths) -> str | None:
+    text = paths.run.read_text_or_none(paths.state_file.name, limit=4096)
+    return None if text is None else text.strip()
+
+
+PUBLISH_FAILED = "nvidia-driver.publish-failed"  # in RUN_DIR, beside DRIVER_ROOT: a rolled-back root stays as it was
+
+
+def write_publish_failure(paths: HostPaths, version: str, message: str) -> None:
+    """Record that the last publish (of ``version``) failed: ``status`` reports it until one succeeds."""
+    text = json.dumps({"version": version, "error": message[:4000]}) + "\n"
+    try:
+        atomic_write_text(paths.run_dir / PUBLISH_FAILED, text, root=paths.run_dir)
+    except DriverContainerError as exc:  # the publish error matters more than its record
+        log.warning("cannot record the failed publish: %s", exc.message)
+
+
+def clear_publish_failure(paths: HostPaths) -> None:
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        os.unlink(paths.run_dir / PUBLISH_FAILED)
+
+
+def read_publish_failure(paths: HostPaths) -> tuple[str, str] | None:
+    """(version, error) of the last failed publish; None when the last one succeeded (or none was made).
+    A record that does not parse still means a failure, of an unknown version."""
+    try:
+        text = paths.run.read_text_or_none(PUBLISH_FAILED, limit=16384)
+    except HostReadError:
+        return ("unknown", "unreadable record")
+    if text is None:
+        return None
+    try:
+        body = json.loads(text)
+        return (str(body["version"]), str(body["error"]))
+    except (ValueError, TypeError, KeyError):
+        return ("unknown", "damaged record")

@@ -1,0 +1,203 @@
+"""Signals and the forked worker of ``init``.
+
+``Shutdown`` turns termination signals into a flag plus a wake-up pipe (``signal.set_wakeup_fd``), so a
+SIGTERM ends any wait at once and cleanup runs in ordinary code. ``run_in_child`` runs the heavy
+verify-and-publish step in a forked child, so the long-waiting parent keeps a small RSS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+import select
+import signal
+import time
+from collections.abc import Callable
+from types import FrameType
+from typing import TypeVar, cast, overload
+
+from driver_container.errors import DriverContainerError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+
+
+class Shutdown:
+    """Records the first termination signal; ``wait`` sleeps until a timeout or a signal."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._pipe: tuple[int, int] | None = None
+        self._previous: dict[int, object] = {}
+        self._previous_fd = -1
+
+    def install(self) -> Shutdown:
+        read_fd, write_fd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._pipe = (read_fd, write_fd)
+        self._previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        for signum in HANDLED_SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        if self.signum is None:
+            self.signum = signum
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def wait(self, timeout: float) -> bool:
+        """True once a signal arrived (at once if one already did)."""
+        if self._pipe is None or self.requested:
+            return self.requested
+        # A signal during select is written to the pipe by the C handler, so select returns at once.
+        ready, _, _ = select.select([self._pipe[0]], [], [], max(timeout, 0.0))
+        if ready:
+            self._drain()
+        return self.requested
+
+    def wait_readable(self, fd: int, timeout: float | None) -> bool:
+        """Sleep until ``fd`` is readable (True), a first signal arrives or ``timeout`` passes (False)."""
+        wake = self._pipe is not None and not self.requested
+        watched = [fd, self._pipe[0]] if wake and self._pipe is not None else [fd]
+        ready, _, _ = select.select(watched, [], [], None if timeout is None else max(timeout, 0.0))
+        if self._pipe is not None and self._pipe[0] in ready:
+            self._drain()
+        return fd in ready
+
+    def _drain(self) -> None:
+        assert self._pipe is not None
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._pipe[0], 64):
+                pass
+
+    def restore(self) -> None:
+        if self._pipe is None:
+            return
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)  # type: ignore[arg-type]
+        signal.set_wakeup_fd(self._previous_fd)
+        for fd in self._pipe:
+            os.close(fd)
+        self._pipe = None
+
+    def describe(self) -> str:
+        return signal.Signals(self.signum).name if self.signum is not None else "no signal"
+
+
+CHILD_GRACE_S = 1.0  # after a signal: time for the child to finish; then it is killed (SIGTERM within 2 s)
+
+
+@overload
+def run_in_child(func: Callable[[], T]) -> T: ...
+@overload
+def run_in_child(func: Callable[[], T], stop: Shutdown, grace_s: float = ...) -> T | None: ...
+def run_in_child(func: Callable[[], T], stop: Shutdown | None = None, grace_s: float = CHILD_GRACE_S) -> T | None:
+    """Run ``func`` in a forked child and return its result (or raise its error).
+
+    With ``stop``: after a termination signal the child gets ``grace_s`` to finish, then it is killed
+    (SIGKILL; it may be stuck in a read of a slow or hostile file) and None is returned; what it left half
+    done is for the caller to undo (the publish journal). So SIGTERM is honoured within 2 s at every stage.
+
+    Verifying and publishing import pyelftools and hash every file; done in a child, none of that stays
+    in the parent that then waits for days (issue 4: waiting RSS <= 30 MB). The child ignores termination
+    signals (the parent decides) and dies with its parent (PR_SET_PDEATHSIG), as it would with the
+    container's PID namespace. Without the kill a child stuck on a hostile file would keep the pod from
+    stopping (issue 14 item 7).
+    """
+    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child; its result is asserted through the parent
+        os.close(read_fd)
+        _child_main(func, write_fd, parent)
+    os.close(write_fd)
+    try:
+        data = _collect(read_fd, pid, stop, grace_s)  # before waitpid: a large result must not block
+    finally:
+        os.close(read_fd)
+    _, status, usage = os.wait4(pid, 0)
+    # ru_maxrss of the child is in KiB on Linux (getrusage(2)); bench/run_all.py reads this line.
+    log.info("verify-and-publish process (pid %d): peak RSS %.1f MB", pid, usage.ru_maxrss / 1024)
+    if data is None:  # killed after a signal: what it left half done is the caller's to undo
+        return None
+    try:
+        kind, value = pickle.loads(data) if data else ("died", None)
+    except (pickle.UnpicklingError, EOFError, AttributeError, TypeError):
+        kind, value = "died", None
+    if kind == "ok":
+        return cast(T, value)
+    if kind == "error" and isinstance(value, DriverContainerError):
+        raise value
+    how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.waitstatus_to_exitcode(status)}"
+    raise DriverContainerError(
+        f"the verify-and-publish process (pid {pid}) ended without a result ({how})",
+        fix="see the messages above; run init again (publishing is idempotent)",
+    )
+
+
+def _collect(read_fd: int, pid: int, stop: Shutdown | None, grace_s: float) -> bytes | None:
+    """Everything the child writes, until EOF; the child is killed ``grace_s`` after a signal."""
+    chunks: list[bytes] = []
+    deadline: float | None = None
+    while True:
+        if deadline is None and stop is not None and stop.requested:
+            deadline = time.monotonic() + grace_s
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            log.warning("%s: stopping the verify-and-publish process (pid %d)", stop and stop.describe(), pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            return None
+        if stop is not None and not stop.wait_readable(read_fd, remaining):
+            continue
+        chunk = os.read(read_fd, 1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _child_main(func: Callable[[], object], write_fd: int, parent: int) -> None:
+    code = 0
+    payload: tuple[str, object]
+    try:
+        signal.set_wakeup_fd(-1)
+        for signum in HANDLED_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
+        _die_with_parent(parent)
+        payload = ("ok", func())
+    except DriverContainerError as exc:
+        payload, code = ("error", exc), exc.exit_code
+    except BaseException as exc:  # an unexpected bug: report it, never continue in a forked copy
+        log.exception("unexpected error while verifying and publishing")
+        payload, code = ("error", DriverContainerError(f"internal error: {exc!r}")), 70
+    try:
+        data = pickle.dumps(payload)
+    except (pickle.PicklingError, TypeError, AttributeError):
+        data = pickle.dumps(("error", DriverContainerError(str(payload[1]))))
+    with contextlib.suppress(OSError):
+        _write_all(write_fd, data)
+    os._exit(code)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _die_with_parent(parent: int) -> None:
+    # Lazy, hot path: only the forked publish child needs ctypes (prctl); the probe and `status`
+    # import this module's callers without it.
+    import ctypes
+
+    pr_set_pdeathsig = 1  # linux/prctl.h
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)

@@ -1,0 +1,129 @@
+"""The package layout's rules that import-linter cannot see (docs/architecture.md, issue 15).
+
+- The library search dirs, the ld.so.cache path and its 64-bit entry flags have one definition each
+  (formats/userspace_layout.py, formats/ldcache.py): the version finder and the publisher read one image,
+  so a second copy of these facts could make them disagree about it.
+- A function-local import is allowed only where it keeps a measured hot path light, and says which.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import io
+import tokenize
+from pathlib import Path
+
+import typer.main
+
+import driver_container
+from driver_container.cli.app import app
+from driver_container.paths import HOST_ROOTS, HostPaths
+
+PACKAGE = Path(driver_container.__file__).parent
+OWNERS = {
+    "etc/ld.so.cache": {"formats/ldcache.py"},
+    "-linux-gnu": {"formats/userspace_layout.py"},
+    "nvidia/current": {"formats/userspace_layout.py"},
+    "manifest.json": {"publish/manifest.py"},
+}
+# Whole literals only (a message may name the file): the kernel release is read in one place.
+EXACT_OWNERS = {
+    "sys/kernel/osrelease": {"inspect/platform.py"},
+    "module/firmware_class/parameters/path": {"node/firmware.py"},
+}
+CACHE_FLAGS_64 = {0x0303, 0x0A03}  # glibc dl-cache.h FLAG_X8664_LIB64, FLAG_AARCH64_LIB64 (with FLAG_ELF_LIBC6)
+
+
+def _modules() -> list[tuple[str, str]]:
+    return [(str(p.relative_to(PACKAGE)), p.read_text(encoding="utf-8")) for p in sorted(PACKAGE.rglob("*.py"))]
+
+
+def _code_strings(source: str) -> list[str]:
+    """String literals (f-string parts included) that are code, not docstrings."""
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        n.value for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings
+    ]
+
+
+def test_search_dirs_cache_path_manifest_and_kernel_release_are_defined_once() -> None:
+    strays = []
+    for name, source in _modules():
+        for text in _code_strings(source):
+            strays += [f"{name}: {text!r}" for fact, owners in OWNERS.items() if fact in text and name not in owners]
+            strays += [f"{name}: {text!r}" for fact, own in EXACT_OWNERS.items() if fact == text and name not in own]
+    assert not strays, "defined outside its one place: " + "; ".join(strays)
+
+
+def test_cache_flags_are_defined_once() -> None:
+    strays = [
+        f"{name}:{n.lineno}"
+        for name, source in _modules() if name != "formats/ldcache.py"
+        for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Constant) and n.value in CACHE_FLAGS_64
+        and type(n.value) is int
+    ]
+    assert not strays, f"64-bit ld.so.cache flags outside formats/ldcache.py: {strays}"
+
+
+def _comments(source: str) -> dict[int, str]:
+    return {
+        tok.start[0]: tok.string
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+        if tok.type == tokenize.COMMENT
+    }
+
+
+def _local_imports(source: str) -> list[tuple[str, ast.stmt]]:
+    out = []
+    for fn in ast.walk(ast.parse(source)):
+        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            imports = [n for n in ast.walk(fn) if isinstance(n, ast.Import | ast.ImportFrom)]
+            out += [(fn.name, n) for n in imports]
+    return out
+
+
+def test_function_local_imports_name_the_hot_path_they_keep_light() -> None:
+    """Each function-local import has a comment with "hot path" on its line or in the comment lines
+    just above the function's first import (one comment covers a block of imports)."""
+    undocumented = []
+    for name, source in _modules():
+        comments = _comments(source)
+        by_function: dict[str, list[ast.stmt]] = {}
+        for function, node in _local_imports(source):
+            by_function.setdefault(function, []).append(node)
+        for function, nodes in by_function.items():
+            first = min(n.lineno for n in nodes)
+            above = []
+            line = first - 1
+            while line in comments:
+                above.append(comments[line])
+                line -= 1
+            block = " ".join(above)
+            for node in nodes:
+                text = comments.get(node.lineno, "") + " " + block
+                if "hot path" not in text.lower() and "heavy imports stay inside" not in text:
+                    undocumented.append(f"{name}:{node.lineno} ({function})")
+    assert not undocumented, "function-local imports without a hot-path reason: " + ", ".join(undocumented)
+
+
+def test_modules_stay_small() -> None:
+    """~300 lines a module (the developers' guide)."""
+    long = [f"{name} ({len(source.splitlines())})" for name, source in _modules() if len(source.splitlines()) > 300]
+    assert not long, f"modules over ~300 lines: {long}"
+
+
+def test_host_roots_are_declared_once() -> None:
+    """paths.HOST_ROOTS names every HostPaths root, and the global CLI options are exactly its rows."""
+    fields = {f.name for f in dataclasses.fields(HostPaths) if not f.name.startswith("_")}
+    assert {r.field for r in HOST_ROOTS} == fields
+    command = typer.main.get_command(app)
+    envvars = {p.envvar for p in command.params if p.envvar} - {"LOG_FORMAT", "VERBOSE"}
+    assert envvars == {r.env for r in HOST_ROOTS}
