@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
-from driver_container.errors import DriverContainerError, HostReadError, PublishError, UserspaceError
+from driver_container.errors import HostReadError, PublishError, UserspaceError
 from driver_container.formats.elfdeps import ElfDeps
 from driver_container.formats.ldcache import FLAGS_BY_MACHINE, CacheEntry, LdCacheFormatError, parse_ld_cache
 from driver_container.formats.ldcache import LD_SO_CACHE as CACHE_PATH
@@ -28,15 +28,9 @@ from driver_container.paths import MAX_SYMLINKS, Root
 from driver_container.publish.closure import resolve_closure
 from driver_container.publish.manifest import SourceKey
 from driver_container.publish.model import SourceFile, Userspace
-from driver_container.publish.roles import (
-    VDPAU_DIR,
-    VDPAU_PREFIX,
-    binary_is_required,
-    is_extra_library,
-    library_is_required,
-    link_name,
-)
+from driver_container.publish.roles import binary_is_required, library_is_required
 from driver_container.publish.sources import ElfFacts, source_file
+from driver_container.publish.toolkit_extras import dev_links, select_extras, select_vdpau
 from driver_container.runtime.runner import Runner
 
 log = logging.getLogger(__name__)
@@ -258,8 +252,8 @@ def describe_userspace(
     libraries = _select_libraries(root, version, cache, elf)
     triplet = _triplet(libraries, root, version)
     binaries = _select_binaries(root, elf)
-    extras = _select_extras(root, libraries, elf)
-    vdpau = _select_vdpau(root, version, elf, libraries)
+    extras = select_extras(root, libraries, elf)
+    vdpau = select_vdpau(root, _version_pattern(version), elf, libraries)
     closure = resolve_closure(root, triplet, cache, *_by_role(libraries, extras, vdpau, binaries), elf)
     ldconfig = find_ldconfig(root, runner, elf)
     log.debug("ELF headers: %d read, %d reused from the manifest", elf.read, elf.reused)
@@ -275,7 +269,7 @@ def describe_userspace(
         ldconfig=ldconfig,
         extras=tuple(sorted(extras.items())),
         vdpau=tuple(sorted(vdpau.items())),
-        dev_links=_dev_links(root, {**libraries, **extras}),
+        dev_links=dev_links(root, {**libraries, **extras}),
         missing=tuple(sorted(closure.missing)),
     )
 
@@ -294,77 +288,3 @@ def _by_role(
     optional += [s for n, s in sorted(binaries.items()) if not binary_is_required(n)]
     optional += [*(s for _n, s in sorted(extras.items())), *(s for _n, s in sorted(vdpau.items()))]
     return provided, required, optional
-
-
-def _elf_library(root: Root, inner: PurePosixPath, elf: ElfFacts) -> SourceFile | None:
-    """A 64-bit ELF library with a SONAME at ``inner``, else None (logged): for the optional selections."""
-    try:
-        src = source_file(root, inner, elf=elf)
-    except DriverContainerError as exc:
-        log.warning("skipping %s: %s", inner, exc.message)
-        return None
-    if src.elf is None or src.elf.elf_class != 64 or not src.elf.soname:
-        log.warning("skipping %s: not a 64-bit library with a DT_SONAME", src.shown)
-        return None
-    return src
-
-
-def _select_extras(root: Root, libraries: dict[str, SourceFile], elf: ElfFacts) -> dict[str, SourceFile]:
-    """Libraries the toolkit mounts with their own version (``roles.EXTRA_LIBRARY_PATTERNS``), by real name."""
-    found: dict[str, SourceFile] = {}
-    seen_dirs: set[Path] = set()
-    for d in lib_dirs():
-        real_dir = root.resolve(d)
-        if real_dir in seen_dirs:
-            continue
-        seen_dirs.add(real_dir)
-        for name in sorted(root.listdir(d)):
-            if not is_extra_library(name):
-                continue
-            src = _elf_library(root, PurePosixPath("/", d, name), elf)
-            if src is not None and src.real.name not in libraries and is_extra_library(src.real.name):
-                found.setdefault(src.real.name, src)
-    return found
-
-
-def _select_vdpau(root: Root, version: str, elf: ElfFacts, libraries: dict[str, SourceFile]) -> dict[str, SourceFile]:
-    """``<library dir>/vdpau/*.so.<version>`` (the toolkit's getVersionLibs searches there too), and the
-    VDPAU drivers found among the libraries (Debian keeps libvdpau_nvidia in nvidia/current and reaches it
-    from vdpau/ through an alternatives link): moved out of ``libraries`` to be published in vdpau/, where
-    libvdpau opens them and where the .run installs them."""
-    pattern = _version_pattern(version)
-    found = {n: libraries.pop(n) for n in sorted(libraries) if n.startswith(VDPAU_PREFIX)}
-    for d in lib_dirs():
-        base = f"{d}/{VDPAU_DIR}"
-        for name in sorted(root.listdir(base)):
-            if pattern.fullmatch(name) and name not in found:
-                src = _elf_library(root, PurePosixPath("/", base, name), elf)
-                if src is not None and pattern.fullmatch(src.real.name):
-                    found[src.real.name] = src
-    return found
-
-
-def _dev_links(root: Root, libraries: dict[str, SourceFile]) -> tuple[tuple[str, str], ...]:
-    """(``libX.so``, SONAME) for each library whose image has a ``libX.so`` link resolving to it, in any
-    library dir; a ``libX.so`` that resolves elsewhere or nowhere is logged and left out."""
-    links: dict[str, str] = {}
-    for src in libraries.values():
-        soname = src.elf.soname if src.elf and src.elf.soname else ""
-        link = link_name(soname)
-        if not link or link == soname or link in links:
-            continue
-        for d in lib_dirs():
-            inner = f"{d}/{link}"
-            st = root.lstat(inner)
-            if st is None or not stat.S_ISLNK(st.st_mode):
-                continue
-            try:
-                target = root.resolve(inner)
-            except DriverContainerError as exc:
-                log.warning("not publishing USERSPACE_ROOT/%s: %s", inner, exc.message)
-                continue
-            if target == src.real:
-                links[link] = soname
-                break
-            log.warning("not publishing USERSPACE_ROOT/%s: resolves to %s, not %s", inner, target, src.shown)
-    return tuple(sorted(links.items()))
