@@ -170,6 +170,22 @@ def fixture_host_env(root: Path, base: Path, userspace: Path, *, drop: tuple[str
     return env
 
 
+def node_env(host: Path, userspace: Path, run_dir: Path, path: str | None = None) -> dict[str, str]:
+    """A minimal environment (PATH, LANG, the host's ``env`` file, every root) for running the CLI as a
+    process on fixture host ``host`` with a real ``userspace``: nothing of this process's environment
+    leaks in but PATH, and no fake tool is put first."""
+    env = {"PATH": path or os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+    for line in (host / "env").read_text().splitlines():
+        key, _, value = line.partition("=")
+        if value:
+            env[key.strip()] = value.strip()
+    return env | {
+        "HOST_ROOT": str(host / "host"), "PROCFS_ROOT": str(host / "proc"), "SYSFS_ROOT": str(host / "sys"),
+        "DRIVERS_CONF_DIR": str(host / "drivers"), "HOST_OS_RELEASE": str(host / "host/etc/os-release"),
+        "USERSPACE_ROOT": str(userspace), "RUN_DIR": str(run_dir),
+    }  # fmt: skip
+
+
 FAKE_FABRIC = Path(__file__).resolve().parent / "unit" / "node" / "fake_fabric.py"
 FAKE_NVIDIA_SMI = Path(__file__).resolve().parent / "unit" / "node" / "fake_nvidia_smi.py"
 # The fields of NVIDIA's fabricmanager.cfg that matter here, with the packages' defaults (not its text).

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from fakes import node_env
 from support import ARTEFACTS, FIXTURES, REPO, require
 
 from driver_container.formats.kernel.mountinfo import Mount, parse_mountinfo
@@ -54,18 +55,6 @@ def _mount(*argv: str) -> None:
     subprocess.run(["mount", *argv], check=True, capture_output=True, timeout=30)
 
 
-def _env(host: Path, run_dir: Path) -> dict[str, str]:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
-    for line in (host / "env").read_text().splitlines():
-        key, _, value = line.partition("=")
-        if value:
-            env[key.strip()] = value.strip()
-    return env | {
-        "HOST_ROOT": str(host / "host"), "PROCFS_ROOT": str(host / "proc"), "SYSFS_ROOT": str(host / "sys"),
-        "DRIVERS_CONF_DIR": str(host / "drivers"), "HOST_OS_RELEASE": str(host / "host/etc/os-release"),
-        "USERSPACE_ROOT": str(USERSPACE), "RUN_DIR": str(run_dir),
-    }  # fmt: skip
-
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
@@ -84,7 +73,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         _mount("--make-shared", str(run_fs))
         _mount("--bind", f"/proc/{os.getpid()}", str(host / "proc/self"))
         mounted.append(host / "proc/self")
-        yield Node(_env(host, run_fs / "nvidia"), run_fs)
+        yield Node(node_env(host, USERSPACE, run_fs / "nvidia"), run_fs)
     finally:
         for path in reversed(mounted):
             subprocess.run(["umount", "-R", str(path)], check=False, timeout=30)

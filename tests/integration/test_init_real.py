@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from fakes import node_env
 from nvidia_sandbox import run_nvidia
 from support import ARTEFACTS, FIXTURES, REPO, require
 
@@ -38,22 +39,6 @@ class Node:
         return self.run_dir / "driver"
 
 
-def _node_env(host: Path, run_dir: Path) -> dict[str, str]:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
-    for line in (host / "env").read_text().splitlines():
-        key, _, value = line.partition("=")
-        if value:
-            env[key.strip()] = value.strip()
-    return env | {
-        "HOST_ROOT": str(host / "host"),
-        "PROCFS_ROOT": str(host / "proc"),
-        "SYSFS_ROOT": str(host / "sys"),
-        "DRIVERS_CONF_DIR": str(host / "drivers"),
-        "HOST_OS_RELEASE": str(host / "host/etc/os-release"),
-        "USERSPACE_ROOT": str(USERSPACE),
-        "RUN_DIR": str(run_dir),
-    }
-
 
 def _cli(node: Node, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -69,7 +54,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Node:
     base = tmp_path_factory.mktemp("init-real")
     # A private copy: init writes the firmware search path under SYSFS_ROOT (issue 5).
     host = Path(shutil.copytree(HOST, base / "host-fixture", symlinks=True))
-    found = Node(_node_env(host, base / "run"), base / "run")
+    found = Node(node_env(host, USERSPACE, base / "run"), base / "run")
     done = _cli(found, "init", "--no-wait")
     assert done.returncode == 0, done.stdout + done.stderr
     return found

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from fakes import node_env
 from nvidia_sandbox import run_nvidia
 from support import ARTEFACTS, FIXTURES, REPO, require
 from toolkit_rules import toolkit_problems
@@ -75,22 +76,6 @@ def restamp_host(dest: Path, version: str, arch: str) -> Path:
         old_dir.rename(old_dir.with_name(version))
     return host
 
-
-def node_env(host: Path, userspace: Path, run_dir: Path, path: str) -> dict[str, str]:
-    env = {"PATH": path, "LANG": "C.UTF-8"}
-    for line in (host / "env").read_text().splitlines():
-        key, _, value = line.partition("=")
-        if value:
-            env[key.strip()] = value.strip()
-    return env | {
-        "HOST_ROOT": str(host / "host"),
-        "PROCFS_ROOT": str(host / "proc"),
-        "SYSFS_ROOT": str(host / "sys"),
-        "DRIVERS_CONF_DIR": str(host / "drivers"),
-        "HOST_OS_RELEASE": str(host / "host/etc/os-release"),
-        "USERSPACE_ROOT": str(userspace),
-        "RUN_DIR": str(run_dir),
-    }
 
 
 def qemu_ldconfig_shim(base: Path, userspace: Path) -> str:

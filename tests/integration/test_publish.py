@@ -29,14 +29,6 @@ SOURCE = FIXTURES / "userspace" / f"debian-{V}"
 LIB = "usr/lib/x86_64-linux-gnu"
 
 
-@pytest.fixture
-def userspace(tmp_path: Path) -> Path:
-    require(SOURCE.is_dir(), "synthetic userspace", how="tests/fixtures/userspace/build.sh")
-    dest = tmp_path / "userspace"
-    shutil.copytree(SOURCE, dest, symlinks=True)
-    return dest
-
-
 def host(userspace: Path, driver_root: Path, proc: Path | None = None) -> HostPaths:
     proc = proc or Path("/nonexistent")
     return HostPaths(userspace_root=userspace, driver_root_override=driver_root, procfs_root=proc)

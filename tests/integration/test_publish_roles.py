@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 from pathlib import Path
 
 import pytest
-from support import FIXTURES, require
+from support import FIXTURES
 from toolkit_rules import toolkit_problems
 
 from driver_container.errors import DriverContainerError
@@ -23,14 +22,6 @@ from driver_container.runtime.runner import Runner
 V = "595.91.07"
 SOURCE = FIXTURES / "userspace" / f"debian-{V}"
 LIB = "usr/lib/x86_64-linux-gnu"
-
-
-@pytest.fixture
-def userspace(tmp_path: Path) -> Path:
-    require(SOURCE.is_dir(), "synthetic userspace", how="tests/fixtures/userspace/build.sh")
-    dest = tmp_path / "userspace"
-    shutil.copytree(SOURCE, dest, symlinks=True)
-    return dest
 
 
 def publish(userspace: Path, dr: Path) -> None:
