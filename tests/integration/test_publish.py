@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from nvidia_sandbox import run_nvidia
-from support import FIXTURES, require
+from support import require
 
 from driver_container.errors import DriverContainerError, PublishError, UserspaceError
 from driver_container.formats.ldcache import lookup, parse_ld_cache
@@ -25,7 +25,6 @@ from driver_container.publish import publish_driver_root
 from driver_container.runtime.runner import Runner
 
 V = "595.91.07"
-SOURCE = FIXTURES / "userspace" / f"debian-{V}"
 LIB = "usr/lib/x86_64-linux-gnu"
 
 

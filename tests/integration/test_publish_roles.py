@@ -11,7 +11,6 @@ import os
 from pathlib import Path
 
 import pytest
-from support import FIXTURES
 from toolkit_rules import toolkit_problems
 
 from driver_container.errors import DriverContainerError
@@ -20,7 +19,6 @@ from driver_container.publish import publish_driver_root
 from driver_container.runtime.runner import Runner
 
 V = "595.91.07"
-SOURCE = FIXTURES / "userspace" / f"debian-{V}"
 LIB = "usr/lib/x86_64-linux-gnu"
 
 
