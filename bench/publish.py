@@ -32,7 +32,7 @@ CHILD = """
 import json, resource, sys, time
 from pathlib import Path
 from driver_container.paths import HostPaths
-from driver_container.publish import publish_driver_root
+from driver_container.publish.publisher import publish_driver_root
 from driver_container.runtime.runner import Runner
 t, c = time.perf_counter(), time.process_time()
 r = publish_driver_root(HostPaths(userspace_root=Path(sys.argv[1]), driver_root_override=Path(sys.argv[2]),

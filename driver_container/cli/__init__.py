@@ -10,9 +10,31 @@ from driver_container.errors import DriverContainerError
 log = logging.getLogger(__name__)
 
 
-def _register_commands() -> None:
+# The command modules of ``nvidia-driver`` and the commands each adds to ``app``.
+COMMAND_MODULES = {
+    "init_cmd": ("init", "load", "unload"),
+    "modinfo_cmd": ("version", "modinfo"),
+    "peermem_cmd": ("probe_nvidia_peermem", "reload_nvidia_peermem"),
+    "status_cmd": ("status",),
+}
+
+
+def command_modules(args: list[str]) -> list[str]:
+    """The command modules to register for ``args``: those naming a command in ``args``, or all of them
+    (``--help``, no command, a typo: typer then lists or suggests every command).
+
+    typer builds every registered command's parameters from its signature on each call, which costs
+    more than the command itself for ``init`` restarts and ``status`` (bench/startup.py, issue 18)."""
+    named = [module for module, commands in COMMAND_MODULES.items() if any(c in args for c in commands)]
+    return named or list(COMMAND_MODULES)
+
+
+def _register_commands(args: list[str] | None = None) -> None:
     # Each module adds its commands to ``app``; heavy imports stay inside the command bodies.
-    from driver_container.cli import init_cmd, modinfo_cmd, peermem_cmd, status_cmd  # noqa: F401
+    import importlib  # lazy, hot path: only the named command's module is imported (command_modules)
+
+    for module in command_modules(args or []):
+        importlib.import_module(f"driver_container.cli.{module}")
 
 
 def report_error(exc: DriverContainerError, prog: str = "nvidia-driver") -> int:
@@ -58,7 +80,7 @@ def main(argv: list[str] | None = None) -> None:
         # Lazy, hot path: typer is imported only when not on the probe fast path (bench/probe.py).
         from driver_container.cli.app import app
 
-        _register_commands()
+        _register_commands(args)
         # Standalone mode: typer prints usage errors (exit 2) and turns typer.Exit into sys.exit.
         app(args=args)
     except DriverContainerError as exc:

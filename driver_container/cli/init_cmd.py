@@ -44,9 +44,7 @@ def init(
         log.info("--accept-license: ignored (nothing is installed or built)")
     if max_threads is not None:
         log.info("--max-threads %d: ignored (nothing is built)", max_threads)
-    options = InitOptions(no_wait=no_wait)
-    if persistenced_runtime_dir is not None:
-        options = InitOptions(no_wait=no_wait, persistenced_runtime_dir=persistenced_runtime_dir)
+    options = InitOptions(no_wait=no_wait, persistenced_runtime_dir=persistenced_runtime_dir)
     settings = Settings.from_env()
     for line in settings.unused_lines():
         log.warning("%s", line)

@@ -20,15 +20,11 @@ from driver_container.errors import (
     DriverContainerError,
     HostReadError,
 )
-from driver_container.lifecycle.generic_host import prepare_generic, unload_generic
 from driver_container.lifecycle.modwait import POLL_S, PROGRESS_S, required_modules, wait_for_modules
 from driver_container.lifecycle.verify import detect, loaded_version, verify
-from driver_container.manager.nodereport import READY, NodeVerdict, report
-from driver_container.node import devices, fabricmanager, firmware, persistenced
+from driver_container.node import devices, firmware
 from driver_container.node.fabric import inspect_fabric
 from driver_container.paths import HostPaths
-from driver_container.publish import publish_driver_root
-from driver_container.publish.journal import recover
 from driver_container.runtime import statusfiles
 from driver_container.runtime.lock import PidLock
 from driver_container.runtime.runner import Runner
@@ -38,6 +34,12 @@ from driver_container.settings import Settings
 if TYPE_CHECKING:
     from driver_container.inspect.hoststate import HostState
     from driver_container.node.fabricmanager import FabricDaemons
+    from driver_container.node.persistenced import Persistenced
+
+# Function-local imports below keep the hot path light (bench/startup.py, issue 18): an unchanged Talos
+# restart must not import module loading (modprobe/), the Kubernetes client, Fabric Manager, the
+# persistenced client or, in this waiting parent, the publisher (its child imports it: the waiting
+# init's RSS stays low).
 
 
 log = logging.getLogger(__name__)
@@ -50,7 +52,7 @@ SOCKET_WAIT_S = 10.0
 @dataclass(frozen=True)
 class InitOptions:
     no_wait: bool = False
-    persistenced_runtime_dir: Path = persistenced.CONTAINER_RUNTIME_DIR
+    persistenced_runtime_dir: Path | None = None  # None: persistenced.CONTAINER_RUNTIME_DIR
     poll_s: float = POLL_S
     progress_s: float = PROGRESS_S
     fabric_poll_s: float = 2.0  # nvidia-smi -q while waiting for the fabric (docs/fabric.md)
@@ -61,7 +63,7 @@ class _Started:
     """What ``init`` started so far, for the cleanup in ``run_init``."""
 
     runner: Runner
-    daemon: persistenced.Persistenced | None = None
+    daemon: Persistenced | None = None
     fabric: FabricDaemons | None = None
     generic_host: bool = False
 
@@ -81,8 +83,12 @@ def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: Init
         if started.fabric is not None:
             _stop_fabric(started.fabric)
         if started.daemon is not None:
+            from driver_container.node import persistenced  # lazy, hot path: see the note above
+
             persistenced.stop(started.daemon)
         if started.generic_host and shutdown.requested and lock.held:
+            from driver_container.lifecycle.generic_host import unload_generic  # lazy, hot path: not on Talos
+
             unload_generic(paths, settings, started.runner)
         lock.release()
         shutdown.restore()
@@ -103,6 +109,8 @@ def _init_stages(
     started.runner, started.generic_host = runner, info.name != "talos"
     names = required_modules(settings, talos=not started.generic_host)
     if started.generic_host and not _interrupted(shutdown, "the module reload"):
+        from driver_container.lifecycle.generic_host import prepare_generic  # lazy, hot path: not on Talos
+
         names = prepare_generic(paths, settings, runner, names)
     if _interrupted(shutdown, "the module wait") or not wait_for_modules(
         paths, settings, shutdown, talos=not started.generic_host, poll_s=opts.poll_s,
@@ -152,6 +160,7 @@ def _publish(paths: HostPaths, settings: Settings, runner: Runner, shutdown: Shu
 def _undo_interrupted_publish(paths: HostPaths) -> None:
     """The publishing child was killed by a signal: roll its commit back now (renames only), so the
     previous root is intact even if no container starts again here."""
+    from driver_container.publish.journal import recover  # lazy, hot path: see the note above
 
     try:
         recover(paths.driver_root)
@@ -160,6 +169,7 @@ def _undo_interrupted_publish(paths: HostPaths) -> None:
 
 
 def _verify_and_publish(paths: HostPaths, settings: Settings, runner: Runner) -> str:
+    from driver_container.publish.publisher import publish_driver_root  # lazy, hot path: in the child only
 
     state = verify(paths, settings)
     version = loaded_version(state)
@@ -170,6 +180,7 @@ def _verify_and_publish(paths: HostPaths, settings: Settings, runner: Runner) ->
 
 def _report_published(state: HostState, version: str) -> None:
     """Annotate the Node from this (already heavy) child; a no-op outside a cluster, never fatal."""
+    from driver_container.manager.nodereport import READY, NodeVerdict, report  # lazy, hot path: see above
 
     flavour = state.nvidia_version.flavour if state.nvidia_version else None
     report(NodeVerdict(READY, version, flavour, state.module_files_source))
@@ -194,10 +205,13 @@ def _node_steps(paths: HostPaths) -> None:
 
 def _start_daemons(
     paths: HostPaths, settings: Settings, runner: Runner, opts: InitOptions, shutdown: Shutdown
-) -> persistenced.Persistenced | None:
+) -> Persistenced | None:
+    from driver_container.node import persistenced  # lazy, hot path: not for --no-wait (see the note above)
+
     if not persistenced.should_start(paths, settings.persistenced, runner):
         return None
-    socket = persistenced.link_runtime_dir(paths.driver_root, opts.persistenced_runtime_dir)
+    runtime_dir = opts.persistenced_runtime_dir or persistenced.CONTAINER_RUNTIME_DIR
+    socket = persistenced.link_runtime_dir(paths.driver_root, runtime_dir)
     daemon = persistenced.start(runner)
     deadline = time.monotonic() + SOCKET_WAIT_S
     while not socket.exists():
@@ -210,13 +224,15 @@ def _start_daemons(
     return daemon
 
 
-def _check_alive(paths: HostPaths, daemon: persistenced.Persistenced) -> None:
+def _check_alive(paths: HostPaths, daemon: Persistenced) -> None:
     code = daemon.exited()
     if code is None:
         return
+    from driver_container.node.persistenced import BINARY  # lazy, hot path: see the note above
+
     statusfiles.write_daemons_status(paths, ready=False)
     raise DaemonError(
-        f"{persistenced.BINARY} (pid {daemon.pid}) exited with status {code}",
+        f"{BINARY} (pid {daemon.pid}) exited with status {code}",
         fix="see its messages above; the pod restarts and init starts it again",
     )
 
@@ -229,18 +245,20 @@ def _start_fabric(
     info = inspect_fabric(paths)  # one stat on ordinary nodes
     if info is None:
         return None
+    from driver_container.node import fabricmanager  # lazy, hot path: NVSwitch nodes only
 
     return fabricmanager.start(paths, settings, runner, info, shutdown, poll_s=opts.fabric_poll_s,
                                progress_s=opts.progress_s)
 
 
 def _stop_fabric(fabric: FabricDaemons) -> None:
+    from driver_container.node import fabricmanager  # lazy, hot path: NVSwitch nodes only
 
     fabricmanager.stop_all(fabric)
 
 
 def _wait_for_signal(
-    paths: HostPaths, shutdown: Shutdown, daemon: persistenced.Persistenced | None,
+    paths: HostPaths, shutdown: Shutdown, daemon: Persistenced | None,
     fabric: FabricDaemons | None = None,
 ) -> None:
     watched = daemon is not None or (fabric is not None and bool(fabric.started))

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import secrets
 import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
@@ -161,7 +160,9 @@ def sweep_at(dir_fd: int, is_leftover: Callable[[str], bool], shown: Path) -> in
 
 
 def _temporary_name(target_name: str, suffix: str) -> str:
-    return f".{target_name[:NAME_MAX - 40]}.{secrets.token_hex(6)}{suffix}"
+    # os.urandom, not secrets.token_hex (the same bytes): importing secrets loads hmac, hashlib and
+    # OpenSSL, ~9 ms of every start (bench/startup.py).
+    return f".{target_name[:NAME_MAX - 40]}.{os.urandom(6).hex()}{suffix}"
 
 
 def create_temporary(dir_fd: int, target_name: str, suffix: str) -> tuple[int, str]:

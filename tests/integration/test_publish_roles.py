@@ -15,7 +15,7 @@ from toolkit_rules import toolkit_problems
 
 from driver_container.errors import DriverContainerError
 from driver_container.paths import HostPaths
-from driver_container.publish import publish_driver_root
+from driver_container.publish.publisher import publish_driver_root
 from driver_container.runtime.runner import Runner
 
 V = "595.91.07"

@@ -1,0 +1,165 @@
+"""Whole-process start-up of the commands a node waits for, against their floors, in paired runs (issue 18).
+
+    .venv/bin/python bench/startup.py [--rounds N] [--json]
+
+Each row runs its subject and its floor back to back, ROUNDS times (order alternating between rounds, so
+a drift of CPU frequency or load from other processes hits both alike), and reports the median of the
+per-pair wall-time ratios with their min and max, and the CPU time (user + system, children) of both.
+Subjects are the installed console script (`nvidia-driver`), as the image's entrypoint runs it.
+
+| row | subject | floor |
+| first init | `init --no-wait`, empty DRIVER_ROOT, real Debian 535 userspace | `cp -a` of the published files + `ldconfig -r` + `python -c "import typer"` |
+| restart | `init --no-wait` on that published root (unchanged) | `python -c "import typer"` |
+| probe | `probe_nvidia_peermem` | `python -c pass` |
+| status, no module files | `status` with an empty HOST_ROOT (the operator's pod) | `python -c "import typer"` |
+| status, 3 module files | `status` on the fixture host's module files | `python -c "import typer"` |
+
+The host is the fixture Talos 1.11 node with 535.309.01 loaded (tests/fixtures/hosts/talos-1.11-kmod-535);
+RUN_DIR is under TMPDIR (default /dev/shm: DRIVER_ROOT is on /run, a tmpfs, in production). The package
+and the interpreter's site-packages are byte-compiled first: CI sets PYTHONDONTWRITEBYTECODE=1, and the
+image ships byte code, so a measurement that compiles on every start would measure the wrong thing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PY = sys.executable
+HOST = REPO / "tests/fixtures/hosts/talos-1.11-kmod-535"
+USERSPACE = REPO / ".cache/artefacts/debian-nvidia-535"
+VERSION = "535.309.01"
+PEERMEM_PROC = REPO / "tests/unit/node/fixtures/peermem-loaded/proc"
+CLI = shutil.which("nvidia-driver", path=str(Path(PY).parent)) or "nvidia-driver"
+TARGETS = {"first_init": 1.2, "restart": 1.5, "probe": 1.3, "status_no_modules": 1.5, "status_modules": 2.0}
+
+Sample = tuple[float, float]  # (wall s, CPU s of the child processes)
+
+
+def byte_compile() -> None:
+    """Compile the package and site-packages once, so no measured start compiles (see the module doc)."""
+    for tree in (REPO / "driver_container", Path(sysconfig.get_paths()["purelib"])):
+        subprocess.run([PY, "-m", "compileall", "-q", "-j0", str(tree)], check=True, stdout=subprocess.DEVNULL)
+
+
+def timed(*argvs: list[str], env: dict[str, str] | None = None) -> Sample:
+    """Run the processes one after the other; (wall, CPU) of all of them."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    for argv in argvs:
+        done = subprocess.run(argv, env=env, capture_output=True, check=False)
+        if done.returncode != 0:
+            raise SystemExit(f"{argv}: exit {done.returncode}: {done.stderr.decode()[-500:]}")
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+
+def host_env(run_dir: Path, host_root: Path) -> dict[str, str]:
+    return {
+        "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1", "DRIVER_VERSION": VERSION, "KERNEL_MODULE_TYPE": "proprietary",
+        "HOST_ROOT": str(host_root), "PROCFS_ROOT": str(HOST / "proc"), "SYSFS_ROOT": str(HOST / "sys"),
+        "DRIVERS_CONF_DIR": str(HOST / "drivers"), "HOST_OS_RELEASE": str(HOST / "host/etc/os-release"),
+        "USERSPACE_ROOT": str(USERSPACE), "RUN_DIR": str(run_dir),
+    }  # fmt: skip
+
+
+def published_files(work: Path) -> tuple[list[str], str]:
+    """The files a publish writes (from a first publish's manifest) and the library directory."""
+    env = host_env(work / "probe-run", work / "no-host")
+    timed([CLI, "init", "--no-wait"], env=env)
+    manifest = json.loads((work / "probe-run/driver/.driver-container/manifest.json").read_text())
+    files = [rec["source"] for rec in manifest["files"] if rec["type"] == "file" and rec.get("source")]
+    shutil.rmtree(work / "probe-run")
+    return files, f"usr/lib/{manifest['triplet']}"
+
+
+def rows(rounds: int, work: Path) -> dict[str, dict[str, object]]:
+    (work / "no-host").mkdir()
+    files, libdir = published_files(work)
+    typer_floor = [PY, "-c", "import typer"]
+    run_dir = work / "run"
+    env = host_env(run_dir, HOST / "host")
+
+    def first_init() -> Sample:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        run_dir.mkdir()
+        return timed([CLI, "init", "--no-wait"], env=env)
+
+    def copy_floor() -> Sample:
+        dest = work / "cp"
+        shutil.rmtree(dest, ignore_errors=True)
+        (dest / "etc").mkdir(parents=True)
+        (dest / libdir).mkdir(parents=True)
+        return timed(["cp", "-a", *files, str(dest / libdir)], ["ldconfig", "-r", str(dest)], typer_floor)
+
+    first = paired(first_init, copy_floor, rounds)
+    restart = paired(lambda: timed([CLI, "init", "--no-wait"], env=env), lambda: timed(typer_floor), rounds)
+    probe_env = {**env, "PROCFS_ROOT": str(PEERMEM_PROC)}
+    probe = paired(lambda: timed([CLI, "probe_nvidia_peermem"], env=probe_env),
+                   lambda: timed([PY, "-c", "pass"]), rounds)  # fmt: skip
+    no_modules = {**env, "HOST_ROOT": str(work / "no-host")}
+    status_none = paired(lambda: timed([CLI, "status"], env=no_modules), lambda: timed(typer_floor), rounds)
+    status_mods = paired(lambda: timed([CLI, "status"], env=env), lambda: timed(typer_floor), rounds)
+    found = {"first_init": first, "restart": restart, "probe": probe, "status_no_modules": status_none,
+             "status_modules": status_mods}  # fmt: skip
+    return {name: {**result, "target": TARGETS[name]} for name, result in found.items()}
+
+
+def paired(subject: Callable[[], Sample], floor: Callable[[], Sample], rounds: int) -> dict[str, object]:
+    subject(), floor()  # warm the page cache and any first-run work (a fresh root's tmpfs mount)
+    pairs: list[tuple[Sample, Sample]] = []
+    for n in range(rounds):
+        if n % 2:
+            s = subject()
+            f = floor()
+        else:
+            f = floor()
+            s = subject()
+        pairs.append((s, f))
+    ratios = sorted(s[0] / f[0] for s, f in pairs)
+    return {
+        "ratio": round(statistics.median(ratios), 3), "min": round(ratios[0], 3), "max": round(ratios[-1], 3),
+        "wall_s": round(statistics.median(s[0] for s, _ in pairs), 4),
+        "floor_wall_s": round(statistics.median(f[0] for _, f in pairs), 4),
+        "cpu_s": round(statistics.median(s[1] for s, _ in pairs), 4),
+        "floor_cpu_s": round(statistics.median(f[1] for _, f in pairs), 4), "rounds": rounds,
+    }  # fmt: skip
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=int(os.environ.get("BENCH_ROUNDS", "11")))
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    if not (USERSPACE / "usr").is_dir():
+        print(f"no real userspace at {USERSPACE}: run scripts/setup.sh", file=sys.stderr)
+        return 2
+    byte_compile()
+    with tempfile.TemporaryDirectory(prefix="bench-startup-", dir=os.environ.get("TMPDIR", "/dev/shm")) as tmp:
+        result = rows(args.rounds, Path(tmp))
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for name, r in result.items():
+            print(f"{name:18s} ratio {r['ratio']:.2f} ({r['min']:.2f}-{r['max']:.2f}) target <= {r['target']}; "
+                  f"wall {r['wall_s']:.3f} s vs {r['floor_wall_s']:.3f} s; CPU {r['cpu_s']:.3f} s vs "
+                  f"{r['floor_cpu_s']:.3f} s")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""Select, plan and apply the published driver root (the entry point of the publish package).
+
+``publish_driver_root`` is the one entry point for the lifecycle: roll back a publish that was
+interrupted (``journal.recover``), read USERSPACE_ROOT (``scan``), plan the canonical layout (``plan``,
+pure, with its closure checked), stage every new file in DRIVER_ROOT/.driver-container/staging
+(``apply.prepare``; the big ones are copied while the scan runs, ``copier``), then commit as one
+journalled transaction (``journal``): the files, ``ldconfig`` into staging and its cache checked
+(``verify``) before it replaces the live one, the manifest last. Any failure up to the commit point
+rolls every replaced path back, so consumers see the previous root or the new one, never a mix that
+stays; a failure is recorded for ``status`` (``statusfiles``) and cleared by the next good publish.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path, PurePosixPath
+
+from driver_container.errors import DriverContainerError, PublishError
+from driver_container.formats.ldcache import LD_SO_CACHE as CACHE
+from driver_container.paths import HostPaths
+from driver_container.publish.apply import Prepared, Tree, commit_steps, prepare
+from driver_container.publish.copier import TMP_SUFFIX, Copier, reset_staging, sweep_temporaries
+from driver_container.publish.journal import STAGING, Step, Transaction, recover
+from driver_container.publish.manifest import MANIFEST_PATH, Manifest, format_manifest, read_manifest
+from driver_container.publish.model import PublishPlan, PublishReport
+from driver_container.publish.plan import plan_publish
+from driver_container.publish.rootdir import create_driver_root, prepare_driver_root
+from driver_container.publish.scan import describe_userspace, early_sources
+from driver_container.publish.verify import build_cache, cache_problems, closure_problems
+from driver_container.runtime import statusfiles
+from driver_container.runtime.runner import Runner
+from driver_container.runtime.staged import stage_write
+
+__all__ = ["PublishPlan", "PublishReport", "publish_driver_root"]
+
+log = logging.getLogger(__name__)
+
+
+def publish_driver_root(paths: HostPaths, version: str, runner: Runner) -> PublishReport:
+    """Publish the userspace of ``version`` (the verified loaded driver) into ``paths.driver_root``."""
+    try:
+        report = _publish(paths, version, runner)
+    except DriverContainerError as exc:
+        statusfiles.write_publish_failure(paths, version, exc.message)
+        raise
+    statusfiles.clear_publish_failure(paths)
+    return report
+
+
+def _publish(paths: HostPaths, version: str, runner: Runner) -> PublishReport:
+    started = time.monotonic()
+    root = paths.driver_root
+    create_driver_root(root)
+    # Before anything is read: mounts left by NVIDIA's script hide our root, and a noexec/nodev filesystem
+    # gets DRIVER_ROOT's own tmpfs (node/rootmount.py); then an interrupted commit is undone.
+    prepare_driver_root(paths, runner)
+    recover(root)
+    old_text, previous = read_manifest(root)
+    known_elf = previous.elf_facts() if previous else None
+    copier = Copier(root)
+    try:
+        reset_staging(root, create=False)  # made when something is staged (apply, copier, ldconfig)
+        # The big files are copied while the scan runs; those already published unchanged are skipped.
+        skip = previous.source_identities() if previous else set()
+        copier.start_early(early_sources(paths.userspace, version), skip=skip)
+        space = describe_userspace(paths.userspace, version, runner, known_elf=known_elf)
+        copier.scan_finished()
+        plan = plan_publish(space)
+        _check_closure(plan)
+        for directory in sorted({e.path.parent for e in plan.entries}):
+            sweep_temporaries(root, directory)  # left beside their targets by earlier versions of this code
+        prepared = prepare(plan, root, previous, copier)
+        manifest = Manifest(version, plan.triplet, prepared.records)
+        new_text = old_text if manifest == previous else format_manifest(manifest)
+        ran = _commit(plan, root, runner, prepared, new_text if new_text != old_text else None)
+    finally:
+        copier.close()
+    lib = str(plan.libdir)
+    report = PublishReport(
+        written=len(prepared.staged),
+        unchanged=prepared.unchanged,
+        removed=len(prepared.removals),
+        libraries=tuple(str(e.path) for e in plan.entries if e.kind == "file" and str(e.path.parent) == lib),
+        binaries=tuple(str(e.path) for e in plan.entries if str(e.path.parent) == "usr/bin"),
+        firmware=tuple(str(e.path) for e in plan.entries if str(e.path).startswith("lib/firmware/")),
+        duration_s=time.monotonic() - started,
+        ldconfig_ran=ran,
+        copied_early=copier.taken,
+    )
+    log.info(
+        "published %s into %s: %d written (%d while scanning), %d unchanged, %d removed in %.2f s",
+        version, root, report.written, report.copied_early, report.unchanged, report.removed, report.duration_s,
+    )  # fmt: skip
+    return report
+
+
+def _check_closure(plan: PublishPlan) -> None:
+    problems = closure_problems(plan)
+    if problems:
+        raise PublishError(
+            "the planned root would not run: " + "; ".join(problems[:5]) + "; the previous root is intact",
+            fix="install what is missing in the driver image",
+        )
+
+
+def _commit(plan: PublishPlan, root: Path, runner: Runner, prepared: Prepared, manifest_text: str | None) -> bool:
+    """Run the journalled commit; returns whether ldconfig ran. Nothing is done for an unchanged root."""
+    rebuild = prepared.changed or bool(cache_problems(plan, root))
+    if not rebuild and manifest_text is None:
+        return False
+    steps = commit_steps(root, prepared)
+    files = len(steps)
+    existed = {str(CACHE): _exists(root, CACHE), str(MANIFEST_PATH): _exists(root, str(MANIFEST_PATH))}
+    if rebuild:
+        steps.append(Step("put", CACHE, existed[CACHE], "ld.so.cache"))
+    if manifest_text is not None:
+        staged = stage_write(root / STAGING / "manifest", manifest_text.encode(), mode=0o644, root=root,
+                             suffix=TMP_SUFFIX)  # fmt: skip
+        steps.append(Step("put", str(MANIFEST_PATH), existed[str(MANIFEST_PATH)], staged.tmp.name))
+    transaction = Transaction(root, steps)
+    transaction.begin()
+    try:
+        transaction.run_until(files)
+        if rebuild:
+            build_cache(plan, root, runner)  # checked in staging: a bad cache never replaces the live one
+            transaction.run_next("put")
+        if manifest_text is not None:
+            transaction.run_next("put")
+        transaction.finish()
+    except BaseException as exc:
+        transaction.rollback()
+        if isinstance(exc, OSError):
+            raise PublishError(
+                f"{exc.filename or root}: cannot commit the driver root: {exc.strerror}; the previous root is restored",
+                fix=f"free space or fix permissions on the filesystem holding {root}",
+            ) from exc
+        if isinstance(exc, DriverContainerError):
+            raise PublishError(f"{exc.message}; the previous root is restored", fix=exc.fix) from exc
+        raise
+    return rebuild
+
+
+def _exists(root: Path, rel: str) -> bool:
+    """Whether ``rel`` exists in the real directory tree (its parents real directories, no link followed)."""
+    tree = Tree(root)
+    try:
+        return tree.lstat(PurePosixPath(rel)) is not None
+    finally:
+        tree.close()
