@@ -153,7 +153,8 @@ def image_rows(image: str) -> list[Row]:
     size_mb = int(out.strip()) / 1e6
     script = (
         "import sys, os; from pathlib import Path; from driver_container.paths import HostPaths;"
-        "from driver_container.runtime.runner import Runner; from driver_container.publish.publisher import publish_driver_root;"
+        "from driver_container.runtime.runner import Runner;"
+        "from driver_container.publish.publisher import publish_driver_root;"
         "publish_driver_root(HostPaths(userspace_root=Path('/'), driver_root_override=Path('/tmp/d'),"
         " procfs_root=Path('/nonexistent')), sys.argv[1], Runner());"
         "print(sum(os.lstat(os.path.join(d, f)).st_size for d, _, fs in os.walk('/tmp/d') for f in fs))"

@@ -5,14 +5,18 @@
 Each row runs its subject and its floor back to back, ROUNDS times (order alternating between rounds, so
 a drift of CPU frequency or load from other processes hits both alike), and reports the median of the
 per-pair wall-time ratios with their min and max, and the CPU time (user + system, children) of both.
-Subjects are the installed console script (`nvidia-driver`), as the image's entrypoint runs it.
+Both sides run in the same interpreter, set up as the image's: a venv whose site-packages name the
+project and its dependencies in a plain .pth file. The development venv's editable install adds an
+import hook to every start (~25 ms, and pathlib and re imported by site), which would inflate every
+floor and hide what the package itself imports. Subjects run a console script written as pip writes
+the image's (`from driver_container.cli import main`).
 
-| row | subject | floor |
-| first init | `init --no-wait`, empty DRIVER_ROOT, real Debian 535 userspace | `cp -a` of the published files + `ldconfig -r` + `python -c "import typer"` |
-| restart | `init --no-wait` on that published root (unchanged) | `python -c "import typer"` |
-| probe | `probe_nvidia_peermem` | `python -c pass` |
-| status, no module files | `status` with an empty HOST_ROOT (the operator's pod) | `python -c "import typer"` |
-| status, 3 module files | `status` on the fixture host's module files | `python -c "import typer"` |
+- first init: `init --no-wait` into an empty DRIVER_ROOT from the real Debian 535 userspace, against
+  `cp -a` of the files it publishes + `ldconfig -r` + `python -c "import typer"`;
+- restart: `init --no-wait` again on that root (unchanged), against `python -c "import typer"`;
+- probe: `probe_nvidia_peermem` (peermem loaded), against `python -c pass`;
+- status, no module files: `status` with an empty HOST_ROOT (the operator's pod), against `import typer`;
+- status, 3 module files: `status` reading the fixture host's module files, against `import typer`.
 
 The host is the fixture Talos 1.11 node with 535.309.01 loaded (tests/fixtures/hosts/talos-1.11-kmod-535);
 RUN_DIR is under TMPDIR (default /dev/shm: DRIVER_ROOT is on /run, a tmpfs, in production). The package
@@ -37,21 +41,37 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PY = sys.executable
+DEV_PY = sys.executable
 HOST = REPO / "tests/fixtures/hosts/talos-1.11-kmod-535"
 USERSPACE = REPO / ".cache/artefacts/debian-nvidia-535"
 VERSION = "535.309.01"
 PEERMEM_PROC = REPO / "tests/unit/node/fixtures/peermem-loaded/proc"
-CLI = shutil.which("nvidia-driver", path=str(Path(PY).parent)) or "nvidia-driver"
+# pip's console script (the image's /opt/nvidia-driver/bin/nvidia-driver)
+CONSOLE_SCRIPT = (
+    "#!{python}\nimport sys\nfrom driver_container.cli import main\n"
+    "if __name__ == '__main__':\n    sys.exit(main())\n"
+)
 TARGETS = {"first_init": 1.2, "restart": 1.5, "probe": 1.3, "status_no_modules": 1.5, "status_modules": 2.0}
 
 Sample = tuple[float, float]  # (wall s, CPU s of the child processes)
 
 
-def byte_compile() -> None:
-    """Compile the package and site-packages once, so no measured start compiles (see the module doc)."""
-    for tree in (REPO / "driver_container", Path(sysconfig.get_paths()["purelib"])):
-        subprocess.run([PY, "-m", "compileall", "-q", "-j0", str(tree)], check=True, stdout=subprocess.DEVNULL)
+def bench_interpreter(work: Path) -> tuple[str, str]:
+    """(python, nvidia-driver) of a venv like the image's (see the module doc), everything byte-compiled."""
+    venv = work / "venv"
+    subprocess.run([DEV_PY, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = str(venv / "bin/python")
+    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
+    deps = sysconfig.get_paths()["purelib"]  # the development venv's: typer, requests, pyelftools...
+    Path(purelib, "bench-startup.pth").write_text(f"{REPO}\n{deps}\n")
+    script = venv / "bin/nvidia-driver"
+    script.write_text(CONSOLE_SCRIPT.format(python=python))
+    script.chmod(0o755)
+    # CI sets PYTHONDONTWRITEBYTECODE=1 and the image ships byte code: no measured start may compile.
+    for tree in (REPO / "driver_container", Path(deps)):
+        subprocess.run([python, "-m", "compileall", "-q", "-j0", str(tree)], check=True, stdout=subprocess.DEVNULL)
+    return python, str(script)
 
 
 def timed(*argvs: list[str], env: dict[str, str] | None = None) -> Sample:
@@ -70,17 +90,18 @@ def timed(*argvs: list[str], env: dict[str, str] | None = None) -> Sample:
 def host_env(run_dir: Path, host_root: Path) -> dict[str, str]:
     return {
         "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LANG": "C.UTF-8",
-        "PYTHONDONTWRITEBYTECODE": "1", "DRIVER_VERSION": VERSION, "KERNEL_MODULE_TYPE": "proprietary",
+        "PYTHONDONTWRITEBYTECODE": "1", "TYPER_USE_RICH": "0",  # as the image's ENV
+        "DRIVER_VERSION": VERSION, "KERNEL_MODULE_TYPE": "proprietary",
         "HOST_ROOT": str(host_root), "PROCFS_ROOT": str(HOST / "proc"), "SYSFS_ROOT": str(HOST / "sys"),
         "DRIVERS_CONF_DIR": str(HOST / "drivers"), "HOST_OS_RELEASE": str(HOST / "host/etc/os-release"),
         "USERSPACE_ROOT": str(USERSPACE), "RUN_DIR": str(run_dir),
     }  # fmt: skip
 
 
-def published_files(work: Path) -> tuple[list[str], str]:
+def published_files(work: Path, cli: str) -> tuple[list[str], str]:
     """The files a publish writes (from a first publish's manifest) and the library directory."""
     env = host_env(work / "probe-run", work / "no-host")
-    timed([CLI, "init", "--no-wait"], env=env)
+    timed([cli, "init", "--no-wait"], env=env)
     manifest = json.loads((work / "probe-run/driver/.driver-container/manifest.json").read_text())
     files = [rec["source"] for rec in manifest["files"] if rec["type"] == "file" and rec.get("source")]
     shutil.rmtree(work / "probe-run")
@@ -88,32 +109,40 @@ def published_files(work: Path) -> tuple[list[str], str]:
 
 
 def rows(rounds: int, work: Path) -> dict[str, dict[str, object]]:
+    python, cli = bench_interpreter(work)
     (work / "no-host").mkdir()
-    files, libdir = published_files(work)
-    typer_floor = [PY, "-c", "import typer"]
+    files, libdir = published_files(work, cli)
+    floor_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1", "TYPER_USE_RICH": "0"}
+    typer_floor = [python, "-c", "import typer"]
     run_dir = work / "run"
     env = host_env(run_dir, HOST / "host")
 
     def first_init() -> Sample:
         shutil.rmtree(run_dir, ignore_errors=True)
         run_dir.mkdir()
-        return timed([CLI, "init", "--no-wait"], env=env)
+        return timed([cli, "init", "--no-wait"], env=env)
 
     def copy_floor() -> Sample:
         dest = work / "cp"
         shutil.rmtree(dest, ignore_errors=True)
         (dest / "etc").mkdir(parents=True)
         (dest / libdir).mkdir(parents=True)
-        return timed(["cp", "-a", *files, str(dest / libdir)], ["ldconfig", "-r", str(dest)], typer_floor)
+        return timed(["cp", "-a", *files, str(dest / libdir)], ["ldconfig", "-r", str(dest)], typer_floor,
+                     env=floor_env)  # fmt: skip
 
     first = paired(first_init, copy_floor, rounds)
-    restart = paired(lambda: timed([CLI, "init", "--no-wait"], env=env), lambda: timed(typer_floor), rounds)
+    def floor(argv: list[str]) -> Callable[[], Sample]:
+        return lambda: timed(argv, env=floor_env)
+
+    def subject(argv: list[str], subject_env: dict[str, str]) -> Callable[[], Sample]:
+        return lambda: timed(argv, env=subject_env)
+
+    restart = paired(subject([cli, "init", "--no-wait"], env), floor(typer_floor), rounds)
     probe_env = {**env, "PROCFS_ROOT": str(PEERMEM_PROC)}
-    probe = paired(lambda: timed([CLI, "probe_nvidia_peermem"], env=probe_env),
-                   lambda: timed([PY, "-c", "pass"]), rounds)  # fmt: skip
+    probe = paired(subject([cli, "probe_nvidia_peermem"], probe_env), floor([python, "-c", "pass"]), rounds)
     no_modules = {**env, "HOST_ROOT": str(work / "no-host")}
-    status_none = paired(lambda: timed([CLI, "status"], env=no_modules), lambda: timed(typer_floor), rounds)
-    status_mods = paired(lambda: timed([CLI, "status"], env=env), lambda: timed(typer_floor), rounds)
+    status_none = paired(subject([cli, "status"], no_modules), floor(typer_floor), rounds)
+    status_mods = paired(subject([cli, "status"], env), floor(typer_floor), rounds)
     found = {"first_init": first, "restart": restart, "probe": probe, "status_no_modules": status_none,
              "status_modules": status_mods}  # fmt: skip
     return {name: {**result, "target": TARGETS[name]} for name, result in found.items()}
@@ -148,7 +177,6 @@ def main() -> int:
     if not (USERSPACE / "usr").is_dir():
         print(f"no real userspace at {USERSPACE}: run scripts/setup.sh", file=sys.stderr)
         return 2
-    byte_compile()
     with tempfile.TemporaryDirectory(prefix="bench-startup-", dir=os.environ.get("TMPDIR", "/dev/shm")) as tmp:
         result = rows(args.rounds, Path(tmp))
     if args.json:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import logging
 import sys
 
-from driver_container.errors import DriverContainerError
+from driver_container.errors import DriverContainerError  # no imports of its own
 
-log = logging.getLogger(__name__)
+# Nothing heavier at the top: the liveness probe's glance (``_probe_fast_path``) runs before any import
+# but its own (lifecycle/peermem_glance.py); ``main`` imports the rest.
 
 
 # The command modules of ``nvidia-driver`` and the commands each adds to ``app``.
@@ -48,7 +48,9 @@ def report_error(exc: DriverContainerError, prog: str = "nvidia-driver") -> int:
 def report_unexpected(exc: Exception, prog: str = "nvidia-driver") -> int:
     """A bug or an input no parser anticipated: one line and exit 1, the traceback only with --verbose
     (a raw traceback in the pod log hides the one line that says what happened)."""
-    log.debug("%s: unexpected error", prog, exc_info=exc)
+    import logging  # lazy, hot path: see the note at the top
+
+    logging.getLogger(__name__).debug("%s: unexpected error", prog, exc_info=exc)
     detail = str(exc).splitlines()[0][:200] if str(exc) else ""
     sys.stderr.write(f"{prog}: error: internal error: {type(exc).__name__}{': ' + detail if detail else ''}\n")
     sys.stderr.write(f"{prog}: fix: run again with --verbose (VERBOSE=true) for the traceback and report it\n")
@@ -57,10 +59,18 @@ def report_unexpected(exc: Exception, prog: str = "nvidia-driver") -> int:
 
 def _probe_fast_path(args: list[str]) -> int | None:
     """``probe_nvidia_peermem`` without typer: it is a liveness probe run every 30 s on every GPU node,
-    and typer's import plus its per-call set-up cost more than the probe itself (bench/probe.py)."""
+    and typer's import plus its per-call set-up cost more than the probe itself (bench/startup.py).
+    The common answers come from a glance at /proc/modules with ``os`` calls only."""
     if args != ["probe_nvidia_peermem"]:
         return None
-    # Lazy, hot path: the probe runs every 30 s; it needs only these two light modules (bench/probe.py).
+    # Lazy, hot path: the probe runs every 30 s and its floor is a bare interpreter start (bench/startup.py).
+    import os
+
+    from driver_container.lifecycle.peermem_glance import passes_at_a_glance, procfs_root
+
+    if passes_at_a_glance(procfs_root(os.environ)):
+        return 0
+    # Lazy, hot path: only when the glance cannot tell (mlx5_core without nvidia_peermem, odd input).
     from driver_container.lifecycle.peermem import probe
     from driver_container.paths import HostPaths
 

@@ -9,8 +9,6 @@ The parsers return None for anything else; the caller decides whether that is an
 
 from __future__ import annotations
 
-import re
-
 MAX_DIGITS = 20  # 2**64 has 20 decimal digits: enough for any kernel or protocol field read here
 
 _DIGITS = {
@@ -20,7 +18,7 @@ _DIGITS = {
     16: "0123456789abcdefABCDEF",
 }
 _PREFIXES = {"0x": 16, "0X": 16, "0o": 8, "0O": 8, "0b": 2, "0B": 2}
-_DECIMAL_FRACTION = re.compile(r"[0-9]{1,20}(?:\.[0-9]{1,9})?", re.ASCII)
+MAX_FRACTION_DIGITS = 9  # nanoseconds
 
 
 def parse_uint(text: str, *, base: int = 10, max_digits: int = MAX_DIGITS) -> int | None:
@@ -52,6 +50,9 @@ def parse_c_int(text: str, *, max_digits: int = MAX_DIGITS) -> int | None:
 
 def parse_decimal_seconds(text: str) -> float | None:
     """``12`` or ``1.5``: a non-negative, finite number of seconds (no exponent, ``inf`` or ``nan``)."""
-    if not _DECIMAL_FRACTION.fullmatch(text):
+    # No regular expression: this module is imported by the liveness probe's glance, and ``re`` alone
+    # costs a bare interpreter start's worth of time (lifecycle/peermem_glance.py).
+    whole, dot, fraction = text.partition(".")
+    if parse_uint(whole) is None or (dot and parse_uint(fraction, max_digits=MAX_FRACTION_DIGITS) is None):
         return None
     return float(text)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from driver_container.errors import HostReadError, ModuleWaitTimeout
 from driver_container.formats.kernel.modules import parse_proc_modules
 from driver_container.inspect.platform import detect_platform
+from driver_container.lifecycle.peermem_glance import MLX5, PEERMEM
 from driver_container.paths import HostPaths
 
 if TYPE_CHECKING:
@@ -34,13 +35,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MLX5 = "mlx5_core"
 TALOS_NO_PEERMEM = (
     "nvidia_peermem cannot load on Talos (no MOFED: its init returns -EINVAL); GPUDirect RDMA there uses "
     "DMA-BUF (CONFIG_DMABUF_MOVE_NOTIFY and CONFIG_PCI_P2PDMA in the amd64 kernel since Talos 1.13) "
     "with the open kernel modules"
 )
-PEERMEM = "nvidia_peermem"
 CTR_READY = ".driver-ctr-ready"  # written by the driver pod's startup probe
 
 

@@ -187,7 +187,8 @@ def test_sigkill_mid_publish_then_rerun_matches_clean(userspace: Path, tmp_path:
     publish_driver_root(host(userspace, tmp_path / "clean2"), V, Runner())
     code = (
         "import sys; from pathlib import Path; from driver_container.paths import HostPaths;"
-        "from driver_container.runtime.runner import Runner; from driver_container.publish.publisher import publish_driver_root;"
+        "from driver_container.runtime.runner import Runner;"
+        "from driver_container.publish.publisher import publish_driver_root;"
         f"publish_driver_root(HostPaths(userspace_root=Path({str(userspace)!r}), "
         f"driver_root_override=Path({str(tmp_path / 'driver')!r}), procfs_root=Path('/nonexistent')), {V!r}, Runner())"
     )
@@ -256,7 +257,8 @@ def test_unreadable_library(userspace: Path, tmp_path: Path) -> None:
     lib.chmod(0)
     code = (
         "import sys; from pathlib import Path; from driver_container.paths import HostPaths;"
-        "from driver_container.runtime.runner import Runner; from driver_container.publish.publisher import publish_driver_root;"
+        "from driver_container.runtime.runner import Runner;"
+        "from driver_container.publish.publisher import publish_driver_root;"
         "from driver_container.errors import UserspaceError\ntry:\n"
         f" publish_driver_root(HostPaths(userspace_root=Path({str(userspace)!r}), "
         f"driver_root_override=Path({str(tmp_path / 'd')!r}), procfs_root=Path('/nonexistent')), {V!r}, Runner())\n"

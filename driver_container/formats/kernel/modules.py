@@ -8,13 +8,9 @@ on a kernel built without ``CONFIG_MODULE_UNLOAD``.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
-from driver_container.formats.numbers import parse_int, parse_uint
-
-_NAME = re.compile(r"[A-Za-z0-9_]+")
-_STATES = ("Live", "Loading", "Unloading")
+from driver_container.formats.kernel.modules_line import parse_module_line
 
 
 @dataclass(frozen=True)
@@ -28,28 +24,8 @@ class ProcModule:
 
 
 def _parse_line(line: str) -> ProcModule | None:
-    fields = line.split()
-    if len(fields) not in (6, 7) or not _NAME.fullmatch(fields[0]):
-        return None
-    name, size_text, refcnt_text, users, state, _address = fields[:6]
-    size = parse_uint(size_text)
-    refcnt = None if refcnt_text == "-" else parse_int(refcnt_text)
-    if size is None or state not in _STATES or (refcnt is None and refcnt_text != "-"):
-        return None
-    taint = ""
-    if len(fields) == 7:
-        if not (fields[6].startswith("(") and fields[6].endswith(")")):
-            return None
-        taint = fields[6][1:-1]
-    user_names = tuple(u for u in users.split(",") if u and u != "-")
-    return ProcModule(
-        name=name,
-        size=size,
-        refcnt=refcnt,
-        users=user_names,
-        state=state,
-        taint=taint,
-    )
+    fields = parse_module_line(line)
+    return None if fields is None else ProcModule(*fields)
 
 
 def parse_proc_modules(text: str, *, rejects: list[str] | None = None) -> list[ProcModule]:
