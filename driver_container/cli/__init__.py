@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         if fast is not None:
             sys.exit(fast)
 
-        # Lazy, hot path: typer is imported only when not on the probe fast path (bench/probe.py).
+        # Lazy, hot path: typer is imported only when not on the probe fast path (bench/startup.py).
         from driver_container.cli.app import app
 
         _register_commands(args)

@@ -1,7 +1,7 @@
 """``reload_nvidia_peermem`` and ``probe_nvidia_peermem`` (the operator's peermem sidecar).
 
 The probe runs every 30 s as a liveness probe. ``node.peermem.probe`` imports neither typer nor settings,
-so the console-script entry can call it before importing the CLI (bench/probe.py measures both paths).
+so the console-script entry can call it before importing the CLI (bench/startup.py measures it).
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def run_reload(paths: HostPaths, settings: Settings, runner: Runner) -> None:
     On Talos nothing loads nvidia_peermem (see the module doc): warn and idle. On generic hosts it is
     loaded here through the runner when missing, as NVIDIA's script does.
     """
-    # Lazy, hot path: this module is the liveness probe's (every 30 s, bench/probe.py); only ``reload``
+    # Lazy, hot path: this module is the liveness probe's (every 30 s, bench/startup.py); only ``reload``
     # needs the module wait, the supervisor and modprobe.
     from driver_container.lifecycle import modwait, verify
     from driver_container.runtime.supervise import Shutdown

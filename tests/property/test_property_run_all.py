@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -63,3 +64,18 @@ def test_init_logs_its_childs_peak_rss(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     peak = run_all.publishing_child_peak_mb(done.stderr)
     assert peak is not None and peak > 10, done.stderr  # pyelftools + hashing: well above an idle python
+
+
+def test_parses_the_startup_rows_that_bench_startup_prints() -> None:
+    """The keys come from bench/startup.py's own ``paired`` (fed fixed samples), so a renamed field fails here."""
+    import startup
+
+    samples = iter([(0.10, 0.09), (0.20, 0.18)] * 3)  # (subject, floor) alternate as paired runs them
+    one = startup.paired(lambda: next(samples), lambda: next(samples), rounds=2)
+    result = {key: {**one, "target": startup.TARGETS[key]} for key in startup.TARGETS}
+    rows = run_all.parse_startup("progress line\n" + json.dumps(result) + "\n", 0)
+    assert [r.name for r in rows] == [name for name, _floor in run_all.STARTUP_ROWS.values()]
+    assert all(r.value is not None and r.note.startswith("vs ") and "CPU" in r.note for r in rows)
+    assert {r.target for r in rows} == set(startup.TARGETS.values())
+    broken = run_all.parse_startup("no real userspace at ...: run scripts/setup.sh", 2)
+    assert all(r.verdict == "n/a" and "setup.sh" in r.note for r in broken)
