@@ -22,6 +22,7 @@ from driver_container.formats.kernel.mountinfo import Mount, mount_containing
 from driver_container.formats.kernel.nvidia_proc import (
     GpuInfo,
     NvidiaProcVersion,
+    nvswitch_proc_present,
     parse_nvidia_params,
     parse_nvidia_version,
     read_gpus,
@@ -33,7 +34,6 @@ from driver_container.inspect.modfiles import read_module_files
 from driver_container.inspect.platform import PlatformInfo, detect_platform
 from driver_container.inspect.userspace import Userspace, find_userspace
 from driver_container.inspect.verdict import adopt_verdict
-from driver_container.node.fabric import inspect_fabric
 from driver_container.node.firmware import PARAM as FIRMWARE_PATH_PARAM
 from driver_container.node.rootmount import read_mounts
 from driver_container.paths import HostPaths, Root
@@ -242,7 +242,11 @@ def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
         files, files_source = adopt_verdict(paths, settings.driver_config_digest, userspace.version, kver)
     firmware_names = sorted({fw for f in files.values() for fw in f.firmware})
     problems.extend(userspace.problems)
-    fabric = inspect_fabric(paths)
+    fabric = None
+    if nvswitch_proc_present(paths.proc):  # one stat on ordinary nodes
+        from driver_container.node.fabric import inspect_fabric  # lazy, hot path: NVSwitch/NVLink5 nodes only
+
+        fabric = inspect_fabric(paths)
     problems.extend(fabric.problems if fabric else ())
     publish = read_publish_status(paths)
     mount = read_driver_root_mount(paths, problems)

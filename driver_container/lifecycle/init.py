@@ -20,10 +20,10 @@ from driver_container.errors import (
     DriverContainerError,
     HostReadError,
 )
+from driver_container.formats.kernel.nvidia_proc import nvswitch_proc_present
 from driver_container.lifecycle.modwait import POLL_S, PROGRESS_S, required_modules, wait_for_modules
 from driver_container.lifecycle.verify import detect, loaded_version, verify
 from driver_container.node import devices, firmware
-from driver_container.node.fabric import inspect_fabric
 from driver_container.paths import HostPaths
 from driver_container.runtime import statusfiles
 from driver_container.runtime.lock import PidLock
@@ -242,10 +242,15 @@ def _start_fabric(
 ) -> FabricDaemons | None:
     """NVSwitch/NVLink5 nodes only (docs/fabric.md): after persistenced, before Ready."""
 
-    info = inspect_fabric(paths)  # one stat on ordinary nodes
+    if not nvswitch_proc_present(paths.proc):  # one stat on ordinary nodes
+        return None
+    # Lazy, hot path: NVSwitch and NVLink5 nodes only.
+    from driver_container.node import fabricmanager
+    from driver_container.node.fabric import inspect_fabric
+
+    info = inspect_fabric(paths)
     if info is None:
         return None
-    from driver_container.node import fabricmanager  # lazy, hot path: NVSwitch nodes only
 
     return fabricmanager.start(paths, settings, runner, info, shutdown, poll_s=opts.fabric_poll_s,
                                progress_s=opts.progress_s)

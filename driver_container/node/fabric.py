@@ -27,6 +27,7 @@ from driver_container.formats.kernel.fabric import (
     parse_port_guid,
     usable_management_port,
 )
+from driver_container.formats.kernel.nvidia_proc import NVSWITCH_PROC_DIR
 from driver_container.paths import HostPaths, Root
 
 log = logging.getLogger(__name__)
@@ -197,9 +198,9 @@ def inspect_fabric(paths: HostPaths) -> FabricInfo | None:
     """None on ordinary nodes (no /proc/driver/nvidia-nvswitch, or neither NVSwitch nor NVLink5)."""
     problems: list[str] = []
     try:
-        if not paths.proc.is_dir("driver/nvidia-nvswitch"):
+        if not paths.proc.is_dir(NVSWITCH_PROC_DIR):
             return None
-        switches = tuple(paths.proc.listdir("driver/nvidia-nvswitch/devices"))
+        switches = tuple(paths.proc.listdir(f"{NVSWITCH_PROC_DIR}/devices"))
         lpf = _lpf_devices(paths.sys, problems)
     except HostReadError as exc:
         log.warning("NVSwitch detection: %s", exc.message)

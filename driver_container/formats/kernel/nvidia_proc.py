@@ -17,6 +17,20 @@ from driver_container.errors import HostReadError
 from driver_container.formats.numbers import parse_uint
 from driver_container.paths import Root
 
+# Created by the nvidia module on NVSwitch and NVLink5 systems (node/fabric.py says how each is told apart).
+NVSWITCH_PROC_DIR = "driver/nvidia-nvswitch"
+
+
+def nvswitch_proc_present(proc: Root) -> bool:
+    """Whether ``/proc/driver/nvidia-nvswitch`` exists: the one look that ``init`` and ``status`` take on an
+    ordinary node before importing the fabric code. True when it cannot be read, so that
+    ``node.fabric.inspect_fabric`` reports why."""
+    try:
+        return proc.is_dir(NVSWITCH_PROC_DIR)
+    except HostReadError:
+        return True
+
+
 _NVRM = re.compile(
     r"NVRM version:\s+NVIDIA UNIX\s+(?P<kind>Open Kernel Module for (?P<arch1>\S+)|(?P<arch2>\S+) Kernel Module)"
     r"\s+(?P<version>[0-9]+\.[0-9]+(?:\.[0-9]+)?)(?=\s|$)(?P<rest>.*)"
