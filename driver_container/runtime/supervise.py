@@ -8,6 +8,7 @@ verify-and-publish step in a forked child, so the long-waiting parent keeps a sm
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import pickle
@@ -53,7 +54,11 @@ class Shutdown:
         return self.signum is not None
 
     def wait(self, timeout: float) -> bool:
-        """True once a signal arrived (at once if one already did)."""
+        """True once a signal arrived (at once if one already did).
+
+        Waiting means start-up is over: the cyclic garbage collector, which ``cli.main`` turns off for
+        start-up, is turned back on here, where every long wait of the lifecycle goes through."""
+        gc.enable()
         if self._pipe is None or self.requested:
             return self.requested
         # A signal during select is written to the pipe by the C handler, so select returns at once.
