@@ -53,9 +53,15 @@ SourceKey = tuple[str, int, int]  # (real source path, size, mtime_ns)
 
 @dataclass(frozen=True)
 class Manifest:
+    """What the last commit published. ``inputs`` and ``cache`` let a restart recognise an unchanged root
+    without planning (``publish.unchanged``): what the plan was computed from, and the (size, mtime_ns)
+    of the ld.so.cache the commit put in place; "" and None where that is not known."""
+
     version: str
     triplet: str
     records: tuple[Record, ...]
+    inputs: str = ""
+    cache: tuple[int, int] | None = None
 
     def by_path(self) -> dict[str, Record]:
         return {r.path: r for r in self.records}
@@ -75,7 +81,8 @@ def format_manifest(manifest: Manifest) -> str:
     files = ",\n".join(
         "  " + json.dumps(_fields(r), sort_keys=True) for r in sorted(manifest.records, key=lambda r: r.path)
     )
-    head = {"format": FORMAT, "version": manifest.version, "triplet": manifest.triplet}
+    head = {"format": FORMAT, "version": manifest.version, "triplet": manifest.triplet, "inputs": manifest.inputs,
+            "cache": list(manifest.cache) if manifest.cache else None}  # fmt: skip
     return json.dumps(head, sort_keys=True)[:-1] + ', "files": [\n' + files + "\n]}\n"
 
 
@@ -93,13 +100,20 @@ def parse_manifest(text: str) -> Manifest | None:
         body = json.loads(text)
         if not isinstance(body, dict) or body.get("format") != FORMAT or not isinstance(body.get("files"), list):
             return None
-        version, triplet = body["version"], body["triplet"]
-        if not isinstance(version, str) or not isinstance(triplet, str):
+        version, triplet, inputs = body["version"], body["triplet"], body.get("inputs", "")
+        if not all(isinstance(v, str) for v in (version, triplet, inputs)):
             return None
         records = tuple(_record(r) for r in body["files"])
-        return Manifest(version, triplet, records)
+        return Manifest(version, triplet, records, inputs, _cache_identity(body.get("cache")))
     except (ValueError, TypeError, KeyError, AttributeError, PublishError):
         return None
+
+
+def _cache_identity(value: Any) -> tuple[int, int] | None:
+    """[size, mtime_ns] of ld.so.cache as written; None for anything else (the full path then checks it)."""
+    if isinstance(value, list) and len(value) == 2 and all(type(v) is int and v >= 0 for v in value):
+        return value[0], value[1]
+    return None
 
 
 _RECORD_TYPES = {"path": str, "type": str, "mode": int, "size": int, "sha256": str, "target": str,
