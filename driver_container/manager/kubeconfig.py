@@ -1,195 +1,83 @@
-"""A kubeconfig reader for the subset of YAML that kubeconfig files use.
+"""A kubeconfig reader: PyYAML's safe loader, bounded, strict where kubectl is.
 
-Why not PyYAML: the production path (in-cluster service account) needs no YAML at all; KUBECONFIG only
-serves running ``driver-manager`` from a workstation or a debugging pod. Files written by ``kubectl``,
-``talosctl kubeconfig`` and cloud CLIs use block mappings, block sequences (``- name: x``, indented or
-not under their key), plain and quoted scalars, comments, and empty ``{}``/``[]``. That subset is
-parsed here (tested against PyYAML as an oracle); anything else (anchors, tags, block scalars, flow
-collections with content) is refused with the exact line and a fix, and JSON (``kubectl config view
---flatten -o json``) is always accepted.
+KUBECONFIG only serves running ``driver-manager`` from a workstation or a debugging pod; the production
+path (the in-cluster service account, ``endpoint.in_cluster_endpoint``) reads no kubeconfig, and
+``endpoint`` imports this module (and so PyYAML) only for a kubeconfig. Real kubeconfigs use all of YAML
+that ``kubectl`` accepts (flow collections, anchors, block scalars, JSON), so a real YAML parser reads
+them: ``yaml.safe_load``'s constructors (no tags beyond YAML's own), with libyaml's C scanner where it
+is built in. Two rules are kubectl's rather than PyYAML's: a duplicate key is an error (sigs.k8s.io/yaml
+decodes through go-yaml, which refuses "mapping key already defined"), and an integer longer than
+``numbers.MAX_DIGITS`` stays text (Python refuses to convert more than 4300 digits, and no kubeconfig
+field is such a number). The file itself is read by ``secretfile.read_small_file`` (non-blocking,
+regular file, bounded).
 """
 
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from driver_container.errors import KubernetesError
-from driver_container.formats.numbers import parse_int
+from driver_container.formats.numbers import MAX_DIGITS
 from driver_container.manager.secretfile import read_small_file
 
-_INT = re.compile(r"[-+]?(0|[1-9][0-9]*)")
-_FIX = "flatten it to JSON: kubectl config view --flatten -o json > kubeconfig.json"
+_FIX = "check the file with: kubectl config view --kubeconfig FILE"
 YamlValue = object
+_BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's scanner where PyYAML has it
 
 
-@dataclass(frozen=True)
-class _Line:
-    number: int  # 1-based, for messages
-    indent: int
-    text: str  # without indentation and trailing comment
+class _KubeconfigLoader(_BaseLoader):  # type: ignore[misc]
+    """``yaml.safe_load``'s loader with kubectl's duplicate-key rule and bounded integers."""
 
 
-def _strip_comment(text: str) -> str:
-    quote = ""
-    for i, ch in enumerate(text):
-        if quote:
-            if ch == quote:
-                quote = ""
-        elif ch in "'\"" and (i == 0 or text[i - 1] in " :-[{,"):
-            quote = ch
-        elif ch == "#" and (i == 0 or text[i - 1] in " \t"):
-            return text[:i].rstrip()
-    return text.rstrip()
-
-
-def _lines(text: str) -> list[_Line]:
-    out: list[_Line] = []
-    for number, raw in enumerate(text.splitlines(), 1):
-        if "\t" in raw[: len(raw) - len(raw.lstrip())]:
-            raise _error(number, "tab in indentation")
-        body = _strip_comment(raw.strip())
-        if not body or body in ("---", "..."):
-            continue
-        out.append(_Line(number, len(raw) - len(raw.lstrip(" ")), body))
-    return out
-
-
-class _Unsupported(Exception):
-    def __init__(self, number: int, what: str) -> None:
-        super().__init__(f"line {number}: {what}")
-
-
-def _error(number: int, what: str) -> _Unsupported:
-    return _Unsupported(number, what)
-
-
-def _scalar(text: str, number: int) -> YamlValue:
-    # "?" starts a complex key only when a space follows; "?0" is a plain scalar (YAML 1.1 ns-plain-first).
-    if text[0] in "&*!|>%@`" or text == "?" or text.startswith("? "):
-        raise _error(number, f"unsupported YAML construct {text[:20]!r}")
-    if text.startswith('"'):
+def _mapping(loader: Any, node: yaml.MappingNode) -> dict[object, object]:
+    own = sum(key.tag != "tag:yaml.org,2002:merge" for key, _value in node.value)
+    loader.flatten_mapping(node)  # merged pairs (<<: *anchor) first, then the mapping's own, as SafeConstructor
+    first_own = len(node.value) - own
+    result: dict[object, object] = {}
+    seen: set[object] = set()  # the mapping's own keys: a merged key may be overridden, an own one not twice
+    for index, (key_node, value_node) in enumerate(node.value):
+        key = loader.construct_object(key_node, deep=True)
         try:
-            return json.loads(text)  # YAML double-quoted escapes used in kubeconfigs are JSON's
-        except json.JSONDecodeError as exc:
-            raise _error(number, f"bad double-quoted string {text[:40]!r}") from exc
-    if text.startswith("'"):
-        if len(text) < 2 or not text.endswith("'"):
-            raise _error(number, f"bad single-quoted string {text[:40]!r}")
-        return text[1:-1].replace("''", "'")
-    if text in ("{}", "[]"):
-        return {} if text == "{}" else []
-    if text[0] in "[{":
-        raise _error(number, f"flow collection {text[:40]!r}")
-    if text in ("true", "True", "TRUE", "false", "False", "FALSE"):
-        return text.lower() == "true"
-    if text in ("null", "Null", "NULL", "~"):
-        return None
-    if _INT.fullmatch(text) and (integer := parse_int(text)) is not None:
-        return integer  # longer digit strings stay text (a YAML int of 5000 digits is nobody's config)
-    return text
+            duplicate = index >= first_own and key in seen
+        except TypeError as exc:  # an unhashable key (a mapping or a list used as a key)
+            raise yaml.constructor.ConstructorError(None, None, "unhashable key", key_node.start_mark) from exc
+        if duplicate:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        if index >= first_own:
+            seen.add(key)
+        result[key] = loader.construct_object(value_node, deep=True)
+    return result
 
 
-def _split_key(text: str, number: int) -> tuple[str, str] | None:
-    """``key: rest`` -> (key, rest); None when the line is not a mapping entry."""
-    if text[0] in "'\"":
-        end = text.find(text[0], 1)
-        if end < 0 or not text[end + 1 :].startswith(":"):
-            return None
-        key = str(_scalar(text[: end + 1], number))
-        return key, text[end + 2 :].strip()
-    match = re.match(r"([^:#]+?):(\s+|$)", text)
-    if match is None:
-        return None
-    return match.group(1), text[match.end() :].strip()
+def _integer(loader: Any, node: yaml.ScalarNode) -> object:
+    text = loader.construct_scalar(node)
+    digits = sum(ch.isdigit() for ch in text)
+    return text if digits > MAX_DIGITS else loader.construct_yaml_int(node)
 
 
-class _Parser:
-    def __init__(self, lines: list[_Line]) -> None:
-        self.lines = lines
-        self.pos = 0
-
-    def block(self, indent: int) -> YamlValue:
-        line = self.lines[self.pos]
-        if line.text == "-" or line.text.startswith("- "):
-            return self.sequence(line.indent)
-        if _split_key(line.text, line.number) is None:
-            self.pos += 1
-            return _scalar(line.text, line.number)
-        return self.mapping(line.indent)
-
-    def nested(self, parent_indent: int, number: int, *, allow_same: bool) -> YamlValue:
-        if self.pos >= len(self.lines):
-            return None
-        nxt = self.lines[self.pos]
-        is_seq = nxt.text == "-" or nxt.text.startswith("- ")
-        if nxt.indent > parent_indent or (allow_same and is_seq and nxt.indent == parent_indent):
-            return self.block(nxt.indent)
-        return None
-
-    def mapping(self, indent: int) -> dict[str, YamlValue]:
-        result: dict[str, YamlValue] = {}
-        while self.pos < len(self.lines):
-            line = self.lines[self.pos]
-            if line.indent < indent or (line.indent == indent and (line.text == "-" or line.text.startswith("- "))):
-                break
-            if line.indent > indent:
-                raise _error(line.number, "unexpected indentation")
-            split = _split_key(line.text, line.number)
-            if split is None:
-                raise _error(line.number, f"expected 'key: value', found {line.text[:40]!r}")
-            key, rest = split
-            if key in result:
-                raise _error(line.number, f"duplicate key {key!r}")
-            self.pos += 1
-            result[key] = _scalar(rest, line.number) if rest else self.nested(indent, line.number, allow_same=True)
-        return result
-
-    def sequence(self, indent: int) -> list[YamlValue]:
-        result: list[YamlValue] = []
-        while self.pos < len(self.lines):
-            line = self.lines[self.pos]
-            if line.indent != indent or not (line.text == "-" or line.text.startswith("- ")):
-                if line.indent > indent:
-                    raise _error(line.number, "unexpected indentation")
-                break
-            rest = line.text[1:].strip()
-            if not rest:
-                self.pos += 1
-                result.append(self.nested(indent, line.number, allow_same=False))
-                continue
-            # "- key: v" opens a mapping whose keys sit at the column after "- ".
-            column = indent + (len(line.text) - len(rest))
-            self.lines[self.pos] = _Line(line.number, column, rest)
-            result.append(self.block(column))
-        return result
+_KubeconfigLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
+_KubeconfigLoader.add_constructor("tag:yaml.org,2002:int", _integer)
 
 
-def parse_yaml_subset(text: str, *, source: str = "<kubeconfig>") -> YamlValue:
-    """Parse kubeconfig-style YAML (or JSON) text; raises KubernetesError naming the line."""
-    if text.lstrip().startswith("{"):
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise KubernetesError(f"{source}: invalid JSON: {exc}", fix=_FIX) from exc
+def parse_kubeconfig(text: str, *, source: str = "<kubeconfig>") -> YamlValue:
+    """Parse kubeconfig text (YAML, or JSON, which is YAML); raises KubernetesError naming the line."""
     try:
-        lines = _lines(text)
-        if not lines:
-            return None
-        parser = _Parser(lines)
-        value = parser.block(lines[0].indent)
-        if parser.pos < len(lines):
-            raise _error(lines[parser.pos].number, "unexpected content after the document")
-        return value
-    except _Unsupported as exc:
-        raise KubernetesError(f"{source}: {exc}", fix=_FIX) from exc
+        return yaml.load(text, Loader=_KubeconfigLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        raise KubernetesError(f"{source}: {where}{exc.problem or exc.context}", fix=_FIX) from exc
+    except (yaml.YAMLError, RecursionError, ValueError) as exc:  # RecursionError: nesting thousands deep
+        raise KubernetesError(f"{source}: not YAML: {type(exc).__name__}", fix=_FIX) from exc
 
 
 def load_kubeconfig_file(path: Path) -> dict[str, YamlValue]:
     text = read_small_file(path, "kubeconfig", fix="check KUBECONFIG")
-    value = parse_yaml_subset(text, source=str(path))
+    value = parse_kubeconfig(text, source=str(path))
     if not isinstance(value, dict):
         raise KubernetesError(f"{path}: not a kubeconfig (top level is not a mapping)", fix="check KUBECONFIG")
     return value

@@ -29,7 +29,7 @@ from driver_container.formats.ldcache import parse_ld_cache
 from driver_container.formats.modconf import driver_major, parse_module_conf
 from driver_container.inspect.platform import parse_os_release
 from driver_container.manager.kube import _retry_after
-from driver_container.manager.kubeconfig import parse_yaml_subset
+from driver_container.manager.kubeconfig import parse_kubeconfig
 from driver_container.publish.manifest import parse_manifest
 from driver_container.settings import parse_seconds
 
@@ -102,7 +102,7 @@ TARGETS: dict[str, Target] = {
         _text(lambda text: gpu_from_information("0000:01:00.0", parse_gpu_information(text))),
         (HOST / "proc/driver/nvidia/gpus/0000:01:00.0/information",),
     ),
-    "kubeconfig": Target(_text(parse_yaml_subset), inline=(KUBECONFIG.encode(),)),
+    "kubeconfig": Target(_text(parse_kubeconfig), inline=(KUBECONFIG.encode(),)),
     "retry_after": Target(_text(lambda text: _retry_after(_Response(text), 1.0, 30.0)), inline=(b"7", b"120")),  # type: ignore[arg-type]
     "seconds": Target(_text(lambda text: parse_seconds("X", text, 1.0)), inline=(b"300", b"1.5")),
     "driver_version": Target(_text(driver_major), inline=(b"595.91.07", b"515.76")),

@@ -22,7 +22,7 @@ from driver_container.formats.kmod.der import DerError, encode_oid
 from driver_container.formats.ldcache import libcmp
 from driver_container.formats.modconf import driver_major
 from driver_container.manager.kube import _retry_after
-from driver_container.manager.kubeconfig import parse_yaml_subset
+from driver_container.manager.kubeconfig import parse_kubeconfig
 from driver_container.node.persistenced import HOST_PID_FILE, host_daemon_pid
 from driver_container.paths import HostPaths, Root
 from driver_container.runtime.lock import _read_pid
@@ -142,7 +142,7 @@ def test_driver_major_refuses_unicode_digits() -> None:
 
 
 def test_kubeconfig_huge_integer_stays_text() -> None:
-    doc = parse_yaml_subset("a: " + "9" * 5000 + "\nb: 12\n")
+    doc = parse_kubeconfig("a: " + "9" * 5000 + "\nb: 12\n")
     assert doc == {"a": "9" * 5000, "b": 12}
 
 

@@ -1,4 +1,5 @@
-"""The kubeconfig YAML subset reader, checked against PyYAML where it is installed."""
+"""The kubeconfig reader (PyYAML's safe loader with kubectl's duplicate-key rule): real kubeconfig layouts,
+the YAML the old hand-written subset refused, and hostile documents."""
 
 from __future__ import annotations
 
@@ -8,10 +9,9 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import require_module
 
 from driver_container.errors import KubernetesError
-from driver_container.manager.kubeconfig import parse_yaml_subset, select_context
+from driver_container.manager.kubeconfig import parse_kubeconfig, select_context
 
 # As written by talosctl kubeconfig (sequences indented under their key) ...
 TALOSCTL = """\
@@ -62,7 +62,7 @@ users:
 
 
 def test_talosctl_layout() -> None:
-    doc = parse_yaml_subset(TALOSCTL)
+    doc = parse_kubeconfig(TALOSCTL)
     assert isinstance(doc, dict)
     entry = select_context(doc, Path("/cfg/config"))
     assert entry.server == "https://10.5.0.2:6443" and entry.context == "admin@prod"
@@ -70,15 +70,10 @@ def test_talosctl_layout() -> None:
     assert "a2V5" not in repr(entry)
 
 
-def test_flow_mapping_with_content_is_refused_with_its_line() -> None:
-    with pytest.raises(KubernetesError, match=r"<kubeconfig>: line 9: flow collection") as caught:
-        parse_yaml_subset(KUBECTL)
-    assert caught.value.fix is not None and "-o json" in caught.value.fix
-
-
-def test_kubectl_layout_quotes_comments_and_token() -> None:
-    doc = parse_yaml_subset(KUBECTL.replace("- context: {cluster: lab, user: sa}\n  name: lab\n", ""))
+def test_kubectl_layout_flow_mappings_quotes_comments_and_token() -> None:
+    doc = parse_kubeconfig(KUBECTL)
     assert isinstance(doc, dict)
+    assert doc["contexts"][0] == {"context": {"cluster": "lab", "user": "sa"}, "name": "lab"}
     entry = select_context(doc, Path("/cfg/config"))
     assert entry.server == "https://[fd00::1]:6443" and entry.insecure and entry.token == "abc#notacomment"
     assert entry.context == "it's"
@@ -91,7 +86,7 @@ def test_json_kubeconfig_and_relative_files(tmp_path: Path) -> None:
         "users": [{"name": "u", "user": {"tokenFile": "tok"}}],
         "current-context": "x",
     }
-    parsed = parse_yaml_subset(json.dumps(doc))
+    parsed = parse_kubeconfig(json.dumps(doc))
     assert isinstance(parsed, dict)
     entry = select_context(parsed, tmp_path / "config")
     assert (
@@ -101,29 +96,84 @@ def test_json_kubeconfig_and_relative_files(tmp_path: Path) -> None:
     )
 
 
+# What real kubeconfigs contain and the old hand-written subset refused: anchors and aliases (shared
+# cluster blocks), block scalars (an inline PEM), flow sequences with content, merge keys.
+SHARED = """\
+clusters:
+- name: a
+  cluster: &shared
+    server: https://a:6443
+    certificate-authority-data: >-
+      TFMwdExTMUNSVWRK
+      VGlCRFJWSlVTVVpK
+- name: b
+  cluster:
+    <<: *shared
+    server: https://b:6443
+contexts: [{name: b, context: {cluster: b, user: u}}]
+current-context: b
+users:
+- name: u
+  user:
+    token: |
+      abc
+"""
+
+
+def test_anchors_merge_keys_block_scalars_and_flow_sequences() -> None:
+    doc = parse_kubeconfig(SHARED)
+    assert isinstance(doc, dict)
+    entry = select_context(doc, Path("/cfg/config"))
+    assert entry.server == "https://b:6443"
+    assert entry.ca_data == "TFMwdExTMUNSVWRK VGlCRFJWSlVTVVpK"  # folded, as kubectl reads it
+    assert entry.token == "abc\n"
+
+
 @pytest.mark.parametrize(
     ("text", "what"),
-    [("a: &x 1\n", "line 1: unsupported YAML construct '&x 1'"),
-     ("a: |\n  x\n", "line 1: unsupported YAML construct '|'"),
-     ("a: 1\na: 2\n", "line 2: duplicate key 'a'"), ("a:\n\tb: 1\n", "line 2: tab in indentation")],
+    [("a: 1\na: 2\n", "line 2: duplicate key 'a'"),
+     ("a:\n\tb: 1\n", "line 2: found character that cannot start any token"),
+     ("a: !!python/object:os.system x\n", "line 1: could not determine a constructor for the tag"),
+     ("? [1]\n: x\n", "line 1: unhashable key"), ("[" * 5000, "line 1: exceeded maximum nesting depth")],
 )  # fmt: skip
-def test_unsupported_yaml_is_refused_naming_the_line(text: str, what: str) -> None:
+def test_invalid_or_hostile_yaml_is_refused_naming_the_line(text: str, what: str) -> None:
     with pytest.raises(KubernetesError) as caught:
-        parse_yaml_subset(text)
-    assert caught.value.message == f"<kubeconfig>: {what}"
+        parse_kubeconfig(text)
+    assert caught.value.message.startswith(f"<kubeconfig>: {what}"), caught.value.message
+    assert caught.value.fix is not None and "kubectl config view" in caught.value.fix
+
+
+def test_in_cluster_path_never_imports_yaml(tmp_path: Path) -> None:
+    """The service-account endpoint (every driver-manager pod, init's node report) parses no kubeconfig."""
+    import subprocess
+    import sys
+
+    sa = tmp_path / "sa"
+    sa.mkdir()
+    (sa / "token").write_text("t0k3n")
+    (sa / "namespace").write_text("gpu-operator")
+    script = (
+        "import sys\nfrom pathlib import Path\n"
+        "from driver_container.manager.kube import KubeClient, KubeConfig\n"
+        "c = KubeClient.from_env({'KUBERNETES_SERVICE_HOST': '10.96.0.1', 'KUBERNETES_SERVICE_PORT': '443'}, "
+        f"KubeConfig(service_account_dir=Path({str(sa)!r})))\n"
+        "print(c.endpoint.server, 'yaml' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert done.stdout.split() == ["https://10.96.0.1:443", "False"], done.stderr
 
 
 def test_exec_users_are_refused() -> None:
-    doc = parse_yaml_subset(TALOSCTL.replace("client-certificate-data: Y2VydA==", "exec:\n          command: x"))
+    doc = parse_kubeconfig(TALOSCTL.replace("client-certificate-data: Y2VydA==", "exec:\n          command: x"))
     assert isinstance(doc, dict)
     with pytest.raises(KubernetesError, match="uses 'exec'"):
         select_context(doc, Path("/cfg/config"))
 
 
-yaml = require_module("yaml")  # PyYAML: the oracle (test extra); the reader itself never needs it
+import yaml  # noqa: E402 - PyYAML, the reader's own parser, writes the documents of the next test
 
 
-class _IndentedSequences(yaml.SafeDumper):  # type: ignore[name-defined,misc]
+class _IndentedSequences(yaml.SafeDumper):
     def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
         super().increase_indent(flow, False)
 
@@ -146,10 +196,10 @@ _tree = st.recursive(
 
 @settings(max_examples=150, deadline=None)
 @given(doc=st.dictionaries(_key, _tree, min_size=1, max_size=4), indent=st.sampled_from([2, 4]))
-def test_agrees_with_pyyaml_on_block_documents(doc: dict[str, object], indent: int) -> None:
+def test_reads_what_pyyaml_writes_in_both_sequence_layouts(doc: dict[str, object], indent: int) -> None:
     for dumper in (yaml.SafeDumper, _IndentedSequences):  # kubectl's and talosctl's sequence layouts
         text = yaml.dump(doc, Dumper=dumper, default_flow_style=False, indent=indent, sort_keys=False)
-        assert parse_yaml_subset(text) == yaml.safe_load(text)
+        assert parse_kubeconfig(text) == yaml.safe_load(text)
 
 
 def test_token_files_that_are_fifos_or_devices_are_refused_not_read(tmp_path: Path) -> None:
