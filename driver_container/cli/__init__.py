@@ -12,7 +12,7 @@ log = logging.getLogger(__name__)
 
 def _register_commands() -> None:
     # Each module adds its commands to ``app``; heavy imports stay inside the command bodies.
-    from driver_container.cli import init_cmd, modinfo_cmd, peermem_cmd, status_cmd  # noqa: F401
+    from driver_container.cli import index_cmd, init_cmd, modinfo_cmd, peermem_cmd, status_cmd  # noqa: F401
 
 
 def report_error(exc: DriverContainerError, prog: str = "nvidia-driver") -> int:

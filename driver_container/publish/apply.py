@@ -36,6 +36,8 @@ class Prepared:
     unchanged: int
     staged: list[tuple[PurePosixPath, StagedFile]] = field(default_factory=list)  # target -> its temporary
     removals: list[PurePosixPath] = field(default_factory=list)
+    copied: int = 0  # files copied from a source
+    from_index: int = 0  # of ``copied``: with the image index's digest (not hashed)
 
     @property
     def changed(self) -> bool:
@@ -118,7 +120,7 @@ def _stage_link(root: Path, index: int, target: str) -> StagedFile:
     return StagedFile(staging / name, staging / name, "", 0, 0, root)
 
 
-def _stage_content(entry: PlannedEntry, index: int, root: Path) -> StagedFile:
+def _stage_content(entry: PlannedEntry, index: int, root: Path, sha256: str | None = None) -> StagedFile:
     dest = root / STAGING / f"w{index}"
     src = entry.source
     if entry.data is not None:
@@ -126,7 +128,14 @@ def _stage_content(entry: PlannedEntry, index: int, root: Path) -> StagedFile:
     if src is None:
         raise PublishError(f"{entry.path}: planned file has neither data nor source")  # plan_publish never does this
     # Keep the source's mtime, as cp -a does.
-    return stage_copy(src.real, dest, mode=entry.mode, root=root, mtime_ns=src.mtime_ns, suffix=TMP_SUFFIX)
+    return stage_copy(src.real, dest, mode=entry.mode, root=root, mtime_ns=src.mtime_ns, suffix=TMP_SUFFIX,
+                      sha256=sha256)  # fmt: skip
+
+
+def _submit(copier: Copier, entry: PlannedEntry, index: int, root: Path) -> Future[StagedFile]:
+    src = entry.source
+    known = copier.digest(src.real, src.size, src.mtime_ns) if src is not None else None
+    return copier.submit(_stage_content, entry, index, root, known)
 
 
 def _record(entry: PlannedEntry, staged: StagedFile) -> Record:
@@ -170,6 +179,8 @@ def prepare(plan: PublishPlan, root: Path, previous: Manifest | None, copier: Co
         for index, new, staged in _stage_contents(jobs, root, copier):
             records[index] = new
             out.staged.append((PurePosixPath(new.path), staged))
+            out.copied += bool(new.source)
+            out.from_index += staged.from_index
         planned = {str(e.path) for e in plan.entries}
         for path in sorted(set(old) - planned):
             rel = PurePosixPath(path)
@@ -207,12 +218,12 @@ def _stage_contents(
         if entry.source is not None and copier.has_early(entry.source):
             early.append((index, entry))
         else:
-            pending.append((index, entry, copier.submit(_stage_content, entry, index, root)))
+            pending.append((index, entry, _submit(copier, entry, index, root)))
     results: list[tuple[int, PlannedEntry, StagedFile | BaseException]] = []
     for index, entry in early:  # waits for the early copies while the workers copy the rest
         taken = copier.take_early(entry.source, entry.mode) if entry.source else None
         if taken is None:
-            pending.append((index, entry, copier.submit(_stage_content, entry, index, root)))
+            pending.append((index, entry, _submit(copier, entry, index, root)))
         else:
             results.append((index, entry, taken))
     for index, entry, future in pending:
