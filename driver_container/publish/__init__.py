@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 from driver_container.errors import DriverContainerError, PublishError
 from driver_container.formats.ldcache import LD_SO_CACHE as CACHE
 from driver_container.paths import HostPaths
-from driver_container.publish.apply import Prepared, Tree, commit_steps, prepare
+from driver_container.publish.apply import Prepared, commit_steps, prepare
 from driver_container.publish.copier import TMP_SUFFIX, Copier, reset_staging, sweep_temporaries
 from driver_container.publish.index import read_index
 from driver_container.publish.journal import STAGING, Step, Transaction, recover
@@ -30,6 +30,7 @@ from driver_container.publish.rootdir import create_driver_root, prepare_driver_
 from driver_container.publish.scan import describe_userspace, early_sources
 from driver_container.publish.verify import build_cache, cache_problems, closure_problems
 from driver_container.runtime import statusfiles
+from driver_container.runtime.fsutil import Tree
 from driver_container.runtime.runner import Runner
 from driver_container.runtime.staged import stage_write
 

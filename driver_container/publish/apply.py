@@ -24,7 +24,7 @@ from driver_container.publish.copier import TMP_SUFFIX, Copier
 from driver_container.publish.journal import STAGING, Step
 from driver_container.publish.manifest import Manifest, Record
 from driver_container.publish.model import PlannedEntry, PublishPlan
-from driver_container.runtime.fsutil import check_relative, open_dir
+from driver_container.runtime.fsutil import Tree, check_relative, open_dir
 from driver_container.runtime.staged import StagedFile, stage_copy, stage_write
 
 log = logging.getLogger(__name__)
@@ -42,45 +42,6 @@ class Prepared:
     @property
     def changed(self) -> bool:
         return bool(self.staged or self.removals)
-
-
-class Tree:
-    """lstat of paths below a root through directory descriptors (one per directory, kept open)."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self._dirs: dict[PurePosixPath, int | None] = {}
-
-    def dir_fd(self, rel: PurePosixPath) -> int | None:
-        """A descriptor of the real directory ``rel``; None when it is missing or not a directory."""
-        if rel not in self._dirs:
-            try:
-                self._dirs[rel] = open_dir(self.root, rel)
-            except PublishError:
-                self._dirs[rel] = None
-        return self._dirs[rel]
-
-    def lstat(self, rel: PurePosixPath) -> os.stat_result | None:
-        fd = self.dir_fd(rel.parent)
-        if fd is None:
-            return None
-        try:
-            return os.lstat(rel.name, dir_fd=fd)
-        except FileNotFoundError:
-            return None
-
-    def readlink(self, rel: PurePosixPath) -> str | None:
-        fd = self.dir_fd(rel.parent)
-        try:
-            return os.readlink(rel.name, dir_fd=fd) if fd is not None else None
-        except OSError:
-            return None
-
-    def close(self) -> None:
-        for fd in self._dirs.values():
-            if fd is not None:
-                os.close(fd)
-        self._dirs.clear()
 
 
 def _matches(entry: PlannedEntry, rec: Record | None, st: os.stat_result | None) -> bool:
