@@ -265,8 +265,8 @@ def describe_userspace(
     vdpau = select_vdpau(root, _version_pattern(version), elf, libraries)
     closure = resolve_closure(root, triplet, cache, *_by_role(libraries, extras, vdpau, binaries), elf)
     ldconfig = find_ldconfig(root, runner, elf)
-    log.debug("ELF headers: %d read, %d reused from the manifest, %d from the image index", elf.read, elf.reused,
-              elf.from_index)
+    log.debug("ELF headers: %d read, %d from the manifest or met before, %d from the image index", elf.read,
+              elf.reused, elf.from_index)
     return Userspace(
         version=version,
         triplet=triplet,
