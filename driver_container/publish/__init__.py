@@ -21,7 +21,7 @@ from driver_container.formats.ldcache import LD_SO_CACHE as CACHE
 from driver_container.paths import HostPaths
 from driver_container.publish.apply import Prepared, commit_steps, prepare
 from driver_container.publish.copier import TMP_SUFFIX, Copier, reset_staging, sweep_temporaries
-from driver_container.publish.index import read_index
+from driver_container.publish.index import LazyIndex
 from driver_container.publish.journal import STAGING, Step, Transaction, recover
 from driver_container.publish.manifest import MANIFEST_PATH, Manifest, format_manifest, read_manifest
 from driver_container.publish.model import PublishPlan, PublishReport
@@ -60,7 +60,7 @@ def _publish(paths: HostPaths, version: str, runner: Runner) -> PublishReport:
     recover(root)
     old_text, previous = read_manifest(root)
     known_elf = previous.elf_facts() if previous else None
-    index = read_index(paths.userspace)
+    index = LazyIndex(paths.userspace)  # read only if a source is not in the manifest
     copier = Copier(root, index=index)
     try:
         reset_staging(root, create=False)  # made when something is staged (apply, copier, ldconfig)

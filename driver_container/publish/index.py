@@ -125,6 +125,29 @@ def parse_index(text: str, root: Path) -> UserspaceIndex:
     return UserspaceIndex(root, (_entry(f) for f in files), version)
 
 
+class LazyIndex(UserspaceIndex):
+    """``read_index`` on the first lookup: an unchanged restart, whose facts and digests all come from the
+    manifest, never reads or parses the index (measured: ~3 ms of a ~20 ms re-publish)."""
+
+    def __init__(self, root: Root) -> None:
+        super().__init__(root.path)
+        self._root: Root | None = root
+
+    def _load(self) -> None:
+        if self._root is not None:
+            loaded = read_index(self._root)
+            self._root = None
+            self._entries, self.version = loaded._entries, loaded.version
+
+    def __len__(self) -> int:
+        self._load()
+        return super().__len__()
+
+    def lookup(self, real: Path | str, size: int, mtime_ns: int) -> IndexEntry | None:
+        self._load()
+        return super().lookup(real, size, mtime_ns)
+
+
 def read_index(root: Root) -> UserspaceIndex:
     """The index in USERSPACE_ROOT (bounded, a regular file, links resolved inside the root); an empty
     one when there is none (a userspace that is not this image's) or it is damaged (with a warning)."""
