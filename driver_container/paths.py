@@ -36,13 +36,11 @@ class Root:
     path: Path
     # lstat answers remembered for the lifetime of this object (see ``snapshot``): None = not remembered.
     _seen: dict[str, tuple[int, str] | None] | None = field(default=None, compare=False, repr=False)
-    # resolve() answers, for a snapshot: a publish resolves each of its ~300 paths about 3 times.
-    _resolved: dict[tuple[str, bool], Path] | None = field(default=None, compare=False, repr=False)
 
     def snapshot(self) -> Root:
-        """The same root, remembering every lstat and resolution: for one pass over a tree that does not
-        change meanwhile (a publish resolves ~170 paths through the same few directories)."""
-        return Root(self.path, {}, {})
+        """The same root, remembering every lstat: for one pass over a tree that does not change meanwhile
+        (a publish resolves ~170 paths through the same few directories)."""
+        return Root(self.path, {})
 
     def _kind(self, candidate: str) -> tuple[int, str] | None:
         """(st_mode, link target or "") of ``candidate``; None when it does not exist."""
@@ -62,15 +60,6 @@ class Root:
 
     def resolve(self, inner: str | PurePosixPath, *, follow_last: bool = True) -> Path:
         """Resolve ``inner`` below the root as chroot would; missing tails are kept verbatim."""
-        if self._resolved is None:
-            return self._resolve(inner, follow_last)
-        key = (str(inner), follow_last)
-        found = self._resolved.get(key)
-        if found is None:
-            found = self._resolved[key] = self._resolve(inner, follow_last)
-        return found
-
-    def _resolve(self, inner: str | PurePosixPath, follow_last: bool) -> Path:
         # Strings, not pathlib, on purpose: this runs for every published file and every poll.
         base = os.fspath(self.path).rstrip("/") or ""
         pending = deque(_split(inner))
@@ -305,6 +294,5 @@ class HostPaths:
         return self.run_dir / "nvidia-driver.state"
 
     @property
-    def verify_file(self) -> Path:
-        """The outcome of ``init``'s check of DRIVER_ROOT after Ready (publish/integrity.py)."""
+    def verify_file(self) -> Path:  # init's check of DRIVER_ROOT after Ready (publish/integrity.py)
         return self.run_dir / "nvidia-driver.verify.json"

@@ -16,8 +16,6 @@ if TYPE_CHECKING:
 
     from driver_container.publish.integrity import IntegrityReport
 
-CHANGED = "PUBLISHED_FILE_CHANGED"
-VERIFIED = "PUBLISHED_FILES_VERIFIED"
 SHOWN = 10  # paths named in the message; the count is exact
 
 
@@ -28,15 +26,15 @@ def integrity_findings(report: IntegrityReport | None, driver_root: Path, *, whe
     if report.ok:
         if not report.checked:
             return []  # nothing is published: other findings say so
-        return [Finding("info", VERIFIED, f"all {report.checked} published paths in {driver_root} match the "
-                        "manifest (content, size, mode, link targets)", "")]  # fmt: skip
+        message = f"all {report.checked} published paths in {driver_root} match the manifest (content, mode, links)"
+        return [Finding("info", "PUBLISHED_FILES_VERIFIED", message, "")]
     total = max(report.total_mismatches, len(report.mismatches))
     listed = "; ".join(f"{m.path}: {m.reason}" for m in report.mismatches[:SHOWN])
     more = f"; and {total - SHOWN} more" if total > SHOWN else ""
     return [
         Finding(
             "error",
-            CHANGED,
+            "PUBLISHED_FILE_CHANGED",
             f"{total} of {report.checked} published paths in {driver_root} differ from the manifest "
             f"(checked {when}): {listed}{more}",
             "something other than this container wrote into DRIVER_ROOT; find it, then restart the driver "

@@ -30,7 +30,7 @@ from driver_container.publish.rootdir import create_driver_root, prepare_driver_
 from driver_container.publish.scan import describe_userspace, early_sources
 from driver_container.publish.verify import build_cache, cache_problems, closure_problems
 from driver_container.runtime import statusfiles
-from driver_container.runtime.fsutil import Tree
+from driver_container.runtime.dirtree import Tree
 from driver_container.runtime.runner import Runner
 from driver_container.runtime.staged import stage_write
 

@@ -24,7 +24,8 @@ from driver_container.publish.copier import TMP_SUFFIX, Copier
 from driver_container.publish.journal import STAGING, Step
 from driver_container.publish.manifest import Manifest, Record
 from driver_container.publish.model import PlannedEntry, PublishPlan
-from driver_container.runtime.fsutil import Tree, check_relative, open_dir
+from driver_container.runtime.dirtree import Tree
+from driver_container.runtime.fsutil import check_relative, open_dir
 from driver_container.runtime.staged import StagedFile, stage_copy, stage_write
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 The manifest's digests come from the image's index (``publish.index``) or from hashing while copying;
 this is where they are checked against what consumers really load: ``status --verify`` on demand, and
 ``init`` once after ``Ready`` in a low-priority child (``verify_and_record``; the outcome is kept in
-RUN_DIR for ``status``). Files are read through directory descriptors (``fsutil.Tree``: no link followed
+RUN_DIR for ``status``). Files are read through directory descriptors (``dirtree.Tree``: no link followed
 on the way), opened ``O_NOFOLLOW|O_NONBLOCK``, checked to be regular and read no further than their
 recorded size, so a file replaced by a link, a FIFO or a growing file is a finding, never a hang.
 """
@@ -23,7 +23,8 @@ from driver_container.errors import DriverContainerError, HostReadError, Publish
 from driver_container.paths import HostPaths
 from driver_container.publish.manifest import Record, read_manifest
 from driver_container.runtime import statusfiles
-from driver_container.runtime.fsutil import Tree, open_regular
+from driver_container.runtime.dirtree import Tree
+from driver_container.runtime.fsutil import open_regular
 from driver_container.runtime.staged import digest_regular
 
 log = logging.getLogger(__name__)
