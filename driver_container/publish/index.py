@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,12 +133,16 @@ class LazyIndex(UserspaceIndex):
     def __init__(self, root: Root) -> None:
         super().__init__(root.path)
         self._root: Root | None = root
+        self._lock = threading.Lock()  # the copier's workers and the scan look up concurrently
 
     def _load(self) -> None:
-        if self._root is not None:
-            loaded = read_index(self._root)
-            self._root = None
-            self._entries, self.version = loaded._entries, loaded.version
+        if self._root is None:
+            return
+        with self._lock:
+            if self._root is not None:
+                loaded = read_index(self._root)
+                self._entries, self.version = loaded._entries, loaded.version
+                self._root = None
 
     def __len__(self) -> int:
         self._load()
