@@ -263,6 +263,10 @@ RUN set -eu; \
     if [ -s /tmp/missing ]; then \
       cat /tmp/missing >&2; [ "${USERSPACE_SOURCE}" != debian ] || exit 1; echo "(warning only)" >&2; fi; \
     rm -f /tmp/missing; \
+    # The digest index (docs/image.md): size, mtime, sha256 and ELF facts of every file a publish reads,
+    # so that `init` copies them in the kernel without hashing or parsing them. After ldconfig (the scan
+    # reads /etc/ld.so.cache) and after every file is in place; nothing below may change those files.
+    nvidia-driver index-userspace --version "$(cat /usr/share/nvidia/driver-version)"; \
     nvidia-driver --help >/dev/null
 LABEL org.opencontainers.image.title="talos-nvidia-driver-container" \
       org.opencontainers.image.description="NVIDIA driver userspace and entrypoint for Talos Linux (gpu-operator driver image)" \

@@ -292,3 +292,7 @@ class HostPaths:
     @property
     def state_file(self) -> Path:
         return self.run_dir / "nvidia-driver.state"
+
+    @property
+    def verify_file(self) -> Path:  # init's check of DRIVER_ROOT after Ready (publish/integrity.py)
+        return self.run_dir / "nvidia-driver.verify.json"

@@ -13,6 +13,7 @@ from driver_container.errors import DriverContainerError  # no imports of its ow
 
 # The command modules of ``nvidia-driver`` and the commands each adds to ``app``.
 COMMAND_MODULES = {
+    "index_cmd": ("index-userspace",),
     "init_cmd": ("init", "load", "unload"),
     "modinfo_cmd": ("version", "modinfo"),
     "peermem_cmd": ("probe_nvidia_peermem", "reload_nvidia_peermem"),

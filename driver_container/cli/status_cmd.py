@@ -3,23 +3,27 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from driver_container.cli.app import app, host_paths
 from driver_container.settings import Settings
 
-if TYPE_CHECKING:
-    pass
-
 
 @app.command("status")
 def status(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="print the state as one JSON document")] = False,
+    verify: Annotated[
+        bool, typer.Option("--verify", help="hash every published file and compare it with the manifest")
+    ] = False,
 ) -> None:
     """Show platform, NVIDIA modules, the image's userspace, the driver root and findings.
+
+    --verify also reads every file under DRIVER_ROOT and reports one that differs from the manifest
+    (content, size, mode, link target) as PUBLISHED_FILE_CHANGED. Without it, the outcome of the check
+    `init` makes once after Ready is reported.
 
     Exit status: 0 without error findings, 1 with one, 2 on usage errors.
     """
@@ -27,11 +31,17 @@ def status(
     # must not pay for inspect/publish.
     from driver_container.cli.status_render import render_text, status_json
     from driver_container.findings import check, has_errors
+    from driver_container.findings.integrity import integrity_findings
     from driver_container.inspect.hoststate import inspect_host
+    from driver_container.publish.integrity import last_verification, verify_published
 
     paths = host_paths(ctx)
     state = inspect_host(paths, Settings.from_env())
     findings = check(state)
+    if verify:
+        findings += integrity_findings(verify_published(paths.driver_root), paths.driver_root, when="now")
+    else:
+        findings += integrity_findings(last_verification(paths), paths.driver_root, when="after Ready")
     if as_json:
         typer.echo(json.dumps(status_json(state, findings), indent=2, sort_keys=False))
     else:

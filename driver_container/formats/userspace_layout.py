@@ -28,6 +28,10 @@ SEARCH_DIRS: tuple[str, ...] = ("/", *(d for base in _BASE_DIRS for d in (base, 
 # from the second start on, /lib/firmware shows the copies published last time, and taking those as
 # sources would rewrite them (and rerun ldconfig) on every restart.
 FIRMWARE_DIRS = ("usr/share/nvidia/firmware", "lib/firmware", "usr/lib/firmware")
+# The digest index the image build writes (`nvidia-driver index-userspace`, docs/image.md): each file a
+# publish may read, with its size, mtime, sha256 and ELF facts, so that `init` neither hashes nor parses
+# them. Beside usr/share/nvidia/driver-version, which the Dockerfile writes for the same image.
+DIGEST_INDEX = "usr/share/nvidia/driver-container-index.json"
 
 
 def lib_dirs(triplet: str | None = None) -> list[str]:

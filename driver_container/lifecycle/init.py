@@ -28,7 +28,7 @@ from driver_container.paths import HostPaths
 from driver_container.runtime import statusfiles
 from driver_container.runtime.lock import PidLock
 from driver_container.runtime.runner import Runner
-from driver_container.runtime.supervise import Shutdown, run_in_child
+from driver_container.runtime.supervise import BackgroundChild, Shutdown, run_in_child
 from driver_container.settings import Settings
 
 if TYPE_CHECKING:
@@ -66,6 +66,7 @@ class _Started:
     daemon: Persistenced | None = None
     fabric: FabricDaemons | None = None
     generic_host: bool = False
+    verify: BackgroundChild | None = None  # the check of DRIVER_ROOT after Ready
 
 
 def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: InitOptions | None = None) -> None:
@@ -78,6 +79,8 @@ def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: Init
         lock.acquire()
         _init_stages(paths, settings, opts, shutdown, started)
     finally:
+        if started.verify is not None:
+            started.verify.kill()  # still checking: a signal or an error ends init now, not after it
         if shutdown.requested:
             log.info("%s received: stopping what init started; %s is kept", shutdown.describe(), paths.driver_root)
         if started.fabric is not None:
@@ -139,7 +142,18 @@ def _init_stages(
         log.info("Done (--no-wait): driver root published at %s", paths.driver_root)
         return
     log.info("Done, now waiting for signal")
-    _wait_for_signal(paths, shutdown, started.daemon, started.fabric)
+    # Once, in a nice-19 SCHED_IDLE child: hash the published root against its manifest (whose digests
+    # may come from the image's index). Readiness stays Ready whatever it finds: flipping it would restart
+    # consumers over a file they may not even load; the error is logged and `status` reports it.
+    started.verify = BackgroundChild(lambda: _check_published_root(paths), "check of the published root")
+    _wait_for_signal(paths, shutdown, started.daemon, started.fabric, started.verify)
+
+
+def _check_published_root(paths: HostPaths) -> bool:
+    """In the background child: hashing stays out of the waiting parent."""
+    from driver_container.publish.integrity import verify_and_record  # lazy, hot path: in the child only
+
+    return verify_and_record(paths).ok
 
 
 def _publish(paths: HostPaths, settings: Settings, runner: Runner, shutdown: Shutdown) -> bool:
@@ -264,10 +278,10 @@ def _stop_fabric(fabric: FabricDaemons) -> None:
 
 def _wait_for_signal(
     paths: HostPaths, shutdown: Shutdown, daemon: Persistenced | None,
-    fabric: FabricDaemons | None = None,
+    fabric: FabricDaemons | None = None, child: BackgroundChild | None = None,
 ) -> None:
     watched = daemon is not None or (fabric is not None and bool(fabric.started))
-    while not shutdown.wait(POLL_S if watched else 3600.0):
+    while not _wait(shutdown, POLL_S if watched else 3600.0, child):
         if daemon is not None:
             _check_alive(paths, daemon)
         if fabric is not None:
@@ -278,3 +292,10 @@ def _wait_for_signal(
                 raise
 
 
+def _wait(shutdown: Shutdown, timeout: float, child: BackgroundChild | None) -> bool:
+    """``shutdown.wait``, also collecting ``child``'s result when it comes; True once a signal arrived."""
+    if child is None or not child.running:
+        return shutdown.wait(timeout)
+    if shutdown.wait_readable(child.fileno(), timeout):
+        child.collect()
+    return shutdown.requested

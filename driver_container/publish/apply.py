@@ -24,6 +24,7 @@ from driver_container.publish.copier import TMP_SUFFIX, Copier
 from driver_container.publish.journal import STAGING, Step
 from driver_container.publish.manifest import Manifest, Record
 from driver_container.publish.model import PlannedEntry, PublishPlan
+from driver_container.runtime.dirtree import Tree
 from driver_container.runtime.fsutil import check_relative, open_dir
 from driver_container.runtime.staged import StagedFile, stage_copy, stage_write
 
@@ -36,49 +37,12 @@ class Prepared:
     unchanged: int
     staged: list[tuple[PurePosixPath, StagedFile]] = field(default_factory=list)  # target -> its temporary
     removals: list[PurePosixPath] = field(default_factory=list)
+    copied: int = 0  # files copied from a source
+    from_index: int = 0  # of ``copied``: with the image index's digest (not hashed)
 
     @property
     def changed(self) -> bool:
         return bool(self.staged or self.removals)
-
-
-class Tree:
-    """lstat of paths below a root through directory descriptors (one per directory, kept open)."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self._dirs: dict[PurePosixPath, int | None] = {}
-
-    def dir_fd(self, rel: PurePosixPath) -> int | None:
-        """A descriptor of the real directory ``rel``; None when it is missing or not a directory."""
-        if rel not in self._dirs:
-            try:
-                self._dirs[rel] = open_dir(self.root, rel)
-            except PublishError:
-                self._dirs[rel] = None
-        return self._dirs[rel]
-
-    def lstat(self, rel: PurePosixPath) -> os.stat_result | None:
-        fd = self.dir_fd(rel.parent)
-        if fd is None:
-            return None
-        try:
-            return os.lstat(rel.name, dir_fd=fd)
-        except FileNotFoundError:
-            return None
-
-    def readlink(self, rel: PurePosixPath) -> str | None:
-        fd = self.dir_fd(rel.parent)
-        try:
-            return os.readlink(rel.name, dir_fd=fd) if fd is not None else None
-        except OSError:
-            return None
-
-    def close(self) -> None:
-        for fd in self._dirs.values():
-            if fd is not None:
-                os.close(fd)
-        self._dirs.clear()
 
 
 def _matches(entry: PlannedEntry, rec: Record | None, st: os.stat_result | None) -> bool:
@@ -118,7 +82,7 @@ def _stage_link(root: Path, index: int, target: str) -> StagedFile:
     return StagedFile(staging / name, staging / name, "", 0, 0, root)
 
 
-def _stage_content(entry: PlannedEntry, index: int, root: Path) -> StagedFile:
+def _stage_content(entry: PlannedEntry, index: int, root: Path, sha256: str | None = None) -> StagedFile:
     dest = root / STAGING / f"w{index}"
     src = entry.source
     if entry.data is not None:
@@ -126,7 +90,14 @@ def _stage_content(entry: PlannedEntry, index: int, root: Path) -> StagedFile:
     if src is None:
         raise PublishError(f"{entry.path}: planned file has neither data nor source")  # plan_publish never does this
     # Keep the source's mtime, as cp -a does.
-    return stage_copy(src.real, dest, mode=entry.mode, root=root, mtime_ns=src.mtime_ns, suffix=TMP_SUFFIX)
+    return stage_copy(src.real, dest, mode=entry.mode, root=root, mtime_ns=src.mtime_ns, suffix=TMP_SUFFIX,
+                      sha256=sha256)  # fmt: skip
+
+
+def _submit(copier: Copier, entry: PlannedEntry, index: int, root: Path) -> Future[StagedFile]:
+    src = entry.source
+    known = copier.digest(src.real, src.size, src.mtime_ns) if src is not None else None
+    return copier.submit(_stage_content, entry, index, root, known)
 
 
 def _record(entry: PlannedEntry, staged: StagedFile) -> Record:
@@ -170,6 +141,8 @@ def prepare(plan: PublishPlan, root: Path, previous: Manifest | None, copier: Co
         for index, new, staged in _stage_contents(jobs, root, copier):
             records[index] = new
             out.staged.append((PurePosixPath(new.path), staged))
+            out.copied += bool(new.source)
+            out.from_index += staged.from_index
         planned = {str(e.path) for e in plan.entries}
         for path in sorted(set(old) - planned):
             rel = PurePosixPath(path)
@@ -207,12 +180,12 @@ def _stage_contents(
         if entry.source is not None and copier.has_early(entry.source):
             early.append((index, entry))
         else:
-            pending.append((index, entry, copier.submit(_stage_content, entry, index, root)))
+            pending.append((index, entry, _submit(copier, entry, index, root)))
     results: list[tuple[int, PlannedEntry, StagedFile | BaseException]] = []
     for index, entry in early:  # waits for the early copies while the workers copy the rest
         taken = copier.take_early(entry.source, entry.mode) if entry.source else None
         if taken is None:
-            pending.append((index, entry, copier.submit(_stage_content, entry, index, root)))
+            pending.append((index, entry, _submit(copier, entry, index, root)))
         else:
             results.append((index, entry, taken))
     for index, entry, future in pending:

@@ -90,7 +90,7 @@ def _fields(record: Record) -> dict[str, Any]:
     """The record as a dict, without ``dataclasses.asdict``'s deep copies."""
     fields = dict(record.__dict__)
     if record.elf is not None:
-        fields["elf"] = dict(record.elf.__dict__)
+        fields["elf"] = elf_to_json(record.elf)
     return fields
 
 
@@ -142,14 +142,23 @@ def _record(fields_: Mapping[str, Any]) -> Record:
         raise TypeError("empty path")
     if elf is None:
         return Record(**plain)
+    return Record(**{**plain, "elf": elf_from_json(elf)})
+
+
+def elf_from_json(elf: Any) -> ElfDeps:
+    """ELF facts as ``format_manifest`` (and the image's index, ``publish.index``) write them; TypeError,
+    KeyError or ValueError when they are not."""
     if not isinstance(elf, dict):
         raise TypeError("elf must be an object")
     lists = {k: elf.get(k) for k in ("needed", "runpath")}
     if not all(isinstance(v, list) and all(isinstance(n, str) for n in v) for v in lists.values()):
         raise TypeError("needed and runpath must be lists of strings")
     _checked({k: v for k, v in elf.items() if k not in lists}, _ELF_TYPES)
-    facts = ElfDeps(**{**elf, "needed": tuple(elf["needed"]), "runpath": tuple(elf["runpath"])})
-    return Record(**{**plain, "elf": facts})
+    return ElfDeps(**{**elf, "needed": tuple(elf["needed"]), "runpath": tuple(elf["runpath"])})
+
+
+def elf_to_json(elf: ElfDeps) -> dict[str, Any]:
+    return dict(elf.__dict__)
 
 
 def read_manifest(root: Path) -> tuple[str, Manifest | None]:

@@ -19,8 +19,9 @@ from pathlib import Path, PurePosixPath
 from driver_container.errors import DriverContainerError, PublishError
 from driver_container.formats.ldcache import LD_SO_CACHE as CACHE
 from driver_container.paths import HostPaths
-from driver_container.publish.apply import Prepared, Tree, commit_steps, prepare
+from driver_container.publish.apply import Prepared, commit_steps, prepare
 from driver_container.publish.copier import TMP_SUFFIX, Copier, reset_staging, sweep_temporaries
+from driver_container.publish.index import LazyIndex
 from driver_container.publish.journal import STAGING, Step, Transaction, recover
 from driver_container.publish.manifest import MANIFEST_PATH, Manifest, format_manifest, read_manifest
 from driver_container.publish.model import PublishPlan, PublishReport
@@ -29,6 +30,7 @@ from driver_container.publish.rootdir import create_driver_root, prepare_driver_
 from driver_container.publish.scan import describe_userspace, early_sources
 from driver_container.publish.verify import build_cache, cache_problems, closure_problems
 from driver_container.runtime import statusfiles
+from driver_container.runtime.dirtree import Tree
 from driver_container.runtime.runner import Runner
 from driver_container.runtime.staged import stage_write
 
@@ -58,19 +60,23 @@ def _publish(paths: HostPaths, version: str, runner: Runner) -> PublishReport:
     recover(root)
     old_text, previous = read_manifest(root)
     known_elf = previous.elf_facts() if previous else None
-    copier = Copier(root)
+    index = LazyIndex(paths.userspace)  # read only if a source is not in the manifest
+    copier = Copier(root, index=index)
     try:
         reset_staging(root, create=False)  # made when something is staged (apply, copier, ldconfig)
         # The big files are copied while the scan runs; those already published unchanged are skipped.
         skip = previous.source_identities() if previous else set()
         copier.start_early(early_sources(paths.userspace, version), skip=skip)
-        space = describe_userspace(paths.userspace, version, runner, known_elf=known_elf)
+        space = describe_userspace(paths.userspace, version, runner, known_elf=known_elf, index=index)
         copier.scan_finished()
         plan = plan_publish(space)
         _check_closure(plan)
         for directory in sorted({e.path.parent for e in plan.entries}):
             sweep_temporaries(root, directory)  # left beside their targets by earlier versions of this code
         prepared = prepare(plan, root, previous, copier)
+        if prepared.copied:  # asserted by the container tests: the image's index is really used
+            log.info("%d of %d files' digests from the image index (%d hashed)", prepared.from_index,
+                     prepared.copied, prepared.copied - prepared.from_index)  # fmt: skip
         manifest = Manifest(version, plan.triplet, prepared.records)
         new_text = old_text if manifest == previous else format_manifest(manifest)
         ran = _commit(plan, root, runner, prepared, new_text if new_text != old_text else None)

@@ -20,6 +20,7 @@ getVersionLibs searches the libcuda directory and its ``vdpau`` subdirectory.
 from __future__ import annotations
 
 import fnmatch
+import re
 
 # init runs these (lifecycle, verdict); the other NVIDIA binaries are published for the toolkit only.
 REQUIRED_BINARIES = frozenset({"nvidia-smi", "nvidia-persistenced"})
@@ -73,5 +74,10 @@ def binary_is_required(name: str) -> bool:
     return name in REQUIRED_BINARIES
 
 
+# One regex for all patterns: ~190 names are matched per publish (measured: 8 fnmatch calls each were
+# ~10% of an unchanged re-publish).
+_EXTRA_LIBRARY = re.compile("|".join(fnmatch.translate(p) for p in EXTRA_LIBRARY_PATTERNS))
+
+
 def is_extra_library(file_name: str) -> bool:
-    return any(fnmatch.fnmatchcase(file_name, pattern) for pattern in EXTRA_LIBRARY_PATTERNS)
+    return _EXTRA_LIBRARY.match(file_name) is not None

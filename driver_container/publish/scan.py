@@ -26,6 +26,7 @@ from driver_container.formats.ldcache import LD_SO_CACHE as CACHE_PATH
 from driver_container.formats.userspace_layout import FIRMWARE_DIRS, TRIPLETS, lib_dirs
 from driver_container.paths import MAX_SYMLINKS, Root
 from driver_container.publish.closure import resolve_closure
+from driver_container.publish.index import UserspaceIndex
 from driver_container.publish.manifest import SourceKey
 from driver_container.publish.model import SourceFile, Userspace
 from driver_container.publish.roles import binary_is_required, library_is_required
@@ -239,15 +240,23 @@ def find_ldconfig(root: Root, runner: Runner, elf: ElfFacts | None = None) -> So
 
 
 def describe_userspace(
-    root: Root, version: str, runner: Runner, *, known_elf: Mapping[SourceKey, ElfDeps] | None = None
+    root: Root,
+    version: str,
+    runner: Runner,
+    *,
+    known_elf: Mapping[SourceKey, ElfDeps] | None = None,
+    index: UserspaceIndex | None = None,
+    elf: ElfFacts | None = None,
 ) -> Userspace:
     """Select and read everything to publish for ``version`` (reads only; writes nothing).
 
     ``known_elf``: ELF facts recorded by the last publish (``Manifest.elf_facts``), reused for sources
-    whose identity is unchanged so that a restart parses no ELF header.
+    whose identity is unchanged so that a restart parses no ELF header; ``index``: the image's digest
+    index, whose facts serve a first publish the same way. ``elf``: the fact cache to use instead (the
+    index build reads every fact the scan met from it).
     """
     root = root.snapshot()  # the userspace does not change while it is read; one lstat per path
-    elf = ElfFacts(known_elf)
+    elf = elf if elf is not None else ElfFacts(known_elf, index)
     cache = read_cache(root)
     libraries = _select_libraries(root, version, cache, elf)
     triplet = _triplet(libraries, root, version)
@@ -256,7 +265,8 @@ def describe_userspace(
     vdpau = select_vdpau(root, _version_pattern(version), elf, libraries)
     closure = resolve_closure(root, triplet, cache, *_by_role(libraries, extras, vdpau, binaries), elf)
     ldconfig = find_ldconfig(root, runner, elf)
-    log.debug("ELF headers: %d read, %d reused from the manifest", elf.read, elf.reused)
+    log.debug("ELF headers: %d read, %d from the manifest or met before, %d from the image index", elf.read,
+              elf.reused, elf.from_index)
     return Userspace(
         version=version,
         triplet=triplet,

@@ -11,6 +11,7 @@ from pathlib import Path, PurePosixPath
 from driver_container.errors import PublishError, SymlinkLoopError, UserspaceError
 from driver_container.formats.elfdeps import ELF_MAGIC, ElfDeps, read_elf_deps
 from driver_container.paths import Root
+from driver_container.publish.index import UserspaceIndex
 from driver_container.publish.manifest import SourceKey
 from driver_container.publish.model import SourceFile
 from driver_container.runtime.fsutil import open_regular
@@ -19,16 +20,23 @@ log = logging.getLogger(__name__)
 
 
 class ElfFacts:
-    """ELF facts by source identity: those recorded in the last manifest are reused, others are read.
+    """ELF facts by source identity: those recorded in the last manifest or in the image's index
+    (``publish.index``) are reused, others are read.
 
-    Parsing headers with pyelftools is most of an unchanged restart's time (about 20 ms per NVIDIA
-    library); a source whose path, size and mtime match its record is the file that was parsed then.
+    Parsing headers (and importing pyelftools, ~20 ms) is most of a scan's CPU time without them; a
+    source whose path, size and mtime match its record is the file that was parsed then.
     """
 
-    def __init__(self, known: Mapping[SourceKey, ElfDeps] | None = None) -> None:
+    def __init__(self, known: Mapping[SourceKey, ElfDeps] | None = None, index: UserspaceIndex | None = None) -> None:
         self._known: dict[SourceKey, ElfDeps] = dict(known or {})
+        self._index = index
         self.read = 0
         self.reused = 0
+        self.from_index = 0
+
+    def known(self) -> dict[SourceKey, ElfDeps]:
+        """Every fact met so far, by identity (``index_build`` records them)."""
+        return dict(self._known)
 
     def get(self, real: Path, shown: str, size: int, mtime_ns: int) -> ElfDeps:
         key = (str(real), size, mtime_ns)
@@ -36,23 +44,32 @@ class ElfFacts:
         if facts is not None:
             self.reused += 1
             return facts
-        self.read += 1
-        facts = read_elf_deps(real, name=shown)
+        entry = self._index.lookup(real, size, mtime_ns) if self._index is not None else None
+        if entry is not None and entry.elf is not None:
+            self.from_index += 1
+            facts = entry.elf
+        else:
+            self.read += 1
+            facts = read_elf_deps(real, name=shown)
         self._known[key] = facts  # the closure meets the same files again
         return facts
 
     def get_if_elf(self, real: Path, shown: str, size: int, mtime_ns: int) -> ElfDeps | None:
         """Like ``get``, but None for a file without the ELF magic (e.g. a shell-script wrapper)."""
         if (str(real), size, mtime_ns) not in self._known:
-            try:
-                fd, _st = open_regular(real, shown=shown)
-            except PublishError as exc:
-                raise UserspaceError(exc.message, fix=exc.fix) from exc
-            try:
-                if os.read(fd, len(ELF_MAGIC)) != ELF_MAGIC:
-                    return None
-            finally:
-                os.close(fd)
+            entry = self._index.lookup(real, size, mtime_ns) if self._index is not None else None
+            if entry is not None and entry.is_elf is False:
+                return None
+            if entry is None or entry.elf is None:
+                try:
+                    fd, _st = open_regular(real, shown=shown)
+                except PublishError as exc:
+                    raise UserspaceError(exc.message, fix=exc.fix) from exc
+                try:
+                    if os.read(fd, len(ELF_MAGIC)) != ELF_MAGIC:
+                        return None
+                finally:
+                    os.close(fd)
         return self.get(real, shown, size, mtime_ns)
 
 

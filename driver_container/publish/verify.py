@@ -28,7 +28,7 @@ NEW_CACHE = "ld.so.cache"  # ldconfig's output, in STAGING until it is checked
 
 def cache_problems(plan: PublishPlan, driver_root: Path, cache: str = CACHE) -> list[str]:
     """Why the cache ``cache`` (in-root path) in ``driver_root`` does not serve the plan (empty when it does)."""
-    root = Root(driver_root)
+    root = Root(driver_root).snapshot()  # each SONAME's entry and published path resolved through one lstat cache
     try:
         entries = parse_ld_cache(root.read_bytes(cache, limit=64 << 20), source=str(driver_root / cache))
     except (LdCacheFormatError, OSError) as exc:

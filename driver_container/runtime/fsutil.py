@@ -47,6 +47,8 @@ def check_relative(rel: str | PurePosixPath, *, what: str = "published path") ->
     if problem:
         shown = text if len(text) <= 200 else text[:200] + "..."
         raise PublishError(f"{what} {shown!r} {problem}", fix="the image's paths must stay inside the driver root")
+    if isinstance(rel, PurePosixPath):
+        return rel  # already normalised ("." and "//" dropped) and checked: no second parse (hot in plans)
     return PurePosixPath(*parts) if parts else PurePosixPath()
 
 

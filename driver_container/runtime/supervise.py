@@ -2,7 +2,9 @@
 
 ``Shutdown`` turns termination signals into a flag plus a wake-up pipe (``signal.set_wakeup_fd``), so a
 SIGTERM ends any wait at once and cleanup runs in ordinary code. ``run_in_child`` runs the heavy
-verify-and-publish step in a forked child, so the long-waiting parent keeps a small RSS.
+verify-and-publish step in a forked child, so the long-waiting parent keeps a small RSS;
+``BackgroundChild`` runs one at the lowest priority while the parent goes on waiting (the check of the
+published root after Ready).
 """
 
 from __future__ import annotations
@@ -166,6 +168,74 @@ def _collect(read_fd: int, pid: int, stop: Shutdown | None, grace_s: float) -> b
         if not chunk:
             return b"".join(chunks)
         chunks.append(chunk)
+
+
+def _lowest_priority() -> None:
+    """nice 19 and SCHED_IDLE (sched(7)): the child runs only on CPU time nothing else wants."""
+    os.nice(19)
+    with contextlib.suppress(OSError, AttributeError):  # refused under some seccomp profiles: nice still holds
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+
+
+class BackgroundChild:
+    """A forked child running ``func`` at the lowest priority while the parent goes on with its own waits.
+
+    The parent polls ``fileno`` (readable when the child wrote its result or died), then calls ``collect``;
+    ``kill`` ends it at once (SIGKILL, reaped), for a termination signal. Errors of ``func`` are logged by
+    ``collect``, never raised: what it checks is advisory.
+    """
+
+    def __init__(self, func: Callable[[], object], what: str) -> None:
+        self.what = what
+        read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child; its result is asserted through the parent
+            os.close(read_fd)
+            _lowest_priority()
+            _child_main(func, write_fd, parent)
+        os.close(write_fd)
+        self.pid: int | None = pid
+        self._fd = read_fd
+        self._chunks: list[bytes] = []
+
+    def fileno(self) -> int:
+        return self._fd
+
+    @property
+    def running(self) -> bool:
+        return self.pid is not None
+
+    def collect(self) -> bool:
+        """Read what is there; True once the child is done (then reaped, its outcome logged)."""
+        chunk = os.read(self._fd, 1 << 16)
+        if chunk:
+            self._chunks.append(chunk)
+            return False
+        self._reap()
+        try:
+            kind, value = pickle.loads(b"".join(self._chunks))
+        except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError):
+            kind, value = "died", None
+        if kind == "error":
+            log.warning("%s failed: %s", self.what, value.message if isinstance(value, DriverContainerError) else value)
+        elif kind != "ok":
+            log.warning("%s ended without a result", self.what)
+        return True
+
+    def kill(self) -> None:
+        if self.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+            log.info("stopped the %s (pid %d)", self.what, self.pid)
+            self._reap()
+
+    def _reap(self) -> None:
+        if self.pid is not None:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+            self.pid = None
+            os.close(self._fd)
 
 
 def _child_main(func: Callable[[], object], write_fd: int, parent: int) -> None:

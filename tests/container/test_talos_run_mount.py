@@ -16,6 +16,7 @@ bind-mounted read-only as a CDI spec mounts them: all must be able to execute an
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -164,6 +165,24 @@ def test_the_host_runs_the_published_nvidia_smi(driver: Any, node: TalosNode) ->
     out = status.output.decode(errors="replace")
     assert status.exit_code == 0, out
     assert f"mount /run/nvidia/driver tmpfs {SOURCE} rw,nosuid" in out and "DRIVER_ROOT_NOT_EXECUTABLE" not in out
+
+
+def test_the_first_publish_takes_every_digest_from_the_image_index(driver: Any, node: TalosNode) -> None:
+    # The image build's index (Dockerfile: nvidia-driver index-userspace) survives the layer export and
+    # unpack with sizes and mtimes that still match, so no copied file is hashed (issue 18).
+    logs = _wait_ready(driver, 1)
+    counted = re.search(r"(\d+) of (\d+) files' digests from the image index \((\d+) hashed\)", logs)
+    assert counted is not None, logs
+    assert counted[1] == counted[2] and int(counted[1]) > 20 and counted[3] == "0", counted[0]
+    # The check after Ready (a low-priority child) read every file back and found them as recorded.
+    deadline = time.monotonic() + 60
+    while "published paths match the manifest" not in logs:
+        assert time.monotonic() < deadline, logs
+        time.sleep(0.2)
+        logs = driver.logs().decode(errors="replace")
+    status = driver.exec_run(["nvidia-driver", "status", "--verify"])
+    out = status.output.decode(errors="replace")
+    assert status.exit_code == 0 and "PUBLISHED_FILES_VERIFIED" in out, out
 
 
 def test_a_container_with_the_root_as_a_plain_hostpath_runs_it(image: Any, driver: Any, node: TalosNode) -> None:

@@ -1,0 +1,43 @@
+"""Findings from a check of DRIVER_ROOT against its manifest (publish/integrity.py): pure.
+
+``status --verify`` checks now; ``init`` checks once after Ready and records the outcome, which
+``status`` reports while that manifest is the published one. A mismatch is an error: consumers load
+what is on disk, and a library changed behind our back is not the one the driver was verified with.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from driver_container.findings.model import Finding
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from driver_container.publish.integrity import IntegrityReport
+
+SHOWN = 10  # paths named in the message; the count is exact
+
+
+def integrity_findings(report: IntegrityReport | None, driver_root: Path, *, when: str) -> list[Finding]:
+    """``when``: "now" (status --verify) or "after Ready" (the record init wrote)."""
+    if report is None or (report.ok and when != "now"):
+        return []
+    if report.ok:
+        if not report.checked:
+            return []  # nothing is published: other findings say so
+        message = f"all {report.checked} published paths in {driver_root} match the manifest (content, mode, links)"
+        return [Finding("info", "PUBLISHED_FILES_VERIFIED", message, "")]
+    total = max(report.total_mismatches, len(report.mismatches))
+    listed = "; ".join(f"{m.path}: {m.reason}" for m in report.mismatches[:SHOWN])
+    more = f"; and {total - SHOWN} more" if total > SHOWN else ""
+    return [
+        Finding(
+            "error",
+            "PUBLISHED_FILE_CHANGED",
+            f"{total} of {report.checked} published paths in {driver_root} differ from the manifest "
+            f"(checked {when}): {listed}{more}",
+            "something other than this container wrote into DRIVER_ROOT; find it, then restart the driver "
+            "pod: `init` rewrites every path that differs from its record",
+        )
+    ]
