@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
+SYNTHETIC_VERSION = "595.91.07"  # tests/fixtures/userspace/debian-595.91.07 (build.sh)
 MODULES = FIXTURES / "modules"  # the kbuild-built module fixtures and the script that made them
 ARTEFACTS = Path(os.environ.get("ARTEFACTS_DIR", REPO / ".cache" / "artefacts"))
 IN_CI = os.environ.get("CI", "").lower() == "true"

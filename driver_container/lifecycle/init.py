@@ -17,29 +17,26 @@ from typing import TYPE_CHECKING, TypeVar
 
 from driver_container.errors import (
     DaemonError,
-    DriverContainerError,
     HostReadError,
 )
 from driver_container.formats.kernel.nvidia_proc import nvswitch_proc_present
 from driver_container.lifecycle.modwait import POLL_S, PROGRESS_S, required_modules, wait_for_modules
-from driver_container.lifecycle.verify import detect, loaded_version, verify
+from driver_container.lifecycle.publishing import check_published_root, publish_in_child
+from driver_container.lifecycle.verify import detect
 from driver_container.node import devices, firmware
 from driver_container.paths import HostPaths
 from driver_container.runtime import statusfiles
 from driver_container.runtime.lock import PidLock
 from driver_container.runtime.runner import Runner
-from driver_container.runtime.supervise import BackgroundChild, Shutdown, run_in_child
+from driver_container.runtime.supervise import BackgroundChild, Shutdown
 from driver_container.settings import Settings
 
 if TYPE_CHECKING:
-    from driver_container.inspect.hoststate import HostState
     from driver_container.node.fabricmanager import FabricDaemons
     from driver_container.node.persistenced import Persistenced
 
 # Function-local imports below keep the hot path light (bench/startup.py, issue 18): an unchanged Talos
-# restart must not import module loading (modprobe/), the Kubernetes client, Fabric Manager, the
-# persistenced client or, in this waiting parent, the publisher (its child imports it: the waiting
-# init's RSS stays low).
+# restart must not import module loading (modprobe/), Fabric Manager or the persistenced client.
 
 
 log = logging.getLogger(__name__)
@@ -120,7 +117,7 @@ def _init_stages(
         progress_s=opts.progress_s, names=names, talos_version=info.talos_version,
     ):  # fmt: skip
         return
-    if _interrupted(shutdown, "verify and publish") or not _publish(paths, settings, runner, shutdown):
+    if _interrupted(shutdown, "verify and publish") or not publish_in_child(paths, settings, runner, shutdown):
         return
     if _interrupted(shutdown, "the node steps"):
         return
@@ -145,59 +142,8 @@ def _init_stages(
     # Once, in a nice-19 SCHED_IDLE child: hash the published root against its manifest (whose digests
     # may come from the image's index). Readiness stays Ready whatever it finds: flipping it would restart
     # consumers over a file they may not even load; the error is logged and `status` reports it.
-    started.verify = BackgroundChild(lambda: _check_published_root(paths), "check of the published root")
+    started.verify = BackgroundChild(lambda: check_published_root(paths), "check of the published root")
     _wait_for_signal(paths, shutdown, started.daemon, started.fabric, started.verify)
-
-
-def _check_published_root(paths: HostPaths) -> bool:
-    """In the background child: hashing stays out of the waiting parent."""
-    from driver_container.publish.integrity import verify_and_record  # lazy, hot path: in the child only
-
-    return verify_and_record(paths).ok
-
-
-def _publish(paths: HostPaths, settings: Settings, runner: Runner, shutdown: Shutdown) -> bool:
-    """Verify and publish in the child; False when a signal stopped it (the child is killed after a grace)."""
-    try:
-        done = run_in_child(lambda: _verify_and_publish(paths, settings, runner), shutdown)
-    except DriverContainerError:
-        if shutdown.requested:
-            log.info("%s received while verifying and publishing: stopped", shutdown.describe())
-            _undo_interrupted_publish(paths)
-            return False
-        raise
-    if done is None:  # killed after the grace period, maybe mid-commit
-        _undo_interrupted_publish(paths)
-    return done is not None and not shutdown.requested
-
-
-def _undo_interrupted_publish(paths: HostPaths) -> None:
-    """The publishing child was killed by a signal: roll its commit back now (renames only), so the
-    previous root is intact even if no container starts again here."""
-    from driver_container.publish.journal import recover  # lazy, hot path: see the note above
-
-    try:
-        recover(paths.driver_root)
-    except (DriverContainerError, OSError) as exc:
-        log.warning("the interrupted publish is rolled back at the next start: %s", exc)
-
-
-def _verify_and_publish(paths: HostPaths, settings: Settings, runner: Runner) -> str:
-    from driver_container.publish.publisher import publish_driver_root  # lazy, hot path: in the child only
-
-    state = verify(paths, settings)
-    version = loaded_version(state)
-    publish_driver_root(paths, version, runner)  # logs its own summary
-    _report_published(state, version)
-    return version
-
-
-def _report_published(state: HostState, version: str) -> None:
-    """Annotate the Node from this (already heavy) child; a no-op outside a cluster, never fatal."""
-    from driver_container.manager.nodereport import READY, NodeVerdict, report  # lazy, hot path: see above
-
-    flavour = state.nvidia_version.flavour if state.nvidia_version else None
-    report(NodeVerdict(READY, version, flavour, state.module_files_source))
 
 
 def _node_steps(paths: HostPaths) -> None:

@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from driver_container.errors import DriverContainerError
-from driver_container.manager.endpoint import KubeConfig, namespace_of_service_account
-from driver_container.manager.kube import KubeClient
 
 if TYPE_CHECKING:
     from driver_container.manager.kube import KubeClient
@@ -90,6 +88,9 @@ def in_cluster(env: Mapping[str, str]) -> bool:
 
 
 def _client(env: Mapping[str, str]) -> KubeClient:
+    # Lazy, hot path: every init imports this module (the Node verdict); the client only in a cluster.
+    from driver_container.manager.endpoint import KubeConfig
+    from driver_container.manager.kube import KubeClient
 
     # One short try per call: a slow or absent API must not hold up a node that is otherwise ready, nor a
     # SIGTERM (the publishing child that reports ignores it; init must stop within 2 s, issue 14).
@@ -97,6 +98,7 @@ def _client(env: Mapping[str, str]) -> KubeClient:
 
 
 def _namespace(env: Mapping[str, str]) -> str:
+    from driver_container.manager.endpoint import KubeConfig, namespace_of_service_account  # lazy, hot path: as above
 
     return env.get("OPERATOR_NAMESPACE", "").strip() or namespace_of_service_account(KubeConfig()) or "default"
 

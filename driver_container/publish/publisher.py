@@ -13,7 +13,9 @@ stays; a failure is recorded for ``status`` (``statusfiles``) and cleared by the
 from __future__ import annotations
 
 import logging
+import stat
 import time
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
 from driver_container.errors import DriverContainerError, PublishError
@@ -28,6 +30,7 @@ from driver_container.publish.model import PublishPlan, PublishReport
 from driver_container.publish.plan import plan_publish
 from driver_container.publish.rootdir import create_driver_root, prepare_driver_root
 from driver_container.publish.scan import describe_userspace, early_sources
+from driver_container.publish.unchanged import publish_inputs
 from driver_container.publish.verify import build_cache, cache_problems, closure_problems
 from driver_container.runtime import statusfiles
 from driver_container.runtime.dirtree import Tree
@@ -37,6 +40,8 @@ from driver_container.runtime.staged import stage_write
 __all__ = ["PublishPlan", "PublishReport", "publish_driver_root"]
 
 log = logging.getLogger(__name__)
+
+STAGED_MANIFEST = MANIFEST_PATH.name  # its temporary in STAGING, named in the journal before it exists
 
 
 def publish_driver_root(paths: HostPaths, version: str, runner: Runner) -> PublishReport:
@@ -58,7 +63,8 @@ def _publish(paths: HostPaths, version: str, runner: Runner) -> PublishReport:
     # gets DRIVER_ROOT's own tmpfs (node/rootmount.py); then an interrupted commit is undone.
     prepare_driver_root(paths, runner)
     recover(root)
-    old_text, previous = read_manifest(root)
+    _text, previous = read_manifest(root)
+    inputs = publish_inputs(paths, version) or ""  # before the scan: what this plan is computed from
     known_elf = previous.elf_facts() if previous else None
     index = LazyIndex(paths.userspace)  # read only if a source is not in the manifest
     copier = Copier(root, index=index)
@@ -77,9 +83,8 @@ def _publish(paths: HostPaths, version: str, runner: Runner) -> PublishReport:
         if prepared.copied:  # asserted by the container tests: the image's index is really used
             log.info("%d of %d files' digests from the image index (%d hashed)", prepared.from_index,
                      prepared.copied, prepared.copied - prepared.from_index)  # fmt: skip
-        manifest = Manifest(version, plan.triplet, prepared.records)
-        new_text = old_text if manifest == previous else format_manifest(manifest)
-        ran = _commit(plan, root, runner, prepared, new_text if new_text != old_text else None)
+        manifest = Manifest(version, plan.triplet, prepared.records, inputs)
+        ran = _commit(plan, root, runner, prepared, manifest, previous)
     finally:
         copier.close()
     lib = str(plan.libdir)
@@ -110,29 +115,36 @@ def _check_closure(plan: PublishPlan) -> None:
         )
 
 
-def _commit(plan: PublishPlan, root: Path, runner: Runner, prepared: Prepared, manifest_text: str | None) -> bool:
-    """Run the journalled commit; returns whether ldconfig ran. Nothing is done for an unchanged root."""
+def _commit(
+    plan: PublishPlan, root: Path, runner: Runner, prepared: Prepared, manifest: Manifest, previous: Manifest | None
+) -> bool:
+    """Run the journalled commit; returns whether ldconfig ran. Nothing is done for an unchanged root.
+
+    The manifest records the identity of the ld.so.cache it goes with (``publish.unchanged``), so it is
+    written after the cache is built: its step's temporary (STAGING/manifest.json) appears only then."""
     rebuild = prepared.changed or bool(cache_problems(plan, root))
-    if not rebuild and manifest_text is None:
-        return False
+    if not rebuild:
+        manifest = replace(manifest, cache=_identity(root, PurePosixPath(CACHE)))
+        if manifest == previous:
+            return False
     steps = commit_steps(root, prepared)
     files = len(steps)
     existed = {str(CACHE): _exists(root, CACHE), str(MANIFEST_PATH): _exists(root, str(MANIFEST_PATH))}
     if rebuild:
         steps.append(Step("put", CACHE, existed[CACHE], "ld.so.cache"))
-    if manifest_text is not None:
-        staged = stage_write(root / STAGING / "manifest", manifest_text.encode(), mode=0o644, root=root,
-                             suffix=TMP_SUFFIX)  # fmt: skip
-        steps.append(Step("put", str(MANIFEST_PATH), existed[str(MANIFEST_PATH)], staged.tmp.name))
+    steps.append(Step("put", str(MANIFEST_PATH), existed[str(MANIFEST_PATH)], STAGED_MANIFEST))
     transaction = Transaction(root, steps)
     transaction.begin()
     try:
         transaction.run_until(files)
         if rebuild:
             build_cache(plan, root, runner)  # checked in staging: a bad cache never replaces the live one
+            manifest = replace(manifest, cache=_identity(root, STAGING / "ld.so.cache"))  # a rename keeps it
             transaction.run_next("put")
-        if manifest_text is not None:
-            transaction.run_next("put")
+        staged = stage_write(root / STAGING / STAGED_MANIFEST, format_manifest(manifest).encode(), mode=0o644,
+                             root=root, suffix=TMP_SUFFIX)  # fmt: skip
+        staged.commit()  # within staging: the step's temporary now exists under its journalled name
+        transaction.run_next("put")
         transaction.finish()
     except BaseException as exc:
         transaction.rollback()
@@ -145,6 +157,16 @@ def _commit(plan: PublishPlan, root: Path, runner: Runner, prepared: Prepared, m
             raise PublishError(f"{exc.message}; the previous root is restored", fix=exc.fix) from exc
         raise
     return rebuild
+
+
+def _identity(root: Path, rel: PurePosixPath) -> tuple[int, int] | None:
+    """(size, mtime_ns) of the regular file ``rel`` below ``root`` (no link followed); None otherwise."""
+    tree = Tree(root)
+    try:
+        st = tree.lstat(rel)
+    finally:
+        tree.close()
+    return (st.st_size, st.st_mtime_ns) if st is not None and stat.S_ISREG(st.st_mode) else None
 
 
 def _exists(root: Path, rel: str) -> bool:

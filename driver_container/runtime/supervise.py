@@ -59,7 +59,8 @@ class Shutdown:
         """True once a signal arrived (at once if one already did).
 
         Waiting means start-up is over: the cyclic garbage collector, which ``cli.main`` turns off for
-        start-up, is turned back on here, where every long wait of the lifecycle goes through."""
+        start-up, is turned back on here and in ``wait_readable``, where every wait of the lifecycle goes
+        through."""
         gc.enable()
         if self._pipe is None or self.requested:
             return self.requested
@@ -71,6 +72,7 @@ class Shutdown:
 
     def wait_readable(self, fd: int, timeout: float | None) -> bool:
         """Sleep until ``fd`` is readable (True), a first signal arrives or ``timeout`` passes (False)."""
+        gc.enable()  # see ``wait``
         wake = self._pipe is not None and not self.requested
         watched = [fd, self._pipe[0]] if wake and self._pipe is not None else [fd]
         ready, _, _ = select.select(watched, [], [], None if timeout is None else max(timeout, 0.0))

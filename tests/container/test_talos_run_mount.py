@@ -229,6 +229,8 @@ def test_restart_and_kill_keep_the_mount_and_rewrite_nothing(driver: Any, node: 
     logs = _wait_ready(driver, 3)
     assert logs.count(f"is already our tmpfs {SOURCE}") == 2, logs
     assert logs.count(f"mounted tmpfs {SOURCE}") == 1, logs
+    # Both restarts recognised the root without the publisher (publish/unchanged.py: the image's index).
+    assert logs.count("unchanged since its last publish") == 2, logs
     assert len(_ours(node)) == 1
     assert _snapshot(node.driver_root) == before
     _assert_host_runs_it(node)

@@ -14,9 +14,11 @@ MANIFEST = ".driver-container/manifest.json"
 
 
 def _strip_mtimes(value: Any) -> Any:
-    # The published files' own mtimes differ between two publishes; the sources' identities must not.
+    # The published files' own mtimes differ between two publishes, and so does ld.so.cache's (the
+    # manifest's "cache" is [size, mtime_ns]); the sources' identities must not.
     if isinstance(value, dict):
-        return {k: _strip_mtimes(v) for k, v in value.items() if k != "mtime_ns"}
+        return {k: v[:1] if k == "cache" and isinstance(v, list) else _strip_mtimes(v)
+                for k, v in value.items() if k != "mtime_ns"}  # fmt: skip
     if isinstance(value, list):
         return [_strip_mtimes(v) for v in value]
     return value

@@ -6,9 +6,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support import FIXTURES, require
+from support import FIXTURES, SYNTHETIC_VERSION, require
 
-SYNTHETIC_VERSION = "595.91.07"
 SYNTHETIC_USERSPACE = FIXTURES / "userspace" / f"debian-{SYNTHETIC_VERSION}"
 
 

@@ -14,8 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SYNTHETIC_VERSION
-from support import require
+from support import SYNTHETIC_VERSION, require
 
 from driver_container.formats.userspace_layout import DIGEST_INDEX
 from driver_container.paths import HostPaths

@@ -18,6 +18,7 @@ import pytest
 from support import FIXTURES, fixture_paths
 
 from driver_container.lifecycle import init as lifecycle
+from driver_container.lifecycle import publishing
 from driver_container.lifecycle.init import InitOptions, run_init
 from driver_container.paths import HostPaths
 from driver_container.runtime import statusfiles
@@ -61,7 +62,8 @@ def _record(calls: list[str], name: str, func: Callable[..., object]) -> Callabl
 def test_signal_after_a_stage_starts_nothing_later(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stage: str) -> None:
     paths = _host(tmp_path)
     calls: list[str] = []
-    monkeypatch.setattr(lifecycle, stage, _sigterm_after(getattr(lifecycle, stage)))
+    owner = publishing if stage == "_verify_and_publish" else lifecycle  # the child's work is publishing's
+    monkeypatch.setattr(owner, stage, _sigterm_after(getattr(owner, stage)))
     for later in ("_node_steps", "_start_daemons"):
         if later != stage:
             monkeypatch.setattr(lifecycle, later, _record(calls, later, getattr(lifecycle, later)))
@@ -73,7 +75,7 @@ def test_signal_after_a_stage_starts_nothing_later(tmp_path: Path, monkeypatch: 
             os.kill(parent, signal.SIGTERM)
             return "595.91.07"
 
-        monkeypatch.setattr(lifecycle, stage, publish_then_signal)
+        monkeypatch.setattr(publishing, stage, publish_then_signal)
     elapsed = _init(paths, tmp_path)
     assert elapsed < 10
     assert "_start_daemons" not in calls, "a daemon was started after the signal"
@@ -94,7 +96,7 @@ def test_signal_during_the_daemon_start_writes_no_ready(tmp_path: Path, monkeypa
 def test_signal_ends_a_stuck_publishing_child_within_2_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The child ignores signals; one stuck (a FIFO, a hung filesystem) is killed after the grace."""
     paths = _host(tmp_path)
-    monkeypatch.setattr(lifecycle, "_verify_and_publish", lambda *a: time.sleep(30))
+    monkeypatch.setattr(publishing, "_verify_and_publish", lambda *a: time.sleep(30))
     timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
     timer.start()
     try:
