@@ -11,7 +11,8 @@ import hook to every start (~25 ms, and pathlib and re imported by site), which 
 floor and hide what the package itself imports. Subjects run a console script written as pip writes
 the image's (`from driver_container.cli import main`).
 
-- first init: `init --no-wait` into an empty DRIVER_ROOT from the real Debian 535 userspace, against
+- first init: `init --no-wait` into an empty DRIVER_ROOT from the real Debian 535 userspace (with the
+  digest index the image build writes), against
   `cp -a` of the files it publishes + `ldconfig -r` + `python -c "import typer"`;
 - restart: `init --no-wait` again on that root (unchanged), against `python -c "import typer"`;
 - probe: `probe_nvidia_peermem` (peermem loaded), against `python -c pass`;
@@ -39,6 +40,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from publish import indexed_copy  # bench/publish.py (this script's directory is on sys.path)
 
 REPO = Path(__file__).resolve().parent.parent
 DEV_PY = sys.executable
@@ -87,20 +90,20 @@ def timed(*argvs: list[str], env: dict[str, str] | None = None) -> Sample:
     return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
-def host_env(run_dir: Path, host_root: Path) -> dict[str, str]:
+def host_env(run_dir: Path, host_root: Path, userspace: Path) -> dict[str, str]:
     return {
         "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LANG": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1", "TYPER_USE_RICH": "0",  # as the image's ENV
         "DRIVER_VERSION": VERSION, "KERNEL_MODULE_TYPE": "proprietary",
         "HOST_ROOT": str(host_root), "PROCFS_ROOT": str(HOST / "proc"), "SYSFS_ROOT": str(HOST / "sys"),
         "DRIVERS_CONF_DIR": str(HOST / "drivers"), "HOST_OS_RELEASE": str(HOST / "host/etc/os-release"),
-        "USERSPACE_ROOT": str(USERSPACE), "RUN_DIR": str(run_dir),
+        "USERSPACE_ROOT": str(userspace), "RUN_DIR": str(run_dir),
     }  # fmt: skip
 
 
-def published_files(work: Path, cli: str) -> tuple[list[str], str]:
+def published_files(work: Path, cli: str, userspace: Path) -> tuple[list[str], str]:
     """The files a publish writes (from a first publish's manifest) and the library directory."""
-    env = host_env(work / "probe-run", work / "no-host")
+    env = host_env(work / "probe-run", work / "no-host", userspace)
     timed([cli, "init", "--no-wait"], env=env)
     manifest = json.loads((work / "probe-run/driver/.driver-container/manifest.json").read_text())
     files = [rec["source"] for rec in manifest["files"] if rec["type"] == "file" and rec.get("source")]
@@ -108,14 +111,14 @@ def published_files(work: Path, cli: str) -> tuple[list[str], str]:
     return files, f"usr/lib/{manifest['triplet']}"
 
 
-def rows(rounds: int, work: Path) -> dict[str, dict[str, object]]:
+def rows(rounds: int, work: Path, userspace: Path) -> dict[str, dict[str, object]]:
     python, cli = bench_interpreter(work)
     (work / "no-host").mkdir()
-    files, libdir = published_files(work, cli)
+    files, libdir = published_files(work, cli, userspace)
     floor_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1", "TYPER_USE_RICH": "0"}
     typer_floor = [python, "-c", "import typer"]
     run_dir = work / "run"
-    env = host_env(run_dir, HOST / "host")
+    env = host_env(run_dir, HOST / "host", userspace)
 
     def first_init() -> Sample:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -177,8 +180,12 @@ def main() -> int:
     if not (USERSPACE / "usr").is_dir():
         print(f"no real userspace at {USERSPACE}: run scripts/setup.sh", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory(prefix="bench-startup-", dir=os.environ.get("TMPDIR", "/dev/shm")) as tmp:
-        result = rows(args.rounds, Path(tmp))
+    # The userspace as the image has it: the 535 tree with the digest index its build writes (a hard-linked
+    # copy beside the artefact, bench/publish.py's indexed_copy; the artefact itself is never written).
+    (REPO / ".cache").mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="bench-startup-", dir=os.environ.get("TMPDIR", "/dev/shm")) as tmp, \
+            tempfile.TemporaryDirectory(prefix="bench-userspace-", dir=REPO / ".cache") as sources:
+        result = rows(args.rounds, Path(tmp), indexed_copy(USERSPACE, VERSION, Path(sources)))
     if args.json:
         print(json.dumps(result))
     else:

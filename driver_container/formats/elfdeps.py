@@ -17,27 +17,15 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from driver_container.errors import UserspaceError
+from driver_container.formats.elffacts import ElfDeps
+
+__all__ = ["ELF_MAGIC", "ElfDeps", "ElfFormatError", "read_elf_deps"]
 
 ELF_MAGIC = b"\x7fELF"
 
 
 class ElfFormatError(UserspaceError):
     """A file expected to be an ELF executable or shared object is not one, or is malformed."""
-
-
-@dataclass(frozen=True)
-class ElfDeps:
-    machine: str  # pyelftools e_machine name, e.g. "EM_X86_64", "EM_AARCH64"
-    elf_class: int  # 32 or 64
-    elf_type: str  # "ET_DYN" or "ET_EXEC"
-    interpreter: str | None  # PT_INTERP, e.g. "/lib64/ld-linux-x86-64.so.2"; None for static binaries
-    soname: str | None
-    needed: tuple[str, ...]
-    runpath: tuple[str, ...] = ()
-
-    @property
-    def is_static(self) -> bool:
-        return self.interpreter is None
 
 
 # Dynamic tags (elf.h). Parsed with ``struct`` rather than pyelftools' DynamicSegment: that class scans

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from driver_container.errors import UserspaceError
-from driver_container.formats.elfdeps import ElfDeps
+from driver_container.formats.elffacts import ElfDeps
 from driver_container.formats.ldcache import FLAGS_BY_MACHINE, CacheEntry, lookup
 from driver_container.paths import Root
 from driver_container.publish.model import SourceFile

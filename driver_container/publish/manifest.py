@@ -23,7 +23,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from driver_container.errors import PublishError
-from driver_container.formats.elfdeps import ElfDeps
+from driver_container.formats.elffacts import ElfDeps
 from driver_container.runtime.fsutil import check_relative, open_regular, opened_dir
 
 log = logging.getLogger(__name__)

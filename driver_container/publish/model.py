@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from driver_container.formats.elfdeps import ElfDeps
+from driver_container.formats.elffacts import ElfDeps
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
 from driver_container.errors import HostReadError, PublishError, UserspaceError
-from driver_container.formats.elfdeps import ElfDeps
+from driver_container.formats.elffacts import ElfDeps
 from driver_container.formats.ldcache import FLAGS_BY_MACHINE, CacheEntry, LdCacheFormatError, parse_ld_cache
 from driver_container.formats.ldcache import LD_SO_CACHE as CACHE_PATH
 from driver_container.formats.userspace_layout import FIRMWARE_DIRS, TRIPLETS, lib_dirs
