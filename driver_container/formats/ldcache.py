@@ -37,6 +37,8 @@ FLAGS_BY_MACHINE = {"x86_64": FLAGS_X86_64, "aarch64": FLAGS_AARCH64}
 # Where glibc's ld.so and ldconfig keep the cache, inside a root (elf/dl-cache.h LD_SO_CACHE = SYSCONFDIR
 # "/ld.so.cache"): the image's userspace and the published DRIVER_ROOT alike.
 LD_SO_CACHE = "etc/ld.so.cache"
+# Read bound for a cache: a distribution image's is ~100 KiB; 64 MiB only stops a hostile file.
+LD_SO_CACHE_LIMIT = 64 << 20
 
 # cache_file_new.flags endianness values (dl-cache.h): 0 unset (pre-2.33, host order), 2 little, 3 big.
 _ENDIAN = {0: "<", 2: "<", 3: ">"}

@@ -28,7 +28,7 @@ from driver_container.formats.kernel.nvidia_proc import (
 )
 from driver_container.formats.kernel.sysfs import SysfsModule, read_sysfs_module
 from driver_container.formats.modconf import conf_module_name, parse_module_conf
-from driver_container.formats.userspace_layout import FIRMWARE_DIRS as USERSPACE_FIRMWARE_DIRS
+from driver_container.formats.userspace_layout import IMAGE_FIRMWARE_DIRS
 from driver_container.inspect.modfiles import read_module_files
 from driver_container.inspect.platform import PlatformInfo, detect_platform
 from driver_container.inspect.userspace import Userspace, find_userspace
@@ -50,7 +50,7 @@ NVIDIA_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidi
 NVREG = "NVreg_"  # /proc/driver/nvidia/params drops this prefix of the modinfo parameter names
 # Firmware directories the kernel searches after its custom path (drivers/base/firmware_loader/main.c
 # fw_path[]); the toolkit searches the same list under the driver root.
-FIRMWARE_DIRS = ("/lib/firmware/updates/{kver}", "/lib/firmware/updates", "/lib/firmware/{kver}", "/lib/firmware")
+HOST_FIRMWARE_DIRS = ("/lib/firmware/updates/{kver}", "/lib/firmware/updates", "/lib/firmware/{kver}", "/lib/firmware")
 
 
 @dataclass(frozen=True)
@@ -144,7 +144,8 @@ class HostState:
         return self.platform.kernel_release
 
 
-def _read_version(paths: HostPaths, problems: list[str]) -> NvidiaProcVersion | None:
+def read_nvidia_version(paths: HostPaths, problems: list[str]) -> NvidiaProcVersion | None:
+    """/proc/driver/nvidia/version of the loaded module (None where the file is absent)."""
     try:
         text = paths.proc.read_text_or_none("driver/nvidia/version", limit=65536)
         return None if text is None else parse_nvidia_version(text)
@@ -177,7 +178,7 @@ def read_requested_params(paths: HostPaths) -> tuple[dict[str, tuple[tuple[str, 
 def _firmware_roots(paths: HostPaths, kver: str | None, problems: list[str]) -> list[tuple[Root, str]]:
     """(root, dir) pairs where the kernel (host), the toolkit (driver root) or the image to be
     published (userspace root) keep firmware; ``{kver}`` entries are dropped without a release."""
-    dirs = [d.format(kver=kver) for d in FIRMWARE_DIRS if kver or "{kver}" not in d]
+    dirs = [d.format(kver=kver) for d in HOST_FIRMWARE_DIRS if kver or "{kver}" not in d]
     driver = Root(paths.driver_root)
     places: list[tuple[Root, str]] = []
     try:
@@ -192,7 +193,7 @@ def _firmware_roots(paths: HostPaths, kver: str | None, problems: list[str]) -> 
         else:
             places.append((paths.host, custom))
     places += [(paths.host, d) for d in dirs] + [(driver, d) for d in dirs]
-    places += [(paths.userspace, f"/{d}") for d in USERSPACE_FIRMWARE_DIRS]
+    places += [(paths.userspace, f"/{d}") for d in IMAGE_FIRMWARE_DIRS]
     return places
 
 
@@ -230,7 +231,7 @@ def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
     platform = detect_platform(paths, settings.driver_platform)
     problems.extend(platform.problems)
     modules = read_loaded_modules(paths, problems)
-    version = _read_version(paths, problems) if modules["nvidia"].loaded else None
+    version = read_nvidia_version(paths, problems) if modules["nvidia"].loaded else None
     gpus = tuple(read_gpus(paths.proc, problems)) if modules["nvidia"].loaded else ()
     kver = platform.kernel_release
     files = read_module_files(paths, kver, problems) if kver else {}
