@@ -65,6 +65,7 @@ class LoadedModule:
     taint: str | None
     parameters: dict[str, str]
     state: str | None = None  # Live | Loading | Unloading (procfs) or live | coming | going (sysfs)
+    users: tuple[str, ...] = ()  # /proc/modules' users column, kept: holders/ in sysfs may list fewer
 
 
 def _merge(name: str, proc: ProcModule | None, sysfs: SysfsModule, params: dict[str, str]) -> LoadedModule:
@@ -80,6 +81,7 @@ def _merge(name: str, proc: ProcModule | None, sysfs: SysfsModule, params: dict[
         taint=sysfs.taint if sysfs.taint is not None else (proc.taint if proc else None),
         parameters=params,
         state=sysfs.initstate or (proc.state if proc else None),
+        users=proc.users if proc else (),
     )
 
 
@@ -223,12 +225,12 @@ def read_driver_root_mount(paths: HostPaths, problems: list[str]) -> Mount | Non
     return None if mounts is None else mount_containing(mounts, str(paths.driver_root.resolve()))
 
 
-def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
+def inspect_host(paths: HostPaths, settings: Settings, platform: PlatformInfo | None = None) -> HostState:
     """Read the whole host picture (no checks: callers run ``findings.check`` on it). Reads module files
-    (pyelftools)."""
+    (pyelftools). ``platform``: the caller's detection, where it made one (detected once per process)."""
 
     problems: list[str] = []
-    platform = detect_platform(paths, settings.driver_platform)
+    platform = platform or detect_platform(paths, settings.driver_platform)
     problems.extend(platform.problems)
     modules = read_loaded_modules(paths, problems)
     version = read_nvidia_version(paths, problems) if modules["nvidia"].loaded else None

@@ -37,6 +37,7 @@ from driver_container.settings import Settings
 
 if TYPE_CHECKING:
     from driver_container.inspect.hoststate import HostState
+    from driver_container.inspect.platform import PlatformInfo
     from driver_container.node.fabricmanager import FabricDaemons
 
 
@@ -64,6 +65,7 @@ class _Started:
     daemon: persistenced.Persistenced | None = None
     fabric: FabricDaemons | None = None
     generic_host: bool = False
+    platform: PlatformInfo | None = None  # detected once, passed to every later step
 
 
 def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: InitOptions | None = None) -> None:
@@ -83,7 +85,7 @@ def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: Init
         if started.daemon is not None:
             persistenced.stop(started.daemon)
         if started.generic_host and shutdown.requested and lock.held:
-            unload_generic(paths, settings, started.runner)
+            unload_generic(paths, settings, started.runner, started.platform)
         lock.release()
         shutdown.restore()
 
@@ -100,16 +102,16 @@ def _init_stages(
 ) -> None:
     statusfiles.write_daemons_status(paths, ready=False)
     info, runner = detect(paths, settings, started.runner)
-    started.runner, started.generic_host = runner, info.name != "talos"
+    started.runner, started.generic_host, started.platform = runner, info.name != "talos", info
     names = required_modules(settings, talos=not started.generic_host)
     if started.generic_host and not _interrupted(shutdown, "the module reload"):
-        names = prepare_generic(paths, settings, runner, names)
+        names = prepare_generic(paths, settings, runner, names, info)
     if _interrupted(shutdown, "the module wait") or not wait_for_modules(
         paths, settings, shutdown, talos=not started.generic_host, poll_s=opts.poll_s,
         progress_s=opts.progress_s, names=names, talos_version=info.talos_version,
     ):  # fmt: skip
         return
-    if _interrupted(shutdown, "verify and publish") or not _publish(paths, settings, runner, shutdown):
+    if _interrupted(shutdown, "verify and publish") or not _publish(paths, settings, runner, shutdown, info):
         return
     if _interrupted(shutdown, "the node steps"):
         return
@@ -134,10 +136,12 @@ def _init_stages(
     _wait_for_signal(paths, shutdown, started.daemon, started.fabric)
 
 
-def _publish(paths: HostPaths, settings: Settings, runner: Runner, shutdown: Shutdown) -> bool:
+def _publish(
+    paths: HostPaths, settings: Settings, runner: Runner, shutdown: Shutdown, platform: PlatformInfo
+) -> bool:
     """Verify and publish in the child; False when a signal stopped it (the child is killed after a grace)."""
     try:
-        done = run_in_child(lambda: _verify_and_publish(paths, settings, runner), shutdown)
+        done = run_in_child(lambda: _verify_and_publish(paths, settings, runner, platform), shutdown)
     except DriverContainerError:
         if shutdown.requested:
             log.info("%s received while verifying and publishing: stopped", shutdown.describe())
@@ -159,9 +163,8 @@ def _undo_interrupted_publish(paths: HostPaths) -> None:
         log.warning("the interrupted publish is rolled back at the next start: %s", exc)
 
 
-def _verify_and_publish(paths: HostPaths, settings: Settings, runner: Runner) -> str:
-
-    state = verify(paths, settings)
+def _verify_and_publish(paths: HostPaths, settings: Settings, runner: Runner, platform: PlatformInfo) -> str:
+    state = verify(paths, settings, platform)
     version = loaded_version(state)
     publish_driver_root(paths, version, runner)  # logs its own summary
     _report_published(state, version)

@@ -18,11 +18,11 @@ import pytest
 import typer.main
 
 import driver_container
+from driver_container.cli.app import app
 from driver_container.formats import userspace_layout
 from driver_container.inspect import userspace as version_finder
-from driver_container.publish import scan, toolkit_extras
-from driver_container.cli.app import app
 from driver_container.paths import HOST_ROOTS, HostPaths, Root
+from driver_container.publish import scan, toolkit_extras
 
 PACKAGE = Path(driver_container.__file__).parent
 OWNERS = {

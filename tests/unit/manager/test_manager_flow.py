@@ -175,7 +175,7 @@ def test_the_loaded_version_is_read_as_init_reads_it(node: Node) -> None:
         "(dvs-builder@U16-I1-N07-12-3)  Wed Oct 29 23:50:55 UTC 2025\n"
     )
     assert gather_facts(node.paths, Settings()).nvidia_version == "580.178.04"
-    with pytest.raises(VerificationError, match="580.178.04"):
+    with pytest.raises(VerificationError, match=r"580\.178\.04"):
         _run(node, FakeApi(labels=dict(OPERAND_LABELS)))
 
 
