@@ -15,7 +15,7 @@ from driver_container.findings import loaded_version_of, versions_mismatch
 from driver_container.formats.kernel.mountinfo import mounts_at_or_below, parse_mountinfo, top_mount_at
 from driver_container.formats.numbers import parse_uint
 from driver_container.inspect.hoststate import read_loaded_modules, read_nvidia_version
-from driver_container.inspect.platform import detect_platform
+from driver_container.inspect.platform import PlatformKind, detect_platform
 from driver_container.inspect.userspace import find_userspace
 from driver_container.node.rootmount import is_ours
 from driver_container.paths import HostPaths, Root
@@ -31,7 +31,7 @@ HOST_SMI_DIRS = ("/usr/bin", "/usr/sbin", "/bin", "/sbin", "/opt/bin")
 
 @dataclass(frozen=True)
 class NodeFacts:
-    platform: str  # "talos" | "generic"
+    platform: PlatformKind
     platform_evidence: str
     talos_version: str | None
     host_smi: PurePosixPath | None  # host nvidia-smi found by the validator's rule

@@ -157,3 +157,20 @@ def test_a_library_in_any_one_dir_is_seen_by_both_or_neither(tmp_path: Path, lib
     assert found.version == (VERSION if libdir in ("usr/lib", "lib", ".") else None)
     if listed:
         assert [found.libcuda] == listed == [PurePosixPath("/", libdir, f"libcuda.so.{VERSION}")]
+
+
+def test_fixed_choices_are_literal_types() -> None:
+    """Severity, the platform and the DRIVER_PLATFORM/KERNEL_MODULE_TYPE knobs are Literal types, so
+    mypy strict (strict_equality) rejects a comparison with a value outside them."""
+    from typing import get_args, get_type_hints
+
+    from driver_container.findings.model import SEVERITIES, Finding, Severity
+    from driver_container.inspect.platform import PlatformInfo, PlatformKind
+    from driver_container.settings import ModuleTypeChoice, PlatformChoice, Settings
+
+    assert get_type_hints(Finding)["severity"] == Severity and get_args(Severity) == SEVERITIES
+    assert get_type_hints(PlatformInfo)["name"] == PlatformKind
+    assert get_args(PlatformKind) == ("talos", "generic")
+    hints = get_type_hints(Settings)
+    assert hints["driver_platform"] == PlatformChoice and hints["kernel_module_type"] == ModuleTypeChoice
+    assert Settings.from_env({"DRIVER_PLATFORM": " Talos "}).driver_platform == "talos"
