@@ -16,13 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from driver_container.errors import UserspaceError
+from driver_container.errors import ElfFormatError
 
 ELF_MAGIC = b"\x7fELF"
-
-
-class ElfFormatError(UserspaceError):
-    """A file expected to be an ELF executable or shared object is not one, or is malformed."""
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from driver_container.errors import HostReadError
+from driver_container.errors import LdCacheFormatError
 
 NEW_MAGIC = b"glibc-ld.so.cache1.1"
 OLD_MAGIC = b"ld.so-1.7.0"
@@ -42,10 +42,6 @@ LD_SO_CACHE_LIMIT = 64 << 20
 
 # cache_file_new.flags endianness values (dl-cache.h): 0 unset (pre-2.33, host order), 2 little, 3 big.
 _ENDIAN = {0: "<", 2: "<", 3: ">"}
-
-
-class LdCacheFormatError(HostReadError):
-    """An ld.so.cache file is truncated or not in a format glibc writes."""
 
 
 @dataclass(frozen=True)

@@ -19,13 +19,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
-from driver_container.errors import HostReadError, PublishError, UserspaceError
+from driver_container.errors import HostReadError, LdCacheFormatError, PublishError, UserspaceError
 from driver_container.formats.elfdeps import ElfDeps
 from driver_container.formats.ldcache import (
     FLAGS_BY_MACHINE,
     LD_SO_CACHE_LIMIT,
     CacheEntry,
-    LdCacheFormatError,
     parse_ld_cache,
 )
 from driver_container.formats.ldcache import LD_SO_CACHE as CACHE_PATH

@@ -12,11 +12,10 @@ import logging
 import os
 from pathlib import Path
 
-from driver_container.errors import PublishError
+from driver_container.errors import LdCacheFormatError, PublishError
 from driver_container.formats.ldcache import (
     FLAGS_BY_MACHINE,
     LD_SO_CACHE_LIMIT,
-    LdCacheFormatError,
     lookup,
     parse_ld_cache,
 )

@@ -174,3 +174,18 @@ def test_fixed_choices_are_literal_types() -> None:
     hints = get_type_hints(Settings)
     assert hints["driver_platform"] == PlatformChoice and hints["kernel_module_type"] == ModuleTypeChoice
     assert Settings.from_env({"DRIVER_PLATFORM": " Talos "}).driver_platform == "talos"
+
+
+def test_every_exception_class_is_in_errors_py() -> None:
+    """One hierarchy: a class deriving from an exception lives in errors.py (kubeconfig's private
+    control-flow signal excepted; it never leaves that module)."""
+    exceptions = {"Exception", "ValueError", "DriverContainerError", "OSError"}
+    strays = []
+    for name, source in _modules():
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, ast.ClassDef) or name == "errors.py":
+                continue
+            bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+            if (bases & exceptions or any(b.endswith("Error") for b in bases)) and node.name != "_Unsupported":
+                strays.append(f"{name}: {node.name}")
+    assert not strays, f"exception classes outside errors.py: {strays}"
