@@ -31,6 +31,14 @@ class HostReadError(DriverContainerError):
     """A host, procfs or sysfs file could not be read or is malformed."""
 
 
+class HostFileNotFound(HostReadError):
+    """The file does not exist inside its root."""
+
+
+class LdCacheFormatError(HostReadError):
+    """An ld.so.cache file is truncated or not in a format glibc writes."""
+
+
 class SymlinkLoopError(HostReadError):
     """Too many symlinks while resolving a path inside a root (ELOOP)."""
 
@@ -49,6 +57,15 @@ class VerificationError(DriverContainerError):
 
 class UserspaceError(DriverContainerError):
     """The image's NVIDIA userspace is missing, inconsistent or unsafe to publish."""
+
+
+class ElfFormatError(UserspaceError):
+    """A file expected to be an ELF executable or shared object is not one, or is malformed."""
+
+
+class DerError(ValueError):
+    """Malformed DER (formats/kmod/der.py). A ValueError, not a DriverContainerError: the signature
+    decoder catches it and reports the module's signature as unparsable, it never reaches the CLI."""
 
 
 class PublishError(DriverContainerError):

@@ -15,14 +15,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from driver_container.errors import HostReadError, SymlinkLoopError
+from driver_container.errors import HostFileNotFound, HostReadError, SymlinkLoopError
 
 MAX_SYMLINKS = 40  # Linux MAXSYMLINKS: ELOOP after 40 links in one lookup (fs/namei.c)
 DEFAULT_READ_LIMIT = 1 << 20  # kernel text files and os-release are far below 1 MiB
-
-
-class HostFileNotFound(HostReadError):
-    """The file does not exist inside its root."""
 
 
 def _split(inner: str | PurePosixPath) -> list[str]:

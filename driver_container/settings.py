@@ -8,10 +8,16 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Literal, TypeVar
 
 from driver_container.errors import UsageError
 from driver_container.formats.kernel.fabric import overrides_from_env
 from driver_container.formats.numbers import parse_decimal_seconds
+
+# Fixed-choice knobs as Literal types, so mypy checks every comparison with them.
+PlatformChoice = Literal["auto", "talos", "generic"]  # DRIVER_PLATFORM
+ModuleTypeChoice = Literal["auto", "open", "proprietary"]  # KERNEL_MODULE_TYPE
+_Choice = TypeVar("_Choice", bound=str)
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off", ""}
@@ -28,13 +34,14 @@ def parse_bool(name: str, value: str | None, default: bool) -> bool:
     raise UsageError(f"{name}={value!r}: expected true or false")
 
 
-def parse_choice(name: str, value: str | None, choices: tuple[str, ...], default: str) -> str:
+def parse_choice(name: str, value: str | None, choices: tuple[_Choice, ...], default: _Choice) -> _Choice:
     if value is None or value.strip() == "":
         return default
     lowered = value.strip().lower()
-    if lowered not in choices:
-        raise UsageError(f"{name}={value!r}: expected one of {', '.join(choices)}")
-    return lowered
+    for choice in choices:
+        if choice == lowered:
+            return choice
+    raise UsageError(f"{name}={value!r}: expected one of {', '.join(choices)}")
 
 
 def parse_seconds(name: str, value: str | None, default: float) -> float:
@@ -48,9 +55,9 @@ def parse_seconds(name: str, value: str | None, default: float) -> float:
 
 @dataclass(frozen=True)
 class Settings:
-    driver_platform: str = "auto"  # DRIVER_PLATFORM: auto|talos|generic
+    driver_platform: PlatformChoice = "auto"  # DRIVER_PLATFORM
     driver_version: str | None = None  # DRIVER_VERSION: the version the image claims to ship
-    kernel_module_type: str = "auto"  # KERNEL_MODULE_TYPE: auto|open|proprietary (operator)
+    kernel_module_type: ModuleTypeChoice = "auto"  # KERNEL_MODULE_TYPE (operator)
     nvidia_modeset: bool = True  # NVIDIA_MODESET=false: nvidia_modeset not required
     gpu_direct_rdma: bool = False  # GPU_DIRECT_RDMA_ENABLED (operator)
     use_host_mofed: bool = False  # USE_HOST_MOFED (operator)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from driver_container.formats.numbers import parse_c_int
 from driver_container.formats.talos_config import module_config_snippet, snippet_heading
@@ -12,7 +12,8 @@ if TYPE_CHECKING:
     pass
 
 
-SEVERITIES = ("error", "warning", "info")
+Severity = Literal["error", "warning", "info"]
+SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")  # most severe first
 
 
 TRUE_WORDS = {"y", "yes", "1", "true", "on"}
@@ -23,7 +24,7 @@ FALSE_WORDS = {"n", "no", "0", "false", "off"}
 
 @dataclass(frozen=True)
 class Finding:
-    severity: str  # "error" | "warning" | "info"
+    severity: Severity
     code: str
     message: str
     fix: str

@@ -7,6 +7,7 @@ mismatch"), so every GPU pod would fail later; refusing here names the cause onc
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from driver_container.findings.model import (
@@ -16,6 +17,7 @@ from driver_container.findings.model import (
 from driver_container.formats.elfarch import machine_name, normalise_arch
 
 if TYPE_CHECKING:
+    from driver_container.formats.kernel.nvidia_proc import NvidiaProcVersion
     from driver_container.inspect.hoststate import HostState, LoadedModule
     from driver_container.inspect.modfiles import ModuleFile
 
@@ -102,10 +104,16 @@ def module_presence(state: HostState) -> list[Finding]:
     return out
 
 
+def loaded_version_of(modules: Mapping[str, LoadedModule], proc_version: NvidiaProcVersion | None) -> str | None:
+    """The loaded nvidia module's version: /proc/driver/nvidia/version (the running module's own words),
+    else /sys/module/nvidia/version. driver-manager's facts use it too, so both compare the same number."""
+    if proc_version is not None:
+        return proc_version.version
+    return modules["nvidia"].version
+
+
 def loaded_version(state: HostState) -> str | None:
-    if state.nvidia_version is not None:
-        return state.nvidia_version.version
-    return state.modules["nvidia"].version
+    return loaded_version_of(state.modules, state.nvidia_version)
 
 
 def versions_mismatch(loaded: str | None, userspace: str | None) -> bool:

@@ -16,16 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from driver_container.errors import UserspaceError
+from driver_container.errors import ElfFormatError
 from driver_container.formats.elffacts import ElfDeps
 
 __all__ = ["ELF_MAGIC", "ElfDeps", "ElfFormatError", "read_elf_deps"]
 
 ELF_MAGIC = b"\x7fELF"
-
-
-class ElfFormatError(UserspaceError):
-    """A file expected to be an ELF executable or shared object is not one, or is malformed."""
 
 
 # Dynamic tags (elf.h). Parsed with ``struct`` rather than pyelftools' DynamicSegment: that class scans

@@ -20,7 +20,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from driver_container.errors import HostReadError
+from driver_container.errors import LdCacheFormatError
 
 NEW_MAGIC = b"glibc-ld.so.cache1.1"
 OLD_MAGIC = b"ld.so-1.7.0"
@@ -37,13 +37,11 @@ FLAGS_BY_MACHINE = {"x86_64": FLAGS_X86_64, "aarch64": FLAGS_AARCH64}
 # Where glibc's ld.so and ldconfig keep the cache, inside a root (elf/dl-cache.h LD_SO_CACHE = SYSCONFDIR
 # "/ld.so.cache"): the image's userspace and the published DRIVER_ROOT alike.
 LD_SO_CACHE = "etc/ld.so.cache"
+# Read bound for a cache: a distribution image's is ~100 KiB; 64 MiB only stops a hostile file.
+LD_SO_CACHE_LIMIT = 64 << 20
 
 # cache_file_new.flags endianness values (dl-cache.h): 0 unset (pre-2.33, host order), 2 little, 3 big.
 _ENDIAN = {0: "<", 2: "<", 3: ">"}
-
-
-class LdCacheFormatError(HostReadError):
-    """An ld.so.cache file is truncated or not in a format glibc writes."""
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from driver_container.formats.kernel.nvidia_proc import (
 )
 from driver_container.formats.kernel.sysfs import SysfsModule, read_sysfs_module
 from driver_container.formats.modconf import conf_module_name, parse_module_conf
-from driver_container.formats.userspace_layout import FIRMWARE_DIRS as USERSPACE_FIRMWARE_DIRS
+from driver_container.formats.userspace_layout import IMAGE_FIRMWARE_DIRS
 from driver_container.inspect.modfiles import read_module_files
 from driver_container.inspect.platform import PlatformInfo, detect_platform
 from driver_container.inspect.userspace import Userspace, find_userspace
@@ -50,7 +50,7 @@ NVIDIA_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidi
 NVREG = "NVreg_"  # /proc/driver/nvidia/params drops this prefix of the modinfo parameter names
 # Firmware directories the kernel searches after its custom path (drivers/base/firmware_loader/main.c
 # fw_path[]); the toolkit searches the same list under the driver root.
-FIRMWARE_DIRS = ("/lib/firmware/updates/{kver}", "/lib/firmware/updates", "/lib/firmware/{kver}", "/lib/firmware")
+HOST_FIRMWARE_DIRS = ("/lib/firmware/updates/{kver}", "/lib/firmware/updates", "/lib/firmware/{kver}", "/lib/firmware")
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,7 @@ class LoadedModule:
     taint: str | None
     parameters: dict[str, str]
     state: str | None = None  # Live | Loading | Unloading (procfs) or live | coming | going (sysfs)
+    users: tuple[str, ...] = ()  # /proc/modules' users column, kept: holders/ in sysfs may list fewer
 
 
 def _merge(name: str, proc: ProcModule | None, sysfs: SysfsModule, params: dict[str, str]) -> LoadedModule:
@@ -80,6 +81,7 @@ def _merge(name: str, proc: ProcModule | None, sysfs: SysfsModule, params: dict[
         taint=sysfs.taint if sysfs.taint is not None else (proc.taint if proc else None),
         parameters=params,
         state=sysfs.initstate or (proc.state if proc else None),
+        users=proc.users if proc else (),
     )
 
 
@@ -144,7 +146,8 @@ class HostState:
         return self.platform.kernel_release
 
 
-def _read_version(paths: HostPaths, problems: list[str]) -> NvidiaProcVersion | None:
+def read_nvidia_version(paths: HostPaths, problems: list[str]) -> NvidiaProcVersion | None:
+    """/proc/driver/nvidia/version of the loaded module (None where the file is absent)."""
     try:
         text = paths.proc.read_text_or_none("driver/nvidia/version", limit=65536)
         return None if text is None else parse_nvidia_version(text)
@@ -177,7 +180,7 @@ def read_requested_params(paths: HostPaths) -> tuple[dict[str, tuple[tuple[str, 
 def _firmware_roots(paths: HostPaths, kver: str | None, problems: list[str]) -> list[tuple[Root, str]]:
     """(root, dir) pairs where the kernel (host), the toolkit (driver root) or the image to be
     published (userspace root) keep firmware; ``{kver}`` entries are dropped without a release."""
-    dirs = [d.format(kver=kver) for d in FIRMWARE_DIRS if kver or "{kver}" not in d]
+    dirs = [d.format(kver=kver) for d in HOST_FIRMWARE_DIRS if kver or "{kver}" not in d]
     driver = Root(paths.driver_root)
     places: list[tuple[Root, str]] = []
     try:
@@ -192,7 +195,7 @@ def _firmware_roots(paths: HostPaths, kver: str | None, problems: list[str]) -> 
         else:
             places.append((paths.host, custom))
     places += [(paths.host, d) for d in dirs] + [(driver, d) for d in dirs]
-    places += [(paths.userspace, f"/{d}") for d in USERSPACE_FIRMWARE_DIRS]
+    places += [(paths.userspace, f"/{d}") for d in IMAGE_FIRMWARE_DIRS]
     return places
 
 
@@ -222,15 +225,15 @@ def read_driver_root_mount(paths: HostPaths, problems: list[str]) -> Mount | Non
     return None if mounts is None else mount_containing(mounts, str(paths.driver_root.resolve()))
 
 
-def inspect_host(paths: HostPaths, settings: Settings) -> HostState:
+def inspect_host(paths: HostPaths, settings: Settings, platform: PlatformInfo | None = None) -> HostState:
     """Read the whole host picture (no checks: callers run ``findings.check`` on it). Reads module files
-    (pyelftools)."""
+    (pyelftools). ``platform``: the caller's detection, where it made one (detected once per process)."""
 
     problems: list[str] = []
-    platform = detect_platform(paths, settings.driver_platform)
+    platform = platform or detect_platform(paths, settings.driver_platform)
     problems.extend(platform.problems)
     modules = read_loaded_modules(paths, problems)
-    version = _read_version(paths, problems) if modules["nvidia"].loaded else None
+    version = read_nvidia_version(paths, problems) if modules["nvidia"].loaded else None
     gpus = tuple(read_gpus(paths.proc, problems)) if modules["nvidia"].loaded else ()
     kver = platform.kernel_release
     files = read_module_files(paths, kver, problems) if kver else {}

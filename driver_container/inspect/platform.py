@@ -12,9 +12,15 @@ import logging
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 from driver_container.errors import HostReadError
 from driver_container.paths import HostPaths, Root
+
+if TYPE_CHECKING:  # settings stays out of the peermem probe's imports (a hot path, bench/probe.py)
+    from driver_container.settings import PlatformChoice
+
+PlatformKind = Literal["talos", "generic"]  # what detection decides
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +31,7 @@ _PROC_VERSION_TALOS = re.compile(r"^Linux version \S+-talos\s")
 
 @dataclass(frozen=True)
 class PlatformInfo:
-    name: str  # "talos" | "generic"
+    name: PlatformKind
     talos_version: str | None
     evidence: str
     kernel_release: str | None
@@ -116,7 +122,7 @@ def _kernel_evidence(paths: HostPaths, release: str | None, problems: list[str])
     return None
 
 
-def detect_platform(paths: HostPaths, override: str = "auto") -> PlatformInfo:
+def detect_platform(paths: HostPaths, override: PlatformChoice = "auto") -> PlatformInfo:
     """Decide talos/generic and say which evidence decided (``DRIVER_PLATFORM`` ``override`` wins)."""
     problems: list[str] = []
     try:
@@ -131,7 +137,8 @@ def detect_platform(paths: HostPaths, override: str = "auto") -> PlatformInfo:
     os_id = fields.get("ID")
     is_talos_release = os_id == "talos"
     talos_version = fields.get("VERSION_ID") if is_talos_release else None
-    if override in ("talos", "generic"):
+    name: PlatformKind
+    if override != "auto":
         name = override
         evidence = f"DRIVER_PLATFORM={override}"
     elif is_talos_release:

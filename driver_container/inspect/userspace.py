@@ -19,15 +19,14 @@ from pathlib import Path, PurePosixPath
 
 from driver_container.errors import HostReadError
 from driver_container.formats.elfarch import HEADER_BYTES, elf_machine
-from driver_container.formats.ldcache import FLAGS_BY_MACHINE, LD_SO_CACHE, parse_ld_cache
-from driver_container.formats.userspace_layout import SEARCH_DIRS
+from driver_container.formats.ldcache import FLAGS_BY_MACHINE, LD_SO_CACHE, LD_SO_CACHE_LIMIT, parse_ld_cache
+from driver_container.formats.userspace_layout import LIBRARY_DIRS
 from driver_container.paths import HostPaths, Root
 
 log = logging.getLogger(__name__)
 
 VERSION_LIBS = ("libcuda.so", "libnvidia-ml.so")  # in order of preference
 
-LD_CACHE_LIMIT = 64 << 20
 _VERSIONED = re.compile(r"(?P<lib>lib[A-Za-z0-9_+-]+\.so)\.(?P<version>[0-9]+\.[0-9]+(?:\.[0-9]+)?)")
 
 
@@ -53,7 +52,7 @@ def version_of(file_name: str, lib: str) -> str | None:
 def _scan_dirs(root: Root, problems: list[str]) -> dict[str, list[PurePosixPath]]:
     """{lib: [in-root paths of lib.so.<version> files]} over the search dirs, in search order."""
     found: dict[str, list[PurePosixPath]] = {lib: [] for lib in VERSION_LIBS}
-    for directory in SEARCH_DIRS:
+    for directory in LIBRARY_DIRS:
         try:
             names = root.listdir(directory)
         except HostReadError as exc:
@@ -63,7 +62,7 @@ def _scan_dirs(root: Root, problems: list[str]) -> dict[str, list[PurePosixPath]
             for lib in VERSION_LIBS:
                 if version_of(name, lib) is None:
                     continue
-                path = PurePosixPath(directory) / name
+                path = PurePosixPath("/", directory, name)
                 try:
                     if root.is_file(path):
                         found[lib].append(path)
@@ -76,7 +75,7 @@ def _from_ld_cache(root: Root, problems: list[str]) -> dict[str, list[PurePosixP
     """Resolve ``libcuda.so.1``-style cache entries inside the root to their versioned file names."""
     found: dict[str, list[PurePosixPath]] = {lib: [] for lib in VERSION_LIBS}
     try:
-        data = root.read_bytes(LD_SO_CACHE, limit=LD_CACHE_LIMIT) if root.is_file(LD_SO_CACHE) else None
+        data = root.read_bytes(LD_SO_CACHE, limit=LD_SO_CACHE_LIMIT) if root.is_file(LD_SO_CACHE) else None
         if data is None:
             return found
 

@@ -20,13 +20,15 @@ from driver_container.settings import Settings
 
 if TYPE_CHECKING:
     from driver_container.inspect.hoststate import HostState
+    from driver_container.inspect.platform import PlatformInfo
 
 
 log = logging.getLogger(__name__)
 
 
 def prepare_generic(
-    paths: HostPaths, settings: Settings, runner: Runner, names: tuple[str, ...]
+    paths: HostPaths, settings: Settings, runner: Runner, names: tuple[str, ...],
+    platform: PlatformInfo | None = None,
 ) -> tuple[str, ...]:
     """Generic hosts (issue 8): keep loaded modules when the digest matches, else reload them.
     Returns the modules to wait for: nvidia_peermem only where a Mellanox device makes it load."""
@@ -39,15 +41,16 @@ def prepare_generic(
     if digest and statusfiles.read_state(paths) == digest and not missing_modules(paths, names):
         log.info("modules loaded and %s matches DRIVER_CONFIG_DIGEST: userspace-only publish", paths.state_file)
         return names
-    unload.unload_modules(paths, settings, runner)
-    generic.load_modules(paths, settings, runner)
+    unload.unload_modules(paths, settings, runner, platform)
+    generic.load_modules(paths, settings, runner, platform)
     return names
 
 
-def unload_generic(paths: HostPaths, settings: Settings, runner: Runner) -> None:
-
+def unload_generic(
+    paths: HostPaths, settings: Settings, runner: Runner, platform: PlatformInfo | None = None
+) -> None:
     try:
-        unload.unload_modules(paths, settings, runner)
+        unload.unload_modules(paths, settings, runner, platform)
     except DriverContainerError as exc:
         log.warning("modules left loaded: %s", exc.message)
 
@@ -57,7 +60,7 @@ def run_load(paths: HostPaths, settings: Settings, runner: Runner) -> HostState:
     info, runner = detect(paths, settings, runner)
     if info.name != "talos":
 
-        generic.load_modules(paths, settings, runner)
+        generic.load_modules(paths, settings, runner, info)
     shutdown = Shutdown().install()
     try:
         if not wait_for_modules(paths, settings, shutdown, talos=info.name == "talos",
@@ -65,7 +68,7 @@ def run_load(paths: HostPaths, settings: Settings, runner: Runner) -> HostState:
             raise ModuleWaitTimeout(f"interrupted by {shutdown.describe()} while waiting for the modules")
     finally:
         shutdown.restore()
-    return verify(paths, settings)
+    return verify(paths, settings, info)
 
 
 def run_unload(paths: HostPaths, settings: Settings, runner: Runner) -> str:
@@ -78,5 +81,5 @@ def run_unload(paths: HostPaths, settings: Settings, runner: Runner) -> str:
             "KernelModuleConfig documents from Talos 1.14) and reboot instead."
         )
 
-    unload.unload_modules(paths, settings, runner)
+    unload.unload_modules(paths, settings, runner, info)
     return "NVIDIA modules unloaded"

@@ -32,6 +32,7 @@ from driver_container.runtime.supervise import BackgroundChild, Shutdown
 from driver_container.settings import Settings
 
 if TYPE_CHECKING:
+    from driver_container.inspect.platform import PlatformInfo
     from driver_container.node.fabricmanager import FabricDaemons
     from driver_container.node.persistenced import Persistenced
 
@@ -64,6 +65,7 @@ class _Started:
     fabric: FabricDaemons | None = None
     generic_host: bool = False
     verify: BackgroundChild | None = None  # the check of DRIVER_ROOT after Ready
+    platform: PlatformInfo | None = None  # detected once, passed to every later step
 
 
 def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: InitOptions | None = None) -> None:
@@ -89,7 +91,7 @@ def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: Init
         if started.generic_host and shutdown.requested and lock.held:
             from driver_container.lifecycle.generic_host import unload_generic  # lazy, hot path: not on Talos
 
-            unload_generic(paths, settings, started.runner)
+            unload_generic(paths, settings, started.runner, started.platform)
         lock.release()
         shutdown.restore()
 
@@ -106,18 +108,18 @@ def _init_stages(
 ) -> None:
     statusfiles.write_daemons_status(paths, ready=False)
     info, runner = detect(paths, settings, started.runner)
-    started.runner, started.generic_host = runner, info.name != "talos"
+    started.runner, started.generic_host, started.platform = runner, info.name != "talos", info
     names = required_modules(settings, talos=not started.generic_host)
     if started.generic_host and not _interrupted(shutdown, "the module reload"):
         from driver_container.lifecycle.generic_host import prepare_generic  # lazy, hot path: not on Talos
 
-        names = prepare_generic(paths, settings, runner, names)
+        names = prepare_generic(paths, settings, runner, names, info)
     if _interrupted(shutdown, "the module wait") or not wait_for_modules(
         paths, settings, shutdown, talos=not started.generic_host, poll_s=opts.poll_s,
         progress_s=opts.progress_s, names=names, talos_version=info.talos_version,
     ):  # fmt: skip
         return
-    if _interrupted(shutdown, "verify and publish") or not publish_in_child(paths, settings, runner, shutdown):
+    if _interrupted(shutdown, "verify and publish") or not publish_in_child(paths, settings, runner, shutdown, info):
         return
     if _interrupted(shutdown, "the node steps"):
         return

@@ -24,6 +24,7 @@ from driver_container.settings import Settings
 
 if TYPE_CHECKING:
     from driver_container.inspect.hoststate import HostState
+    from driver_container.inspect.platform import PlatformInfo
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +36,12 @@ def check_published_root(paths: HostPaths) -> bool:
     return verify_and_record(paths).ok
 
 
-def publish_in_child(paths: HostPaths, settings: Settings, runner: Runner, shutdown: Shutdown) -> bool:
+def publish_in_child(
+    paths: HostPaths, settings: Settings, runner: Runner, shutdown: Shutdown, platform: PlatformInfo | None = None
+) -> bool:
     """Verify and publish in the child; False when a signal stopped it (the child is killed after a grace)."""
     try:
-        done = run_in_child(lambda: _verify_and_publish(paths, settings, runner), shutdown)
+        done = run_in_child(lambda: _verify_and_publish(paths, settings, runner, platform), shutdown)
     except DriverContainerError:
         if shutdown.requested:
             log.info("%s received while verifying and publishing: stopped", shutdown.describe())
@@ -61,8 +64,10 @@ def _undo_interrupted_publish(paths: HostPaths) -> None:
         log.warning("the interrupted publish is rolled back at the next start: %s", exc)
 
 
-def _verify_and_publish(paths: HostPaths, settings: Settings, runner: Runner) -> str:
-    state = verify(paths, settings)
+def _verify_and_publish(
+    paths: HostPaths, settings: Settings, runner: Runner, platform: PlatformInfo | None = None
+) -> str:
+    state = verify(paths, settings, platform)
     version = loaded_version(state)
     if not _keep_unchanged_root(paths, version, runner):
         from driver_container.publish.publisher import publish_driver_root  # lazy, hot path: see the module doc

@@ -23,10 +23,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def verify(paths: HostPaths, settings: Settings) -> HostState:
-    """Host-inspection findings; any error stops here, before DRIVER_ROOT is touched."""
+def verify(paths: HostPaths, settings: Settings, platform: PlatformInfo | None = None) -> HostState:
+    """Host-inspection findings; any error stops here, before DRIVER_ROOT is touched. ``platform``: what
+    ``detect`` found (passed down so one process detects once)."""
 
-    state = inspect_host(paths, settings)
+    state = inspect_host(paths, settings, platform)
     found = check(state)
     # Not reasons to stop: the outcome of an earlier publish (this init redoes it) and what init itself
     # remedies before publishing (DRIVER_ROOT's own mount).

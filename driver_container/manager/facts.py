@@ -11,11 +11,11 @@ from driver_container.errors import (
     HostReadError,
     VerificationError,
 )
-from driver_container.findings import versions_mismatch
+from driver_container.findings import loaded_version_of, versions_mismatch
 from driver_container.formats.kernel.mountinfo import mounts_at_or_below, parse_mountinfo, top_mount_at
 from driver_container.formats.numbers import parse_uint
-from driver_container.inspect.hoststate import read_loaded_modules
-from driver_container.inspect.platform import detect_platform
+from driver_container.inspect.hoststate import read_loaded_modules, read_nvidia_version
+from driver_container.inspect.platform import PlatformKind, detect_platform
 from driver_container.inspect.userspace import find_userspace
 from driver_container.node.rootmount import is_ours
 from driver_container.paths import HostPaths, Root
@@ -31,7 +31,7 @@ HOST_SMI_DIRS = ("/usr/bin", "/usr/sbin", "/bin", "/sbin", "/opt/bin")
 
 @dataclass(frozen=True)
 class NodeFacts:
-    platform: str  # "talos" | "generic"
+    platform: PlatformKind
     platform_evidence: str
     talos_version: str | None
     host_smi: PurePosixPath | None  # host nvidia-smi found by the validator's rule
@@ -82,10 +82,11 @@ def _pid_file_stale(paths: HostPaths) -> bool:
 
 
 def gather_facts(paths: HostPaths, settings: Settings) -> NodeFacts:
-
     platform = detect_platform(paths, settings.driver_platform)
-    nvidia = read_loaded_modules(paths).get("nvidia")
-    loaded = nvidia is not None and nvidia.loaded
+    modules = read_loaded_modules(paths)
+    loaded = modules["nvidia"].loaded
+    # The loaded version as init's findings read it (findings.loaded_version_of), /proc first.
+    nvidia_version = loaded_version_of(modules, read_nvidia_version(paths, [])) if loaded else None
     mountinfo = paths.proc.read_text_or_none("self/mountinfo") or ""
     state = paths.run.read_text_or_none(paths.state_file.name)
     return NodeFacts(
@@ -93,7 +94,7 @@ def gather_facts(paths: HostPaths, settings: Settings) -> NodeFacts:
         platform_evidence=platform.evidence,
         talos_version=platform.talos_version,
         host_smi=find_host_smi(paths.host),
-        nvidia_version=nvidia.version if nvidia is not None and loaded else None,
+        nvidia_version=nvidia_version,
         nvidia_loaded=loaded,
         image_version=find_userspace(paths).version if loaded else None,
         state_digest=state.strip() if state is not None else None,

@@ -23,7 +23,7 @@ from driver_container.errors import (
 from driver_container.findings import values_equal
 from driver_container.formats.modconf import conf_file_name, nvidia_parameters, parse_module_conf
 from driver_container.inspect.hoststate import LoadedModule, read_loaded_modules
-from driver_container.inspect.platform import detect_platform, read_kernel_release
+from driver_container.inspect.platform import PlatformInfo, detect_platform, read_kernel_release
 from driver_container.node.firmware import set_firmware_search_path
 from driver_container.paths import HostPaths, Root
 from driver_container.runtime.runner import MODULE_TOOLS, Runner
@@ -54,7 +54,9 @@ def kernel_name(module: str) -> str:
     return module.replace("-", "_")
 
 
-def refuse_on_talos(paths: HostPaths, settings: Settings, runner: Runner) -> None:
+def refuse_on_talos(
+    paths: HostPaths, settings: Settings, runner: Runner, platform: PlatformInfo | None = None
+) -> None:
     """Raise ForbiddenCommandError before anything runs when modules are not ours to manage."""
     blocked = sorted(runner.forbidden & MODULE_TOOLS)
     if blocked:
@@ -62,7 +64,7 @@ def refuse_on_talos(paths: HostPaths, settings: Settings, runner: Runner) -> Non
             f"refusing to load or unload modules: this platform forbids {', '.join(blocked)}",
             fix="on Talos, load modules through the machine config (machine.kernel.modules)",
         )
-    platform = detect_platform(paths, settings.driver_platform)
+    platform = platform or detect_platform(paths, settings.driver_platform)
     if platform.name == "talos":
         raise ForbiddenCommandError(
             f"refusing to load or unload modules on Talos ({platform.evidence}): Talos owns the kernel modules",
@@ -134,9 +136,11 @@ def _set_firmware_path(paths: HostPaths) -> str:
     return set_firmware_search_path(paths).result.value
 
 
-def load_modules(paths: HostPaths, settings: Settings, runner: Runner) -> LoadReport:
+def load_modules(
+    paths: HostPaths, settings: Settings, runner: Runner, platform: PlatformInfo | None = None
+) -> LoadReport:
     """modprobe nvidia, nvidia-uvm, nvidia-modeset (and nvidia-peermem for RDMA), then verify."""
-    refuse_on_talos(paths, settings, runner)
+    refuse_on_talos(paths, settings, runner, platform)
     firmware = _set_firmware_path(paths)
     basedir = module_basedir(paths)
     version = settings.driver_version or module_file_version(runner, basedir)

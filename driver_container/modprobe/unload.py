@@ -10,11 +10,10 @@ from driver_container.errors import (
     CommandError,
     DriverInUseError,
     ForbiddenCommandError,
-    HostReadError,
     ModuleLoadError,
 )
-from driver_container.formats.kernel.modules import parse_proc_modules
 from driver_container.inspect.hoststate import LoadedModule, read_loaded_modules
+from driver_container.inspect.platform import PlatformInfo
 from driver_container.modprobe.generic import refuse_on_talos
 from driver_container.paths import HostPaths
 from driver_container.runtime.runner import Runner
@@ -65,7 +64,7 @@ def unload_is_safe(
         if module.builtin or module.refcnt is None:
             reasons.append(f"{name} (built into the kernel or no module unloading: cannot be removed)")
             continue
-        holders = sorted(set(module.holders) | set((users or {}).get(name, ())))
+        holders = sorted(set(module.holders) | set(module.users) | set((users or {}).get(name, ())))
         foreign = [h for h in holders if h not in present]
         reasons += [f"{h} (uses {name}; not an NVIDIA module this container unloads)" for h in foreign]
         merged = replace(module, holders=tuple(holders))
@@ -79,26 +78,19 @@ def unload_is_safe(
     return True, f"only NVIDIA modules hold each other ({counts})"
 
 
-def _proc_users(paths: HostPaths) -> dict[str, tuple[str, ...]]:
-    try:
-        text = paths.proc.read_text_or_none("modules", limit=4 << 20)
-    except HostReadError as exc:
-        log.warning("%s; using /sys/module holders only", exc.message)
-        return {}
-    return {m.name: m.users for m in parse_proc_modules(text or "")}
-
-
-def unload_modules(paths: HostPaths, settings: Settings, runner: Runner) -> UnloadReport:
+def unload_modules(
+    paths: HostPaths, settings: Settings, runner: Runner, platform: PlatformInfo | None = None
+) -> UnloadReport:
     """rmmod nvidia_peermem, nvidia_drm, nvidia_modeset, nvidia_uvm, nvidia (those loaded), only when safe.
 
     Raises DriverInUseError ("driver in use by ...") before any rmmod when something holds the driver.
     """
-    refuse_on_talos(paths, settings, runner)
+    refuse_on_talos(paths, settings, runner, platform)
     loaded = read_loaded_modules(paths)
     targets = [n for n in UNLOAD_ORDER if n in loaded and loaded[n].loaded]
     if not targets:
         return UnloadReport((), (), "no NVIDIA module loaded")
-    safe, message = unload_is_safe(loaded, users=_proc_users(paths))
+    safe, message = unload_is_safe(loaded)  # LoadedModule.users: /proc/modules read once
     if not safe:
         raise DriverInUseError(
             f"cannot unload the NVIDIA modules: {message}",

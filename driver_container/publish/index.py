@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from driver_container.errors import HostReadError, PublishError
+from driver_container.errors import HostFileNotFound, HostReadError, PublishError
 from driver_container.formats.elffacts import ElfDeps
 from driver_container.formats.userspace_layout import DIGEST_INDEX
-from driver_container.paths import HostFileNotFound, Root
+from driver_container.paths import Root
 from driver_container.publish.manifest import elf_from_json, elf_to_json
 from driver_container.runtime.fsutil import check_relative
 

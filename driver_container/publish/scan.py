@@ -19,11 +19,16 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
-from driver_container.errors import HostReadError, PublishError, UserspaceError
+from driver_container.errors import HostReadError, LdCacheFormatError, PublishError, UserspaceError
 from driver_container.formats.elffacts import ElfDeps
-from driver_container.formats.ldcache import FLAGS_BY_MACHINE, CacheEntry, LdCacheFormatError, parse_ld_cache
+from driver_container.formats.ldcache import (
+    FLAGS_BY_MACHINE,
+    LD_SO_CACHE_LIMIT,
+    CacheEntry,
+    parse_ld_cache,
+)
 from driver_container.formats.ldcache import LD_SO_CACHE as CACHE_PATH
-from driver_container.formats.userspace_layout import FIRMWARE_DIRS, TRIPLETS, lib_dirs
+from driver_container.formats.userspace_layout import IMAGE_FIRMWARE_DIRS, LIBRARY_DIRS, TRIPLETS
 from driver_container.paths import MAX_SYMLINKS, Root
 from driver_container.publish.closure import resolve_closure
 from driver_container.publish.index import UserspaceIndex
@@ -63,7 +68,7 @@ LDCONFIG_CANDIDATES = ("sbin/ldconfig.real", "sbin/ldconfig", "usr/sbin/ldconfig
 
 
 def read_cache(root: Root) -> list[CacheEntry]:
-    data = root.read_bytes(CACHE_PATH, limit=64 << 20) if root.is_file(CACHE_PATH) else b""
+    data = root.read_bytes(CACHE_PATH, limit=LD_SO_CACHE_LIMIT) if root.is_file(CACHE_PATH) else b""
     if not data:
         return []
     try:
@@ -82,7 +87,7 @@ def _listed_libraries(root: Root, version: str) -> list[PurePosixPath]:
     pattern = _version_pattern(version)
     seen_dirs: set[Path] = set()
     listed: list[PurePosixPath] = []
-    for d in lib_dirs():
+    for d in LIBRARY_DIRS:
         real_dir = root.resolve(d)
         if real_dir in seen_dirs:
             continue
@@ -152,7 +157,7 @@ def _final_name(root: Root, inner: PurePosixPath, real_dirs: dict[PurePosixPath,
 
 
 def _versions_present(root: Root) -> list[str]:
-    names = {n for d in lib_dirs() for n in root.listdir(d) if n.startswith(("libcuda.so.", "libnvidia-ml.so."))}
+    names = {n for d in LIBRARY_DIRS for n in root.listdir(d) if n.startswith(("libcuda.so.", "libnvidia-ml.so."))}
     return sorted({n.split(".so.", 1)[1] for n in names} - {"1"})
 
 
@@ -184,7 +189,7 @@ def _select_binaries(root: Root, elf: ElfFacts) -> dict[str, SourceFile]:
 def _firmware_files(root: Root, version: str) -> dict[str, str]:
     """name -> in-root path of ``nvidia/<version>/*`` in the image's firmware dirs (first dir wins)."""
     found: dict[str, str] = {}
-    for top in FIRMWARE_DIRS:
+    for top in IMAGE_FIRMWARE_DIRS:
         base = f"{top}/nvidia/{version}"
         for n in root.listdir(base):
             if n not in found and root.is_file(f"{base}/{n}"):

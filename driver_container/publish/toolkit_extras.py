@@ -13,7 +13,7 @@ import stat
 from pathlib import Path, PurePosixPath
 
 from driver_container.errors import DriverContainerError
-from driver_container.formats.userspace_layout import lib_dirs
+from driver_container.formats.userspace_layout import LIBRARY_DIRS
 from driver_container.paths import Root
 from driver_container.publish.model import SourceFile
 from driver_container.publish.roles import VDPAU_DIR, VDPAU_PREFIX, is_extra_library, link_name
@@ -39,7 +39,7 @@ def select_extras(root: Root, libraries: dict[str, SourceFile], elf: ElfFacts) -
     """Libraries the toolkit mounts with their own version (``roles.EXTRA_LIBRARY_PATTERNS``), by real name."""
     found: dict[str, SourceFile] = {}
     seen_dirs: set[Path] = set()
-    for d in lib_dirs():
+    for d in LIBRARY_DIRS:
         real_dir = root.resolve(d)
         if real_dir in seen_dirs:
             continue
@@ -61,7 +61,7 @@ def select_vdpau(
     from vdpau/ through an alternatives link): moved out of ``libraries`` to be published in vdpau/, where
     libvdpau opens them and where the .run installs them."""
     found = {n: libraries.pop(n) for n in sorted(libraries) if n.startswith(VDPAU_PREFIX)}
-    for d in lib_dirs():
+    for d in LIBRARY_DIRS:
         base = f"{d}/{VDPAU_DIR}"
         for name in sorted(root.listdir(base)):
             if pattern.fullmatch(name) and name not in found:
@@ -80,7 +80,7 @@ def dev_links(root: Root, libraries: dict[str, SourceFile]) -> tuple[tuple[str, 
         link = link_name(soname)
         if not link or link == soname or link in links:
             continue
-        for d in lib_dirs():
+        for d in LIBRARY_DIRS:
             inner = f"{d}/{link}"
             st = root.lstat(inner)
             if st is None or not stat.S_ISLNK(st.st_mode):

@@ -12,8 +12,13 @@ import logging
 import os
 from pathlib import Path
 
-from driver_container.errors import PublishError
-from driver_container.formats.ldcache import FLAGS_BY_MACHINE, LdCacheFormatError, lookup, parse_ld_cache
+from driver_container.errors import LdCacheFormatError, PublishError
+from driver_container.formats.ldcache import (
+    FLAGS_BY_MACHINE,
+    LD_SO_CACHE_LIMIT,
+    lookup,
+    parse_ld_cache,
+)
 from driver_container.formats.ldcache import LD_SO_CACHE as CACHE
 from driver_container.paths import Root
 from driver_container.publish.journal import STAGING
@@ -30,7 +35,7 @@ def cache_problems(plan: PublishPlan, driver_root: Path, cache: str = CACHE) -> 
     """Why the cache ``cache`` (in-root path) in ``driver_root`` does not serve the plan (empty when it does)."""
     root = Root(driver_root).snapshot()  # each SONAME's entry and published path resolved through one lstat cache
     try:
-        entries = parse_ld_cache(root.read_bytes(cache, limit=64 << 20), source=str(driver_root / cache))
+        entries = parse_ld_cache(root.read_bytes(cache, limit=LD_SO_CACHE_LIMIT), source=str(driver_root / cache))
     except (LdCacheFormatError, OSError) as exc:
         return [str(exc)]
     except Exception as exc:  # HostFileNotFound and other read errors: the cache must be (re)built

@@ -8,7 +8,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from fakes import (
     install_recording_tools,
     recorded_calls,
 )
+from helpers.waits import wait_until
 from support import FIXTURES
 
 HOSTS = FIXTURES / "hosts"
@@ -93,13 +93,6 @@ def host(tmp_path: Path) -> Callable[..., Host]:
     return make
 
 
-def _wait_until(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def _terminate(proc: subprocess.Popen[str]) -> tuple[int, str]:
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=20)
@@ -110,9 +103,9 @@ def test_nvswitch_fm_after_persistenced_ready_only_after_fabric(host: Callable[.
     h = host(H100)
     proc = h.start(FAKE_FABRIC_DELAY="2", NVFM_CONFIG_LOG_LEVEL="3", NVFM_CONFIG_NEW_FIELD="x|&y")
     try:
-        _wait_until(lambda: any("/nv-fabricmanager -c" in line for line in h.log()), "Fabric Manager")
+        wait_until(lambda: any("/nv-fabricmanager -c" in line for line in h.log()), "Fabric Manager")
         assert h.status() == "NotReady"  # FM runs, the fabric is still training
-        _wait_until(lambda: h.status() == "Ready", "Ready")
+        wait_until(lambda: h.status() == "Ready", "Ready")
         assert (h.fake / "fabric-state").read_text() == "Completed"  # Ready came after completion
         config = h.fabric_run / "fabricmanager.cfg"
         lines = h.daemon_lines()
@@ -140,7 +133,7 @@ def test_nvlink5_nvlsm_then_fm_with_port_guid_then_sigterm_stops_both(host: Call
     h = host(B200)
     proc = h.start(NVFM_CONFIG_FABRIC_MODE="1")
     try:
-        _wait_until(lambda: h.status() == "Ready", "Ready")
+        wait_until(lambda: h.status() == "Ready", "Ready")
         run = h.fabric_run
         lines = h.daemon_lines()
         image = Path(h.env["USERSPACE_ROOT"])
@@ -207,7 +200,7 @@ def test_host_run_fm_is_not_duplicated(host: Callable[..., Host]) -> None:
     (h.fake / "fabric-state").write_text("Completed")  # its fabric is trained
     proc = h.start()
     try:
-        _wait_until(lambda: h.status() == "Ready", "Ready")
+        wait_until(lambda: h.status() == "Ready", "Ready")
     finally:
         code, stderr = _terminate(proc)
     assert code == 0, stderr
@@ -229,7 +222,7 @@ def test_ordinary_node_starts_no_fabric_daemon_and_runs_no_nvidia_smi(host: Call
     h = host("talos-1.13-open-595")
     proc = h.start()
     try:
-        _wait_until(lambda: h.status() == "Ready", "Ready")
+        wait_until(lambda: h.status() == "Ready", "Ready")
     finally:
         code, stderr = _terminate(proc)
     assert code == 0, stderr

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 from fakes import FakeHost, make_fake_host
+from helpers.opened import CHILD_PRELUDE
+from helpers.waits import wait_until
 from support import FIXTURES
 
 USERSPACE = FIXTURES / "userspace" / "debian-595.91.07"
@@ -143,13 +145,6 @@ def _published(g: Generic) -> None:
     assert not (g.run_dir / "nvidia-driver.pid").exists()
 
 
-def _wait_until(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def test_matching_digest_is_userspace_only(generic: Callable[..., Generic]) -> None:
     g = generic("ubuntu-loaded-idle", digest_file=DIGEST)
     before = g.fake.proc_modules()
@@ -175,6 +170,27 @@ def test_other_digest_unloads_then_loads_with_parameters(
     assert "CoherentGPUMemoryMode: driver" in params and "EnableGpuFirmware: 1" in params
     assert (g.fake.root / "sys/module/nvidia_uvm/parameters/uvm_perf_prefetch_enable").read_text() == "0\n"
     _published(g)
+
+
+def test_generic_init_detects_the_platform_once(generic: Callable[..., Generic], tmp_path: Path) -> None:
+    """unload, load and verify used to detect again (4 os-release reads in one init): now ``detect``'s
+    result is passed down. The opens are traced by an audit hook in the init process (and its forked
+    publisher), nothing patched."""
+    g = generic("ubuntu-loaded-idle", digest_file="sha256-previous-config")
+    trace = tmp_path / "opened.txt"
+    fd = os.open(trace, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    code = CHILD_PRELUDE + "import runpy; sys.argv = ['nvidia-driver', 'init', '--no-wait']\n"
+    code += "runpy.run_module('driver_container', run_name='__main__', alter_sys=True)\n"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code], env={**g.env, "OPENED_FD": str(fd), "OPENED_MATCH": "os-release"},
+            cwd=g.fake.root, capture_output=True, text=True, timeout=60, check=False, pass_fds=(fd,),
+        )
+    finally:
+        os.close(fd)
+    assert done.returncode == 0, done.stderr
+    assert g.fake.calls() == IDLE_UNLOAD_CALLS + load_calls(g.fake.paths.userspace_root)  # the full generic path
+    assert trace.read_text().splitlines() == [g.env["HOST_OS_RELEASE"]]
 
 
 def test_matching_digest_with_a_dependant_missing_reloads(generic: Callable[..., Generic]) -> None:
@@ -239,7 +255,7 @@ def _sigterm_after_ready(g: Generic, ready: Callable[[], bool] = lambda: True) -
     """Start a waiting init, SIGTERM it once Ready; its stderr and seconds from signal to exit."""
     proc = g.start("init")
     try:
-        _wait_until(lambda: g.status() == "Ready" and ready() and proc.poll() is None, "Ready")
+        wait_until(lambda: g.status() == "Ready" and ready() and proc.poll() is None, "Ready")
         time.sleep(0.3)  # inside the wait for a signal
         sent = time.monotonic()
         proc.send_signal(signal.SIGTERM)

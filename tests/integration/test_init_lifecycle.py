@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from fakes import fixture_host_env, install_recording_tools, recorded_calls
+from helpers.waits import wait_until
 from support import FIXTURES, REPO
 
 HOSTS = FIXTURES / "hosts"
@@ -72,13 +73,6 @@ def host(tmp_path: Path) -> Callable[..., Host]:
     return make
 
 
-def _wait_until(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 def _pid_file_names(h: Host, proc: subprocess.Popen[str]) -> Callable[[], bool]:
     pid_file = h.run / "nvidia-driver.pid"
     return lambda: pid_file.exists() and pid_file.read_text().strip() == str(proc.pid)
@@ -120,8 +114,8 @@ def test_nvidia_compat_flags_are_ignored_and_unknown_ones_refused(host: Callable
 def test_sigterm_while_waiting_for_modules(host: Callable[..., Host]) -> None:
     h = host("talos-1.13-uvm-missing")
     proc = h.start("init")
-    _wait_until(_pid_file_names(h, proc), "the pid file")
-    _wait_until(lambda: _status(h) == "NotReady", "NotReady")
+    wait_until(_pid_file_names(h, proc), "the pid file")
+    wait_until(lambda: _status(h) == "NotReady", "NotReady")
     time.sleep(0.3)  # inside the wait loop
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
@@ -166,7 +160,7 @@ def test_mismatch_keeps_previous_root_intact(host: Callable[..., Host]) -> None:
 def test_two_concurrent_inits_exactly_one_proceeds(host: Callable[..., Host]) -> None:
     h = host("talos-1.13-uvm-missing")
     first = h.start("init")
-    _wait_until(_pid_file_names(h, first), "the first pid file")
+    wait_until(_pid_file_names(h, first), "the first pid file")
     second = h.init("init", "--no-wait")
     assert second.returncode == 1
     assert f"already running (pid {first.pid})" in second.stderr
@@ -186,7 +180,7 @@ def test_stale_pid_file_does_not_block(host: Callable[..., Host]) -> None:
 def test_waits_with_persistenced_then_stops_it_on_sigterm(host: Callable[..., Host]) -> None:
     h = host()
     proc = h.start("init", DRIVER_CONFIG_DIGEST="d1")
-    _wait_until(lambda: (h.run / "validations/.driver-daemons-status").exists() and _status(h) == "Ready", "Ready")
+    wait_until(lambda: (h.run / "validations/.driver-daemons-status").exists() and _status(h) == "Ready", "Ready")
     socket = h.driver_root / "run/nvidia-persistenced/socket"
     assert socket.exists()  # where the toolkit looks, through the runtime-dir link
     log = h.run.parent / "persistenced.log"
@@ -214,7 +208,7 @@ def test_persistenced_death_exits_non_zero(host: Callable[..., Host]) -> None:
 def test_persistenced_false_starts_nothing(host: Callable[..., Host]) -> None:
     h = host()
     proc = h.start("init", NVIDIA_PERSISTENCED="false")
-    _wait_until(lambda: (h.run / "validations/.driver-daemons-status").exists() and _status(h) == "Ready", "Ready")
+    wait_until(lambda: (h.run / "validations/.driver-daemons-status").exists() and _status(h) == "Ready", "Ready")
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=10)
     assert proc.returncode == 0

@@ -12,19 +12,24 @@ import ast
 import dataclasses
 import io
 import tokenize
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+import pytest
 import typer.main
 
 import driver_container
 from driver_container.cli.app import app
-from driver_container.paths import HOST_ROOTS, HostPaths
+from driver_container.formats import userspace_layout
+from driver_container.inspect import userspace as version_finder
+from driver_container.paths import HOST_ROOTS, HostPaths, Root
+from driver_container.publish import scan, toolkit_extras
 
 PACKAGE = Path(driver_container.__file__).parent
 OWNERS = {
     "etc/ld.so.cache": {"formats/ldcache.py"},
     "-linux-gnu": {"formats/userspace_layout.py"},
     "nvidia/current": {"formats/userspace_layout.py"},
+    "usr/share/nvidia/firmware": {"formats/userspace_layout.py"},
     "manifest.json": {"publish/manifest.py"},
 }
 # Whole literals only (a message may name the file): the kernel release is read in one place.
@@ -127,3 +132,60 @@ def test_host_roots_are_declared_once() -> None:
     command = typer.main.get_command(app)
     envvars = {p.envvar for p in command.params if p.envvar} - {"LOG_FORMAT", "VERBOSE"}
     assert envvars == {r.env for r in HOST_ROOTS}
+
+
+def test_version_finder_and_publisher_search_one_list_of_library_dirs() -> None:
+    """Both read ``formats.userspace_layout.LIBRARY_DIRS`` itself, not a copy."""
+    for module in (version_finder, scan, toolkit_extras):
+        assert module.LIBRARY_DIRS is userspace_layout.LIBRARY_DIRS, module.__name__
+    assert not hasattr(userspace_layout, "SEARCH_DIRS") and not hasattr(userspace_layout, "lib_dirs")
+
+
+VERSION = "595.91.07"
+
+
+@pytest.mark.parametrize("libdir", ["usr/lib", "lib", ".", "usr/lib64/nvidia/current", "opt/nvidia/lib"])
+def test_a_library_in_any_one_dir_is_seen_by_both_or_neither(tmp_path: Path, libdir: str) -> None:
+    """``usr/lib`` and ``lib`` the publisher searched and the version finder did not; the root and
+    ``usr/lib64/nvidia/current`` the other way round: one image, one answer from both."""
+    root = tmp_path / "userspace"
+    (root / libdir).mkdir(parents=True, exist_ok=True)
+    (root / libdir / f"libcuda.so.{VERSION}").write_bytes(b"\x7fELF")
+    found = version_finder.find_userspace(HostPaths(userspace_root=root))
+    listed = scan._listed_libraries(Root(root), VERSION)
+    assert (found.version == VERSION) == bool(listed) == (scan._versions_present(Root(root)) == [VERSION])
+    assert found.version == (VERSION if libdir in ("usr/lib", "lib", ".") else None)
+    if listed:
+        assert [found.libcuda] == listed == [PurePosixPath("/", libdir, f"libcuda.so.{VERSION}")]
+
+
+def test_fixed_choices_are_literal_types() -> None:
+    """Severity, the platform and the DRIVER_PLATFORM/KERNEL_MODULE_TYPE knobs are Literal types, so
+    mypy strict (strict_equality) rejects a comparison with a value outside them."""
+    from typing import get_args, get_type_hints
+
+    from driver_container.findings.model import SEVERITIES, Finding, Severity
+    from driver_container.inspect.platform import PlatformInfo, PlatformKind
+    from driver_container.settings import ModuleTypeChoice, PlatformChoice, Settings
+
+    assert get_type_hints(Finding)["severity"] == Severity and get_args(Severity) == SEVERITIES
+    assert get_type_hints(PlatformInfo)["name"] == PlatformKind
+    assert get_args(PlatformKind) == ("talos", "generic")
+    hints = get_type_hints(Settings)
+    assert hints["driver_platform"] == PlatformChoice and hints["kernel_module_type"] == ModuleTypeChoice
+    assert Settings.from_env({"DRIVER_PLATFORM": " Talos "}).driver_platform == "talos"
+
+
+def test_every_exception_class_is_in_errors_py() -> None:
+    """One hierarchy: a class deriving from an exception lives in errors.py (kubeconfig's private
+    control-flow signal excepted; it never leaves that module)."""
+    exceptions = {"Exception", "ValueError", "DriverContainerError", "OSError"}
+    strays = []
+    for name, source in _modules():
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, ast.ClassDef) or name == "errors.py":
+                continue
+            bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+            if (bases & exceptions or any(b.endswith("Error") for b in bases)) and node.name != "_Unsupported":
+                strays.append(f"{name}: {node.name}")
+    assert not strays, f"exception classes outside errors.py: {strays}"

@@ -8,13 +8,10 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from driver_container.errors import DerError
 from driver_container.formats.numbers import parse_uint
 
 _MAX_LENGTH_BYTES = 4  # lengths above 4 GiB cannot occur inside a module signature
-
-
-class DerError(ValueError):
-    """Malformed DER."""
 
 
 class Tlv(NamedTuple):

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import struct
 
-from driver_container.errors import ModuleFormatError
+from driver_container.errors import DerError, ModuleFormatError
 from driver_container.formats.kmod.compression import Buffer
-from driver_container.formats.kmod.der import DerError, Tlv, children, encode_oid, oid_text, parse_one
+from driver_container.formats.kmod.der import Tlv, children, encode_oid, oid_text, parse_one
 from driver_container.formats.kmod.model import Signature
 
 MAGIC = b"~Module signature appended~\n"

@@ -6,9 +6,11 @@ from collections.abc import Callable
 
 import pytest
 from fakes import FakeHost
+from helpers.opened import opened_paths
 
 from driver_container.errors import DriverInUseError, ForbiddenCommandError
 from driver_container.inspect.hoststate import LoadedModule, read_loaded_modules
+from driver_container.inspect.platform import detect_platform
 from driver_container.modprobe.generic import load_modules
 from driver_container.modprobe.unload import unload_is_safe, unload_modules
 from driver_container.runtime.runner import MODULE_TOOLS
@@ -30,6 +32,17 @@ def test_unload_idle_host_in_dependency_order(fake_host: Make) -> None:
     assert host.proc_modules().startswith("ipmi_devintf ")
     # the kernel drops the reference nvidia held on ipmi_msghandler; the module itself stays
     assert "ipmi_msghandler 90112 1 ipmi_devintf, Live" in host.proc_modules()
+
+
+def test_unload_reads_proc_modules_once_per_look_and_detects_no_platform_it_was_given(fake_host: Make) -> None:
+    """/proc/modules once before the rmmods (its users column is kept in LoadedModule.users) and once
+    after; the caller's platform is used, not detected again. Traced through audit hooks, nothing patched."""
+    host = fake_host("ubuntu-loaded-idle")
+    platform = detect_platform(host.paths)
+    with opened_paths() as opened:
+        unload_modules(host.paths, Settings(), host.runner, platform)
+    assert opened.count(str(host.paths.procfs_root / "modules")) == 2, opened
+    assert not [p for p in opened if p.endswith("os-release") or p.endswith("osrelease")], opened
 
 
 def test_unload_with_nothing_loaded_runs_nothing(fake_host: Make) -> None:

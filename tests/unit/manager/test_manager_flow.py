@@ -163,6 +163,22 @@ def test_version_mismatch_names_both_versions_and_the_fix(node: Node) -> None:
     assert [c for c in api.calls if c[0] == "patch"] == []
 
 
+@pytest.mark.parametrize("node", ["talos-version-mismatch"], indirect=True)
+def test_the_loaded_version_is_read_as_init_reads_it(node: Node) -> None:
+    """Without /sys/module/nvidia/version the running module's /proc/driver/nvidia/version names it, for
+    driver-manager as for init's VERSION_MISMATCH finding (findings.loaded_version_of): one rule."""
+    (node.root / "sys/module/nvidia/version").unlink()
+    proc = node.root / "proc/driver/nvidia"
+    proc.mkdir(parents=True)
+    (proc / "version").write_text(
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.178.04  Release Build  "
+        "(dvs-builder@U16-I1-N07-12-3)  Wed Oct 29 23:50:55 UTC 2025\n"
+    )
+    assert gather_facts(node.paths, Settings()).nvidia_version == "580.178.04"
+    with pytest.raises(VerificationError, match=r"580\.178\.04"):
+        _run(node, FakeApi(labels=dict(OPERAND_LABELS)))
+
+
 @pytest.mark.parametrize("node", ["talos-stale-mount"], indirect=True)
 def test_digest_change_pauses_operands_cleans_and_restores(node: Node) -> None:
     api = FakeApi(labels=dict(OPERAND_LABELS), pods=["nvidia-device-plugin-daemonset-x"])

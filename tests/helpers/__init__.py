@@ -1,0 +1,2 @@
+"""Shared test helpers, imported as ``helpers.<module>`` (pytest puts tests/ on sys.path: pyproject
+``pythonpath``)."""
