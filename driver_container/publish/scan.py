@@ -21,12 +21,7 @@ from pathlib import Path, PurePosixPath
 
 from driver_container.errors import HostReadError, LdCacheFormatError, PublishError, UserspaceError
 from driver_container.formats.elffacts import ElfDeps
-from driver_container.formats.ldcache import (
-    FLAGS_BY_MACHINE,
-    LD_SO_CACHE_LIMIT,
-    CacheEntry,
-    parse_ld_cache,
-)
+from driver_container.formats.ldcache import FLAGS_BY_MACHINE, LD_SO_CACHE_LIMIT, CacheEntry, parse_ld_cache
 from driver_container.formats.ldcache import LD_SO_CACHE as CACHE_PATH
 from driver_container.formats.userspace_layout import IMAGE_FIRMWARE_DIRS, LIBRARY_DIRS, TRIPLETS
 from driver_container.paths import MAX_SYMLINKS, Root
