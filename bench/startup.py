@@ -90,20 +90,29 @@ def timed(*argvs: list[str], env: dict[str, str] | None = None) -> Sample:
     return wall, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 
 
-def host_env(run_dir: Path, host_root: Path, userspace: Path) -> dict[str, str]:
+def host_env(run_dir: Path, host_root: Path, userspace: Path, host: Path = HOST) -> dict[str, str]:
+    """The image's environment on fixture host ``host``; ``init`` writes its sysfs (the firmware path), so
+    pass a copy (``fixture_host_copy``), never the repository's tree."""
     return {
         "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LANG": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1", "TYPER_USE_RICH": "0",  # as the image's ENV
         "DRIVER_VERSION": VERSION, "KERNEL_MODULE_TYPE": "proprietary",
-        "HOST_ROOT": str(host_root), "PROCFS_ROOT": str(HOST / "proc"), "SYSFS_ROOT": str(HOST / "sys"),
-        "DRIVERS_CONF_DIR": str(HOST / "drivers"), "HOST_OS_RELEASE": str(HOST / "host/etc/os-release"),
+        "HOST_ROOT": str(host_root), "PROCFS_ROOT": str(host / "proc"), "SYSFS_ROOT": str(host / "sys"),
+        "DRIVERS_CONF_DIR": str(host / "drivers"), "HOST_OS_RELEASE": str(host / "host/etc/os-release"),
         "USERSPACE_ROOT": str(userspace), "RUN_DIR": str(run_dir),
     }  # fmt: skip
 
 
+def fixture_host_copy(work: Path) -> Path:
+    """A private copy of the fixture host: ``init`` sets sysfs's firmware_class path in it."""
+    copy = work / "fixture-host"
+    shutil.copytree(HOST, copy, symlinks=True)
+    return copy
+
+
 def published_files(work: Path, cli: str, userspace: Path) -> tuple[list[str], str]:
     """The files a publish writes (from a first publish's manifest) and the library directory."""
-    env = host_env(work / "probe-run", work / "no-host", userspace)
+    env = host_env(work / "probe-run", work / "no-host", userspace, fixture_host_copy(work))
     timed([cli, "init", "--no-wait"], env=env)
     manifest = json.loads((work / "probe-run/driver/.driver-container/manifest.json").read_text())
     files = [rec["source"] for rec in manifest["files"] if rec["type"] == "file" and rec.get("source")]
@@ -118,7 +127,8 @@ def rows(rounds: int, work: Path, userspace: Path) -> dict[str, dict[str, object
     floor_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONDONTWRITEBYTECODE": "1", "TYPER_USE_RICH": "0"}
     typer_floor = [python, "-c", "import typer"]
     run_dir = work / "run"
-    env = host_env(run_dir, HOST / "host", userspace)
+    host = work / "fixture-host"
+    env = host_env(run_dir, host / "host", userspace, host)
 
     def first_init() -> Sample:
         shutil.rmtree(run_dir, ignore_errors=True)

@@ -38,6 +38,14 @@ case $rc in
   *) failed+=("bench($rc)") ;;
 esac
 
+# Tests and benchmarks work on copies: a run that wrote into the repository's fixture trees (a sysfs
+# parameter, a manifest) would hide the bug from the next run and ship the change in a commit.
+echo "== fixtures untouched" >&2
+if [[ -n "$(git status --porcelain -- tests/fixtures 2>/dev/null)" ]]; then
+  git status --porcelain -- tests/fixtures >&2
+  failed+=(fixtures-written)
+fi
+
 if ((${#failed[@]})); then
   echo "FAILED: ${failed[*]}" >&2
   exit 1
