@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Literal, NamedTuple, TypeVar
 
 from driver_container.errors import UsageError
 from driver_container.formats.kernel.fabric import overrides_from_env
@@ -53,8 +52,7 @@ def parse_seconds(name: str, value: str | None, default: float) -> float:
     return seconds
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(NamedTuple):
     driver_platform: PlatformChoice = "auto"  # DRIVER_PLATFORM
     driver_version: str | None = None  # DRIVER_VERSION: the version the image claims to ship
     kernel_module_type: ModuleTypeChoice = "auto"  # KERNEL_MODULE_TYPE (operator)

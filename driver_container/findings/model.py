@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from driver_container.formats.numbers import parse_c_int
 from driver_container.formats.talos_config import module_config_snippet, snippet_heading
@@ -22,8 +21,7 @@ TRUE_WORDS = {"y", "yes", "1", "true", "on"}
 FALSE_WORDS = {"n", "no", "0", "false", "off"}
 
 
-@dataclass(frozen=True)
-class Finding:
+class Finding(NamedTuple):
     severity: Severity
     code: str
     message: str

@@ -12,9 +12,8 @@ import io
 import os
 import stat
 import struct
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 from driver_container.errors import ElfFormatError
 from driver_container.formats.elffacts import ElfDeps
@@ -32,16 +31,14 @@ MAX_TABLE = 16 << 20  # program header table and .dynstr: real ones are KiB (lib
 _SEGMENT_TYPES = {1: "PT_LOAD", 2: "PT_DYNAMIC", 3: "PT_INTERP"}  # the only p_type values used here
 
 
-@dataclass(frozen=True)
-class _Segment:
+class _Segment(NamedTuple):
     kind: str
     offset: int
     vaddr: int
     filesz: int
 
 
-@dataclass(frozen=True)
-class _Header:
+class _Header(NamedTuple):
     machine: str
     elf_class: int
     elf_type: str
@@ -129,8 +126,7 @@ def _dynamic_strings(elf: _Header, segments: list[_Segment], dynamic: _Segment, 
     return ElfStrings(needed, soname, paths)
 
 
-@dataclass(frozen=True)
-class ElfStrings:
+class ElfStrings(NamedTuple):
     needed: list[str]
     soname: str | None
     runpath: list[str]

@@ -6,11 +6,10 @@ these facts without importing the reader's structures (bench/startup.py, issue 1
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class ElfDeps:
+class ElfDeps(NamedTuple):
     """PT_INTERP, DT_SONAME, DT_NEEDED and DT_RUNPATH of one ELF object, with its machine, class and type."""
 
     machine: str  # pyelftools e_machine name, e.g. "EM_X86_64", "EM_AARCH64"

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from driver_container.errors import LdCacheFormatError
 
@@ -44,8 +44,7 @@ LD_SO_CACHE_LIMIT = 64 << 20
 _ENDIAN = {0: "<", 2: "<", 3: ">"}
 
 
-@dataclass(frozen=True)
-class CacheEntry:
+class CacheEntry(NamedTuple):
     flags: int
     key: str  # the SONAME
     value: str  # the library path, as seen inside the root the cache belongs to

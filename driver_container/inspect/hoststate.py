@@ -9,9 +9,8 @@ the image's userspace, requested parameters and firmware. Checking is ``findings
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from driver_container.errors import HostReadError
 from driver_container.formats.kernel.modules import (
@@ -53,8 +52,7 @@ NVREG = "NVreg_"  # /proc/driver/nvidia/params drops this prefix of the modinfo 
 HOST_FIRMWARE_DIRS = ("/lib/firmware/updates/{kver}", "/lib/firmware/updates", "/lib/firmware/{kver}", "/lib/firmware")
 
 
-@dataclass(frozen=True)
-class LoadedModule:
+class LoadedModule(NamedTuple):
     name: str
     loaded: bool
     builtin: bool
@@ -119,8 +117,7 @@ def read_loaded_modules(paths: HostPaths, problems: list[str] | None = None) -> 
     return result
 
 
-@dataclass(frozen=True)
-class HostState:
+class HostState(NamedTuple):
     platform: PlatformInfo
     settings: Settings
     modules: dict[str, LoadedModule]

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
+from typing import NamedTuple
 
 from driver_container.errors import DriverContainerError, HostReadError
 from driver_container.paths import HostPaths, Root
@@ -27,8 +27,7 @@ MAX_MODULE_SIZE = 512 << 20  # nvidia.ko with debug info is ~100 MiB; anything f
 MODULES_DEP_LIMIT = 16 << 20
 
 
-@dataclass(frozen=True)
-class ModuleFile:
+class ModuleFile(NamedTuple):
     path: PurePosixPath  # inside the host root
     name: str
     version: str | None = None
@@ -72,7 +71,7 @@ def with_companion_flavours(files: dict[str, ModuleFile]) -> dict[str, ModuleFil
         if flavour is None and core is not None and core_flavour is not None and module.error is None:
             same_build = module.path.parent == core.path.parent and module.version == core.version
             flavour = core_flavour if same_build else None
-        result[name] = replace(module, flavour=flavour)
+        result[name] = module._replace(flavour=flavour)
     return result
 
 

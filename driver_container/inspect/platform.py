@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from driver_container.errors import HostReadError
 from driver_container.paths import HostPaths, Root
@@ -29,15 +28,14 @@ _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PROC_VERSION_TALOS = re.compile(r"^Linux version \S+-talos\s")
 
 
-@dataclass(frozen=True)
-class PlatformInfo:
+class PlatformInfo(NamedTuple):
     name: PlatformKind
     talos_version: str | None
     evidence: str
     kernel_release: str | None
     os_id: str | None
     pretty_name: str | None
-    problems: tuple[str, ...] = field(default=())  # unreadable or malformed inputs, for findings
+    problems: tuple[str, ...] = ()  # unreadable or malformed inputs, for findings
 
 
 def _unquote(value: str) -> str:

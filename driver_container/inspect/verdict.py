@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, NamedTuple
 
 from driver_container.errors import DriverContainerError, VerdictFormatError
 from driver_container.inspect.modfiles import ModuleFile
@@ -40,8 +39,7 @@ FILE_FINDINGS = ("MODULE_FILE_MISMATCH", "MODULE_FILE_UNREADABLE", "VERMAGIC_MIS
 _STR_FIELDS = ("version", "srcversion", "vermagic", "license", "signer", "error")
 
 
-@dataclass(frozen=True)
-class Binding:
+class Binding(NamedTuple):
     """What a verdict is valid for; all four must match the reader's."""
 
     boot_id: str | None
@@ -50,8 +48,7 @@ class Binding:
     kernel_release: str | None
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):
     binding: Binding
     module_files: dict[str, ModuleFile]
     findings: tuple[str, ...]  # "CODE: message" of the writer's checks, for `status`
@@ -63,14 +60,14 @@ class Verdict:
 
 def render_verdict(verdict: Verdict) -> str:
     files = [
-        {**{k: v for k, v in asdict(f).items() if k != "path"}, "path": str(f.path)}
+        {**{k: v for k, v in f._asdict().items() if k != "path"}, "path": str(f.path)}
         for f in sorted(verdict.module_files.values(), key=lambda f: f.name)
     ]
     doc = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "written_by": verdict.written_by,
-        **asdict(verdict.binding),
+        **verdict.binding._asdict(),
         "module_files": files,
         "findings": list(verdict.findings),
     }

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from driver_container.errors import (
     DaemonError,
@@ -47,8 +46,7 @@ T = TypeVar("T")
 SOCKET_WAIT_S = 10.0
 
 
-@dataclass(frozen=True)
-class InitOptions:
+class InitOptions(NamedTuple):
     no_wait: bool = False
     persistenced_runtime_dir: Path | None = None  # None: persistenced.CONTAINER_RUNTIME_DIR
     poll_s: float = POLL_S
@@ -56,16 +54,17 @@ class InitOptions:
     fabric_poll_s: float = 2.0  # nvidia-smi -q while waiting for the fabric (docs/fabric.md)
 
 
-@dataclass
 class _Started:
-    """What ``init`` started so far, for the cleanup in ``run_init``."""
+    """What ``init`` started so far, for the cleanup in ``run_init`` (filled in stage by stage; a plain
+    class: a dataclass would cost ~1 ms of every start, see ``paths.Root``)."""
 
-    runner: Runner
-    daemon: Persistenced | None = None
-    fabric: FabricDaemons | None = None
-    generic_host: bool = False
-    verify: BackgroundChild | None = None  # the check of DRIVER_ROOT after Ready
-    platform: PlatformInfo | None = None  # detected once, passed to every later step
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        self.daemon: Persistenced | None = None
+        self.fabric: FabricDaemons | None = None
+        self.generic_host = False
+        self.verify: BackgroundChild | None = None  # the check of DRIVER_ROOT after Ready
+        self.platform: PlatformInfo | None = None  # detected once, passed to every later step
 
 
 def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: InitOptions | None = None) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from driver_container.errors import HostReadError, ModuleWaitTimeout
@@ -106,7 +105,7 @@ def run_reload(paths: HostPaths, settings: Settings, runner: Runner) -> None:
 def _only_peermem(settings: Settings) -> Settings:
 
     # required_modules() always includes nvidia and nvidia_uvm; they are loaded before peermem anyway.
-    return replace(settings, gpu_direct_rdma=True, nvidia_modeset=False)
+    return settings._replace(gpu_direct_rdma=True, nvidia_modeset=False)
 
 
 def _wait_ready_file(paths: HostPaths, settings: Settings, shutdown: Shutdown) -> bool:

@@ -20,8 +20,7 @@ import datetime
 import logging
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from driver_container.errors import DriverContainerError
 
@@ -37,8 +36,7 @@ MAX_MESSAGE = 1024  # what the events API keeps of a message (events.k8s.io/v1 n
 COMPONENT = "nvidia-driver"
 
 
-@dataclass(frozen=True)
-class NodeVerdict:
+class NodeVerdict(NamedTuple):
     result: str  # READY | REFUSED
     version: str | None = None  # loaded nvidia module version
     flavour: str | None = None  # open | proprietary

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from driver_container.errors import (
     CommandError,
@@ -67,7 +67,7 @@ def unload_is_safe(
         holders = sorted(set(module.holders) | set(module.users) | set((users or {}).get(name, ())))
         foreign = [h for h in holders if h not in present]
         reasons += [f"{h} (uses {name}; not an NVIDIA module this container unloads)" for h in foreign]
-        merged = replace(module, holders=tuple(holders))
+        merged = module._replace(holders=tuple(holders))
         unexplained = module.refcnt - _allowed_refs(name, merged, present) - len(foreign)
         if unexplained > 0:
             what = OPEN_FILES if name == "nvidia" else f"open files of {name}"

@@ -14,8 +14,8 @@ import errno
 import logging
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from driver_container.errors import HostReadError, PublishError
 from driver_container.formats.kernel.devices import parse_mig_minors, parse_proc_devices
@@ -31,16 +31,14 @@ MODESET_MINOR = 254  # NV_MODESET_MINOR_DEVICE_NUM (nvidia-modeset)
 NVIDIA_MAJOR_NAMES = ("nvidia", "nvidia-frontend", "nvidiactl")  # frontend: drivers before ~550
 
 
-@dataclass(frozen=True)
-class DeviceNode:
+class DeviceNode(NamedTuple):
     name: str  # relative to DRIVER_ROOT/dev, e.g. "nvidia0" or "nvidia-caps/nvidia-cap1"
     major: int
     minor: int
     mode: int = NODE_MODE
 
 
-@dataclass(frozen=True)
-class NodeReport:
+class NodeReport(NamedTuple):
     created: tuple[str, ...]
     unchanged: tuple[str, ...]
     not_permitted: tuple[str, ...]

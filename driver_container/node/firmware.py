@@ -15,8 +15,8 @@ import enum
 import errno
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import PurePosixPath
+from typing import NamedTuple
 
 from driver_container.errors import HostReadError
 from driver_container.paths import HostPaths
@@ -37,8 +37,7 @@ class FirmwarePathResult(enum.Enum):
     TOO_LONG = "too-long"
 
 
-@dataclass(frozen=True)
-class FirmwarePathReport:
+class FirmwarePathReport(NamedTuple):
     result: FirmwarePathResult
     wanted: str
     found: str | None

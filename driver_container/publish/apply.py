@@ -16,7 +16,7 @@ import logging
 import os
 import stat
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from driver_container.errors import PublishError
@@ -134,7 +134,7 @@ def prepare(plan: PublishPlan, root: Path, previous: Manifest | None, copier: Co
                 records.append(new)
             elif _matches(entry, rec, st) and rec is not None:
                 out.unchanged += 1  # same source identity, so the ELF facts just read (or reused) are its facts
-                records.append(replace(rec, elf=entry.source.elf if entry.source else None))
+                records.append(rec._replace(elf=entry.source.elf if entry.source else None))
             else:
                 jobs.append((len(records), entry))
                 records.append(None)

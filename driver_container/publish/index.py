@@ -21,9 +21,8 @@ import logging
 import re
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from driver_container.errors import HostFileNotFound, HostReadError, PublishError
 from driver_container.formats.elffacts import ElfDeps
@@ -41,8 +40,7 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 NS = 1_000_000_000
 
 
-@dataclass(frozen=True)
-class IndexEntry:
+class IndexEntry(NamedTuple):
     path: str  # real path relative to USERSPACE_ROOT (no link in it)
     size: int
     mtime_ns: int

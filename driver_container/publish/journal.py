@@ -24,8 +24,8 @@ import json
 import logging
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import NamedTuple
 
 from driver_container.errors import PublishError
 from driver_container.runtime.fsutil import (
@@ -47,8 +47,7 @@ FORMAT = 1
 MAX_JOURNAL = 16 << 20  # ~100 bytes a step; a publish has ~50 steps
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(NamedTuple):
     action: str  # "mkdir", "put" or "remove"
     path: str  # relative to DRIVER_ROOT
     existed: bool  # something was at ``path`` before the step (kept aside while the commit runs)

@@ -18,9 +18,8 @@ import json
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, NamedTuple
 
 from driver_container.errors import PublishError
 from driver_container.formats.elffacts import ElfDeps
@@ -33,8 +32,7 @@ MANIFEST_PATH = PurePosixPath(".driver-container/manifest.json")
 MAX_MANIFEST = 16 << 20  # ~600 bytes a record; a publish has ~50
 
 
-@dataclass(frozen=True)
-class Record:
+class Record(NamedTuple):
     path: str
     type: str  # "file" or "link"
     mode: int
@@ -51,8 +49,7 @@ class Record:
 SourceKey = tuple[str, int, int]  # (real source path, size, mtime_ns)
 
 
-@dataclass(frozen=True)
-class Manifest:
+class Manifest(NamedTuple):
     """What the last commit published. ``inputs`` and ``cache`` let a restart recognise an unchanged root
     without planning (``publish.unchanged``): what the plan was computed from, and the (size, mtime_ns)
     of the ld.so.cache the commit put in place; "" and None where that is not known."""
@@ -87,8 +84,8 @@ def format_manifest(manifest: Manifest) -> str:
 
 
 def _fields(record: Record) -> dict[str, Any]:
-    """The record as a dict, without ``dataclasses.asdict``'s deep copies."""
-    fields = dict(record.__dict__)
+    """The record as a dict (its ELF facts as their own object)."""
+    fields = record._asdict()
     if record.elf is not None:
         fields["elf"] = elf_to_json(record.elf)
     return fields
@@ -158,7 +155,13 @@ def elf_from_json(elf: Any) -> ElfDeps:
 
 
 def elf_to_json(elf: ElfDeps) -> dict[str, Any]:
-    return dict(elf.__dict__)
+    return elf._asdict()
+
+
+# The last manifest parsed under each root, by the identity of its file (a new manifest is a new inode,
+# renamed into place; ctime changes with any write): a restart reads it twice (the inspection's publish
+# status, then the unchanged-root check), ~2.5 ms each for the Debian 535 root (bench/startup.py, issue 18).
+_LAST_READ: dict[str, tuple[tuple[int, int, int, int, int], str, Manifest]] = {}
 
 
 def read_manifest(root: Path) -> tuple[str, Manifest | None]:
@@ -175,6 +178,11 @@ def read_manifest(root: Path) -> tuple[str, Manifest | None]:
         if os.path.lexists(shown) or os.path.islink(root / MANIFEST_PATH.parent):
             log.warning("ignoring the manifest (every file is rewritten): %s", exc.message)
         return "", None
+    identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    known = _LAST_READ.get(str(root))
+    if known is not None and known[0] == identity:
+        os.close(fd)
+        return known[1], known[2]
     try:
         data = os.read(fd, MAX_MANIFEST + 1) if st.st_size <= MAX_MANIFEST else b""
     except OSError as exc:
@@ -191,4 +199,5 @@ def read_manifest(root: Path) -> tuple[str, Manifest | None]:
     if manifest is None:
         log.warning("ignoring %s: not a manifest this version wrote (every published file is rewritten)", shown)
         return "", None
+    _LAST_READ[str(root)] = (identity, text, manifest)
     return text, manifest

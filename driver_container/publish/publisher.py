@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import stat
 import time
-from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
 from driver_container.errors import DriverContainerError, PublishError
@@ -124,7 +123,7 @@ def _commit(
     written after the cache is built: its step's temporary (STAGING/manifest.json) appears only then."""
     rebuild = prepared.changed or bool(cache_problems(plan, root))
     if not rebuild:
-        manifest = replace(manifest, cache=_identity(root, PurePosixPath(CACHE)))
+        manifest = manifest._replace(cache=_identity(root, PurePosixPath(CACHE)))
         if manifest == previous:
             return False
     steps = commit_steps(root, prepared)
@@ -139,7 +138,7 @@ def _commit(
         transaction.run_until(files)
         if rebuild:
             build_cache(plan, root, runner)  # checked in staging: a bad cache never replaces the live one
-            manifest = replace(manifest, cache=_identity(root, STAGING / "ld.so.cache"))  # a rename keeps it
+            manifest = manifest._replace(cache=_identity(root, STAGING / "ld.so.cache"))  # a rename keeps it
             transaction.run_next("put")
         staged = stage_write(root / STAGING / STAGED_MANIFEST, format_manifest(manifest).encode(), mode=0o644,
                              root=root, suffix=TMP_SUFFIX)  # fmt: skip

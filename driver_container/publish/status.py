@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from driver_container.paths import HostPaths
 from driver_container.publish.journal import interrupted
@@ -10,8 +10,7 @@ from driver_container.publish.manifest import read_manifest
 from driver_container.runtime.statusfiles import read_publish_failure
 
 
-@dataclass(frozen=True)
-class PublishStatus:
+class PublishStatus(NamedTuple):
     """What ``status`` says about DRIVER_ROOT: the published version (from its manifest, read bounded and
     without following links), the last failed publish, and whether one was interrupted (journal left)."""
 

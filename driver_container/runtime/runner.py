@@ -12,8 +12,8 @@ import os
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from driver_container.errors import CommandError, ForbiddenCommandError
 
@@ -23,8 +23,7 @@ log = logging.getLogger(__name__)
 MODULE_TOOLS = frozenset({"modprobe", "rmmod", "insmod"})
 
 
-@dataclass(frozen=True)
-class CompletedCommand:
+class CompletedCommand(NamedTuple):
     argv: tuple[str, ...]
     returncode: int
     stdout: str

@@ -10,7 +10,7 @@ Text in, frozen data out; lines that do not match are skipped, never guessed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from driver_container.formats.numbers import parse_uint
 
@@ -20,8 +20,7 @@ MAX_MAJOR = 4095
 MAX_MINOR = (1 << 20) - 1
 
 
-@dataclass(frozen=True)
-class CharDevices:
+class CharDevices(NamedTuple):
     """Character-device majors by name (``/proc/devices``, first section only)."""
 
     majors: tuple[tuple[str, int], ...]
@@ -36,8 +35,7 @@ class CharDevices:
         return tuple(name for name, _ in self.majors if name.startswith(prefix))
 
 
-@dataclass(frozen=True)
-class MigMinor:
+class MigMinor(NamedTuple):
     capability: str  # e.g. "gpu0/gi1/access" or "config"
     minor: int
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 NVLINK5_VPD_MARKER = b"SW_MNG"
 IS_SM_DISABLED = 0x00000400  # IB PortInfo CapabilityMask bit (IBTA vol. 1, 14.2.5.6)
@@ -95,8 +95,7 @@ def apply_overrides(text: str, overrides: tuple[tuple[str, str], ...] | list[tup
     return "\n".join(lines) + "\n"
 
 
-@dataclass(frozen=True)
-class GpuFabric:
+class GpuFabric(NamedTuple):
     pci_id: str
     state: str  # "Completed" | "In Progress" | "Not Started" | "Not Supported" | "N/A" | other text
     status: str | None  # "Success", an NVML error text, "N/A" or None when not printed

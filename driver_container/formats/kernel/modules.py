@@ -8,13 +8,12 @@ on a kernel built without ``CONFIG_MODULE_UNLOAD``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from driver_container.formats.kernel.modules_line import parse_module_line
 
 
-@dataclass(frozen=True)
-class ProcModule:
+class ProcModule(NamedTuple):
     name: str
     size: int
     refcnt: int | None  # None without CONFIG_MODULE_UNLOAD

@@ -9,7 +9,7 @@ A line is ``ID PARENT MAJ:MIN ROOT MOUNT_POINT OPTIONS [OPTIONAL...] - FSTYPE SO
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from driver_container.formats.numbers import parse_uint
 
@@ -21,8 +21,7 @@ def _unescape(field: str) -> str:
     return _OCTAL.sub(lambda m: chr(parse_uint(m.group(1), base=8) or 0), field) if "\\" in field else field
 
 
-@dataclass(frozen=True)
-class Mount:
+class Mount(NamedTuple):
     """One mountinfo line."""
 
     mount_id: int

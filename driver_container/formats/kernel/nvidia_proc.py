@@ -11,7 +11,7 @@ so /sys/module/nvidia/parameters does not exist).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from driver_container.errors import HostReadError
 from driver_container.formats.numbers import parse_uint
@@ -39,8 +39,7 @@ _PCI = re.compile(r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
 SMALL = 64 * 1024
 
 
-@dataclass(frozen=True)
-class NvidiaProcVersion:
+class NvidiaProcVersion(NamedTuple):
     version: str
     flavour: str  # "open" | "proprietary"
     arch: str
@@ -49,8 +48,7 @@ class NvidiaProcVersion:
     nvrm_line: str
 
 
-@dataclass(frozen=True)
-class GpuInfo:
+class GpuInfo(NamedTuple):
     pci_id: str
     model: str | None
     uuid: str | None

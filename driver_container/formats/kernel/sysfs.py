@@ -9,7 +9,7 @@ non-zero permissions (NVIDIA's ``NVreg_*`` are 0, see nvidia_proc.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from driver_container.errors import HostReadError
 from driver_container.formats.numbers import parse_int
@@ -18,8 +18,7 @@ from driver_container.paths import Root
 SMALL = 64 * 1024  # sysfs attributes are at most one page
 
 
-@dataclass(frozen=True)
-class SysfsModule:
+class SysfsModule(NamedTuple):
     name: str
     present: bool  # /sys/module/<name> exists
     initstate: str | None
@@ -28,7 +27,7 @@ class SysfsModule:
     srcversion: str | None
     taint: str | None
     holders: tuple[str, ...]
-    parameters: dict[str, str] = field(default_factory=dict)
+    parameters: dict[str, str]
     problems: tuple[str, ...] = ()
 
     @property
@@ -65,9 +64,9 @@ def read_sysfs_module(sys_root: Root, name: str, *, with_parameters: bool = True
     try:
         present = sys_root.is_dir(base)
     except HostReadError as exc:
-        return SysfsModule(name, False, None, None, None, None, None, (), problems=(exc.message,))
+        return SysfsModule(name, False, None, None, None, None, None, (), {}, problems=(exc.message,))
     if not present:
-        return SysfsModule(name, False, None, None, None, None, None, ())
+        return SysfsModule(name, False, None, None, None, None, None, (), {})
     refcnt_text = _attr(sys_root, f"{base}/refcnt", problems)
     refcnt: int | None = None
     if refcnt_text is not None:

@@ -11,7 +11,7 @@ buffer before use, so a truncated or hostile file gives a ``ModuleFormatError`` 
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from driver_container.errors import ModuleFormatError
 from driver_container.formats.kmod.compression import Buffer
@@ -30,8 +30,7 @@ _MODULE_NAME_LEN = {1: 60, 2: 56}  # 64 - sizeof(unsigned long)
 _WANTED = (b".modinfo", b".gnu.linkonce.this_module")
 
 
-@dataclass(frozen=True)
-class ElfSections:
+class ElfSections(NamedTuple):
     modinfo: bytes | None
     this_module_name: bytes | None
     elfclass: int  # 32 or 64

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class ModuleParameter:
+class ModuleParameter(NamedTuple):
     """One ``parm``/``parmtype`` pair merged by name, as kmod's modinfo merges them."""
 
     name: str
@@ -14,8 +13,7 @@ class ModuleParameter:
     type: str | None
 
 
-@dataclass(frozen=True)
-class Signature:
+class Signature(NamedTuple):
     """The appended module signature (kernel ``struct module_signature`` plus its payload).
 
     ``algo``, ``hash`` and ``id_type`` are the raw trailer bytes; for PKCS#7 (id_type 2) the other
@@ -33,8 +31,7 @@ class Signature:
     id_type: int
 
 
-@dataclass(frozen=True)
-class ModuleInfo:
+class ModuleInfo(NamedTuple):
     """Metadata of one module file. ``fields`` keeps every ``.modinfo`` entry in section order."""
 
     filename: str | None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -82,7 +81,7 @@ def test_no_peermem_on_talos_init_does_not_wait_for_it(tmp_path: Path) -> None:
     rdma = Settings(gpu_direct_rdma=True)
     assert "nvidia_peermem" not in required_modules(rdma, talos=True)
     assert "nvidia_peermem" in required_modules(rdma, talos=False)
-    settings = replace(rdma, module_wait_timeout=0.2)
+    settings = rdma._replace(module_wait_timeout=0.2)
     paths = fixture_paths(_talos_tree(tmp_path))  # Talos host without nvidia_peermem
     assert wait_for_modules(paths, settings, Shutdown(), talos=True, poll_s=0.05) is True
 
@@ -99,7 +98,7 @@ def test_rdma_on_talos_warns_and_points_at_dma_buf(tmp_path: Path) -> None:
 
 def test_timeout_fix_is_one_form_for_the_version(tmp_path: Path) -> None:
     paths = fixture_paths(_talos_tree(tmp_path, scenario="talos-1.13-uvm-missing"))
-    settings = replace(Settings(), module_wait_timeout=0.1)
+    settings = Settings()._replace(module_wait_timeout=0.1)
     with pytest.raises(ModuleWaitTimeout) as caught:
         wait_for_modules(paths, settings, Shutdown(), talos=True, poll_s=0.05, talos_version="v1.14.0")
     fix = caught.value.fix or ""

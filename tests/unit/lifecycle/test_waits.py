@@ -3,7 +3,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -59,7 +58,7 @@ def test_loaded_modules_return_at_once(tmp_path: Path) -> None:
 
 
 def test_timeout_names_missing_modules_and_the_fix(tmp_path: Path) -> None:
-    settings = replace(Settings(), module_wait_timeout=0.3)
+    settings = Settings()._replace(module_wait_timeout=0.3)
     started = time.monotonic()
     with pytest.raises(ModuleWaitTimeout) as caught:
         wait_for_modules(_paths("talos-1.13-uvm-missing", tmp_path), settings, Shutdown(), talos=True, poll_s=0.05)
@@ -69,7 +68,7 @@ def test_timeout_names_missing_modules_and_the_fix(tmp_path: Path) -> None:
 
 
 def test_peermem_required_with_rdma_on_generic_hosts(tmp_path: Path) -> None:
-    settings = replace(Settings(gpu_direct_rdma=True), module_wait_timeout=0.1)
+    settings = Settings(gpu_direct_rdma=True)._replace(module_wait_timeout=0.1)
     with pytest.raises(ModuleWaitTimeout, match="nvidia_peermem"):
         wait_for_modules(_paths("talos-1.13-open-595", tmp_path), settings, Shutdown(), talos=False, poll_s=0.05)
 

@@ -6,7 +6,6 @@ HOST_ROOT (the main container has none) and the same RUN_DIR, /proc and /sys.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import shutil
@@ -43,7 +42,7 @@ def _node(tmp_path: Path, name: str) -> tuple[HostPaths, HostPaths]:
     (tree / "run").mkdir()
     (tmp_path / "no-host").mkdir()
     manager = fixture_paths(tree)
-    return manager, dataclasses.replace(manager, host_root=tmp_path / "no-host", _roots={})
+    return manager, manager._replace(host_root=tmp_path / "no-host")
 
 
 def _codes(paths: HostPaths, settings: Settings = SETTINGS) -> dict[str, str]:
@@ -130,6 +129,6 @@ def test_parse_refuses_what_it_did_not_write(text: str) -> None:
 def test_stale_reason_needs_every_binding_to_match() -> None:
     here = Binding("b", "d", "595.91.07", "6.18.24-talos")
     assert stale_reason(here, here) is None
-    assert "this boot's id" in (stale_reason(here, dataclasses.replace(here, boot_id=None)) or "")
+    assert "this boot's id" in (stale_reason(here, here._replace(boot_id=None)) or "")
     for field in ("boot_id", "digest", "image_version", "kernel_release"):
-        assert field in (stale_reason(dataclasses.replace(here, **{field: "x"}), here) or "")
+        assert field in (stale_reason(here._replace(**{field: "x"}), here) or "")

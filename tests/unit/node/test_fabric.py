@@ -28,7 +28,7 @@ def _copy(tmp_path: Path, scenario: str, *, image: bool = False, nvlsm: bool = T
     if image:
         add_fabric_to_image(root / "userspace", nvlsm=nvlsm)
     paths = fixture_paths(root)
-    return HostPaths(**{**paths.__dict__, "fabric_run_dir": tmp_path / "fm-run", "_roots": {}})
+    return paths._replace(fabric_run_dir=tmp_path / "fm-run")
 
 
 def _codes(paths: HostPaths, settings: Settings | None = None) -> dict[str, str]:

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
 from driver_container.formats.elfdeps import ElfDeps
-from driver_container.publish.manifest import Manifest, Record, format_manifest, parse_manifest
+from driver_container.publish.manifest import (
+    MANIFEST_PATH,
+    Manifest,
+    Record,
+    format_manifest,
+    parse_manifest,
+    read_manifest,
+)
 
 CUDA_ELF = ElfDeps("EM_X86_64", 64, "ET_DYN", None, "libcuda.so.1", ("libnvidia-glcore.so.535.309.01",))
 SMI_ELF = ElfDeps("EM_X86_64", 64, "ET_EXEC", "/lib64/ld-linux-x86-64.so.2", None, ("libnvidia-ml.so.1",), ("/opt",))
@@ -64,8 +73,49 @@ def test_record_written_before_elf_facts_existed() -> None:
         json.dumps({"format": 1, "version": "1", "triplet": "t", "files": [{"path": "a", "type": "file", "mode": 1,
                                                                             "elf": {"machine": "x"}}]}),
         json.dumps({"format": 1, "version": "1", "triplet": "t", "files": [{"path": "a", "type": "file", "mode": 1,
-                    "elf": {**CUDA_ELF.__dict__, "needed": [1], "runpath": []}}]}),
+                    "elf": {**CUDA_ELF._asdict(), "needed": [1], "runpath": []}}]}),
     ],
 )  # fmt: skip
 def test_foreign_or_damaged_text_is_no_manifest(text: str) -> None:
     assert parse_manifest(text) is None
+
+
+def _write_manifest(root: Path, manifest: Manifest) -> Path:
+    path = root / MANIFEST_PATH
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(format_manifest(manifest))
+    return path
+
+
+def test_a_second_read_of_the_same_file_is_not_parsed_again(tmp_path: Path) -> None:
+    """A restart reads the manifest twice (publish status, then the unchanged-root check): one parse."""
+    _write_manifest(tmp_path, MANIFEST)
+    first = read_manifest(tmp_path)
+    assert first[1] is not None and read_manifest(tmp_path)[1] is first[1]
+
+
+def test_a_manifest_rewritten_in_place_is_read_again(tmp_path: Path) -> None:
+    """Same size and mtime, new content (ctime moves): the remembered parse must not be returned."""
+    path = _write_manifest(tmp_path, MANIFEST)
+    assert _version(tmp_path) == "535.309.01"
+    st = path.stat()
+    with path.open("r+") as f:  # the same inode, the same length
+        f.write(path.read_text().replace("535.309.01", "535.309.02"))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_mtime_ns == st.st_mtime_ns and path.stat().st_size == st.st_size
+    assert _version(tmp_path) == "535.309.02"
+
+
+def test_a_replaced_manifest_is_read_again(tmp_path: Path) -> None:
+    path = _write_manifest(tmp_path, MANIFEST)
+    assert _version(tmp_path) == "535.309.01"
+    newer = MANIFEST._replace(version="550.163.01")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(format_manifest(newer))
+    os.replace(tmp, path)
+    assert _version(tmp_path) == "550.163.01"
+
+
+def _version(root: Path) -> str | None:
+    manifest = read_manifest(root)[1]
+    return manifest.version if manifest else None
