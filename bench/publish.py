@@ -4,7 +4,8 @@ Measured in the same run, page cache warm for both: baseline = `cp -a` of exactl
 publishes + `ldconfig -r`; first publish into an empty DRIVER_ROOT (ratio target <= 1.2) of the userspace
 as the image has it, with its digest index (a hard-linked copy of the tree, same files and filesystem,
 indexed by `nvidia-driver index-userspace`), and the same without an index (every file hashed); unchanged
-re-publish (target <= 0.1 of the baseline); peak RSS of a process doing the first publish (<= 80 MB).
+re-publish (target <= 0.1 of the baseline; `publish_driver_root` recognises the root from its manifest,
+publish/unchanged.py, as `init` does); peak RSS of a process doing the first publish (<= 80 MB).
 Each side runs BENCH_ROUNDS times (default 11), interleaved; ratios are medians of per-round ratios.
 Usage: [TMPDIR=/dev/shm] .venv/bin/python bench/publish.py [USERSPACE_ROOT] [VERSION]
 Both sides write under TMPDIR: /dev/shm (tmpfs) is what DRIVER_ROOT (/run) is in production; on a disk

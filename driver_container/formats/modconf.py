@@ -11,7 +11,6 @@ Pure functions only: text and values in, values out.
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Sequence
 
 from driver_container.errors import HostReadError, UsageError
@@ -36,6 +35,8 @@ def parse_module_conf(text: str, *, source: str = "<conf>") -> list[tuple[str, s
 
     Raises HostReadError naming ``source`` and the line when a word is not ``NAME=VALUE``.
     """
+    import shlex  # lazy, hot path: most nodes have no .conf file, and every `init` and `status` imports this
+
     pairs: list[tuple[str, str]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         try:

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from driver_container.errors import DriverContainerError
 from driver_container.lifecycle.verify import loaded_version, verify
 from driver_container.paths import HostPaths
-from driver_container.runtime import statusfiles
 from driver_container.runtime.runner import Runner
 from driver_container.runtime.supervise import Shutdown, run_in_child
 from driver_container.settings import Settings
@@ -69,31 +68,15 @@ def _verify_and_publish(
 ) -> str:
     state = verify(paths, settings, platform)
     version = loaded_version(state)
-    if not _keep_unchanged_root(paths, version, runner):
-        from driver_container.publish.publisher import publish_driver_root  # lazy, hot path: see the module doc
+    # Lazy, hot path: in the child only, and the publisher only when something is to be written.
+    from driver_container.publish.unchanged import keep_unchanged_root
 
-        publish_driver_root(paths, version, runner)  # logs its own summary
+    if keep_unchanged_root(paths, version, runner) is None:
+        from driver_container.publish.publisher import publish_driver_root
+
+        publish_driver_root(paths, version, runner, check_unchanged=False)  # just checked; logs its summary
     _report_published(state, version)
     return version
-
-
-def _keep_unchanged_root(paths: HostPaths, version: str, runner: Runner) -> bool:
-    """True when DRIVER_ROOT is exactly what its manifest records for the same inputs (nothing written).
-
-    Its mount comes first, as in the publisher: NVIDIA's leftover bind mount would show another root."""
-    # Lazy, hot path: in the child only (see the module doc).
-    from driver_container.publish.rootdir import prepare_driver_root
-    from driver_container.publish.unchanged import unchanged_manifest
-
-    if not paths.driver_root.is_dir() or prepare_driver_root(paths, runner):
-        return False
-    manifest = unchanged_manifest(paths, version)
-    if manifest is None:
-        return False
-    statusfiles.clear_publish_failure(paths)
-    log.info("driver root %s unchanged since its last publish of %s (%d paths checked): nothing written",
-             paths.driver_root, version, len(manifest.records))  # fmt: skip
-    return True
 
 
 def _report_published(state: HostState, version: str) -> None:

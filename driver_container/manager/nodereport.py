@@ -16,15 +16,17 @@ in an operator-managed pod the annotations work and the Event needs an extra Clu
 
 from __future__ import annotations
 
-import datetime
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from driver_container.errors import DriverContainerError
 
 if TYPE_CHECKING:
+    import datetime
+
     from driver_container.manager.kube import KubeClient
 
 log = logging.getLogger(__name__)
@@ -63,7 +65,7 @@ def annotation_patch(verdict: NodeVerdict) -> dict[str, str | None]:
 def event(verdict: NodeVerdict, node: str, namespace: str, now: datetime.datetime) -> dict[str, Any]:
     """A core/v1 Warning Event about the Node. ``kubectl describe node`` finds node events by
     involvedObject uid = the node's name (the convention the kubelet uses for its own node events)."""
-    stamp = now.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now.timestamp()))
     return {
         "apiVersion": "v1",
         "kind": "Event",
@@ -122,6 +124,8 @@ def report(
             ]
             if verdict.result == REFUSED:
                 ns = namespace(e)
+                import datetime  # lazy, hot path: only a refusal posts an Event; every start imports this module
+
                 body = event(verdict, node, ns, datetime.datetime.now(datetime.UTC))
                 calls.append((f"post an Event in {ns}", lambda: client.create_event(ns, body)))
             for what, call in calls:

@@ -29,7 +29,7 @@ from driver_container.publish.model import PublishPlan, PublishReport
 from driver_container.publish.plan import plan_publish
 from driver_container.publish.rootdir import create_driver_root, prepare_driver_root
 from driver_container.publish.scan import describe_userspace, early_sources
-from driver_container.publish.unchanged import publish_inputs
+from driver_container.publish.unchanged import keep_unchanged_root, publish_inputs
 from driver_container.publish.verify import build_cache, cache_problems, closure_problems
 from driver_container.runtime import statusfiles
 from driver_container.runtime.dirtree import Tree
@@ -43,8 +43,19 @@ log = logging.getLogger(__name__)
 STAGED_MANIFEST = MANIFEST_PATH.name  # its temporary in STAGING, named in the journal before it exists
 
 
-def publish_driver_root(paths: HostPaths, version: str, runner: Runner) -> PublishReport:
-    """Publish the userspace of ``version`` (the verified loaded driver) into ``paths.driver_root``."""
+def publish_driver_root(
+    paths: HostPaths, version: str, runner: Runner, *, check_unchanged: bool = True
+) -> PublishReport:
+    """Publish the userspace of ``version`` (the verified loaded driver) into ``paths.driver_root``.
+
+    A root that its manifest shows unchanged for the same inputs is kept without a scan
+    (``unchanged.keep_unchanged_root``); ``check_unchanged=False`` when the caller has just checked, or to
+    take the full path, which also compares every file with the image (tests)."""
+    started = time.monotonic()
+    if check_unchanged:
+        kept = keep_unchanged_root(paths, version, runner)
+        if kept is not None:
+            return _unchanged_report(kept, time.monotonic() - started)
     try:
         report = _publish(paths, version, runner)
     except DriverContainerError as exc:
@@ -103,6 +114,20 @@ def _publish(paths: HostPaths, version: str, runner: Runner) -> PublishReport:
         version, root, report.written, report.copied_early, report.unchanged, report.removed, report.duration_s,
     )  # fmt: skip
     return report
+
+
+def _unchanged_report(manifest: Manifest, duration_s: float) -> PublishReport:
+    """What the full path would report for a root it found unchanged: every entry is one record."""
+    lib = f"usr/lib/{manifest.triplet}"
+    paths = [PurePosixPath(r.path) for r in manifest.records]
+    return PublishReport(
+        written=0, unchanged=len(manifest.records), removed=0,
+        libraries=tuple(r.path for r, p in zip(manifest.records, paths, strict=True)
+                        if r.type == "file" and str(p.parent) == lib),
+        binaries=tuple(r.path for r, p in zip(manifest.records, paths, strict=True) if str(p.parent) == "usr/bin"),
+        firmware=tuple(r.path for r in manifest.records if r.path.startswith("lib/firmware/")),
+        duration_s=duration_s, ldconfig_ran=False,
+    )  # fmt: skip
 
 
 def _check_closure(plan: PublishPlan) -> None:

@@ -30,7 +30,10 @@ from driver_container.formats.userspace_layout import DIGEST_INDEX
 from driver_container.paths import HostPaths
 from driver_container.publish.journal import STAGING, interrupted
 from driver_container.publish.manifest import Manifest, Record, read_manifest
+from driver_container.publish.rootdir import prepare_driver_root
+from driver_container.runtime import statusfiles
 from driver_container.runtime.dirtree import Tree
+from driver_container.runtime.runner import Runner
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +65,21 @@ def _identity(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return (st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
+
+
+def keep_unchanged_root(paths: HostPaths, version: str, runner: Runner) -> Manifest | None:
+    """The live manifest when DRIVER_ROOT is exactly what it records for the same inputs: nothing is
+    written (a publish failure recorded earlier is cleared, as a publish would). Its mount comes first, as
+    in the publisher: NVIDIA's leftover bind mount would show another root."""
+    if not paths.driver_root.is_dir() or prepare_driver_root(paths, runner):
+        return None
+    manifest = unchanged_manifest(paths, version)
+    if manifest is None:
+        return None
+    statusfiles.clear_publish_failure(paths)
+    log.info("driver root %s unchanged since its last publish of %s (%d paths checked): nothing written",
+             paths.driver_root, version, len(manifest.records))  # fmt: skip
+    return manifest
 
 
 def unchanged_manifest(paths: HostPaths, version: str) -> Manifest | None:
