@@ -60,7 +60,7 @@ class Shutdown:
 
         Waiting means start-up is over: the cyclic garbage collector, which ``cli.main`` turns off for
         start-up, is turned back on here and in ``wait_readable``, where every wait of the lifecycle goes
-        through."""
+        through (except the wait for the publishing child, which is still start-up: ``run_in_child``)."""
         gc.enable()
         if self._pipe is None or self.requested:
             return self.requested
@@ -70,9 +70,13 @@ class Shutdown:
             self._drain()
         return self.requested
 
-    def wait_readable(self, fd: int, timeout: float | None) -> bool:
-        """Sleep until ``fd`` is readable (True), a first signal arrives or ``timeout`` passes (False)."""
-        gc.enable()  # see ``wait``
+    def wait_readable(self, fd: int, timeout: float | None, *, start_up_over: bool = True) -> bool:
+        """Sleep until ``fd`` is readable (True), a first signal arrives or ``timeout`` passes (False).
+
+        ``start_up_over=False`` keeps the collector off: the parent waiting for its publishing child is
+        still starting (a collection there cost ~5 ms of every restart, bench/startup.py)."""
+        if start_up_over:
+            gc.enable()  # see ``wait``
         wake = self._pipe is not None and not self.requested
         watched = [fd, self._pipe[0]] if wake and self._pipe is not None else [fd]
         ready, _, _ = select.select(watched, [], [], None if timeout is None else max(timeout, 0.0))
@@ -164,7 +168,7 @@ def _collect(read_fd: int, pid: int, stop: Shutdown | None, grace_s: float) -> b
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             return None
-        if stop is not None and not stop.wait_readable(read_fd, remaining):
+        if stop is not None and not stop.wait_readable(read_fd, remaining, start_up_over=False):
             continue
         chunk = os.read(read_fd, 1 << 16)
         if not chunk:

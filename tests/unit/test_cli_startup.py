@@ -10,7 +10,7 @@ import sys
 
 from driver_container.cli import COMMAND_MODULES, command_modules
 from driver_container.cli.app import app
-from driver_container.runtime.supervise import Shutdown
+from driver_container.runtime.supervise import Shutdown, run_in_child
 
 
 def test_table_lists_exactly_the_commands_each_module_registers() -> None:
@@ -60,4 +60,18 @@ def test_waiting_turns_the_collector_back_on() -> None:
         Shutdown().wait(0)
         assert gc.isenabled()
     finally:
+        gc.enable()
+
+
+def test_waiting_for_the_publishing_child_is_still_start_up() -> None:
+    """The parent collecting the verify-and-publish child must not run collections (still starting)."""
+    gc.disable()
+    shutdown = Shutdown().install()
+    try:
+        assert run_in_child(lambda: "535.309.01", shutdown) == "535.309.01"
+        assert not gc.isenabled()
+        shutdown.wait(0)  # the wait for a signal afterwards is not
+        assert gc.isenabled()
+    finally:
+        shutdown.restore()
         gc.enable()
