@@ -1,4 +1,4 @@
-"""Data passed between the publish stages: userspace description -> plan -> report."""
+"""Data passed between the publish stages: sources (``PublishSources``) -> plan -> report."""
 
 from __future__ import annotations
 
@@ -21,8 +21,10 @@ class SourceFile:
 
 
 @dataclass(frozen=True)
-class Userspace:
-    """What the image offers, already resolved and read (the input of the pure planner)."""
+class PublishSources:
+    """Every file of the image's userspace that a publish of ``version`` takes, resolved and read (the
+    input of the pure planner). Not ``inspect.userspace.UserspaceVersion``, which is only what the version
+    finder saw; both look through ``formats.userspace_layout.LIBRARY_DIRS``."""
 
     version: str
     triplet: str

@@ -159,6 +159,26 @@ def test_a_library_in_any_one_dir_is_seen_by_both_or_neither(tmp_path: Path, lib
         assert [found.libcuda] == listed == [PurePosixPath("/", libdir, f"libcuda.so.{VERSION}")]
 
 
+def test_each_type_name_is_defined_once() -> None:
+    """One name, one type: two classes of one name (there were two ``Userspace``: the version finder's
+    and the publisher's sources) make a reader guess which one a signature means."""
+    where: dict[str, list[str]] = {}
+    for name, source in _modules():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(name)
+    twice = {cls: files for cls, files in where.items() if len(files) > 1}
+    assert not twice, f"classes defined more than once: {twice}"
+
+
+def test_driver_version_libraries_are_named_once() -> None:
+    """The version finder and the publisher's "found versions" read versions by one rule."""
+    assert version_finder.VERSION_LIBS is userspace_layout.VERSION_LIBS
+    assert userspace_layout.driver_versions(["libcuda.so.1", f"libcuda.so.{VERSION}", "libnvidia-ml.so.550.1"]) == [
+        "550.1", VERSION
+    ]
+
+
 def test_fixed_choices_are_literal_types() -> None:
     """Severity, the platform and the DRIVER_PLATFORM/KERNEL_MODULE_TYPE knobs are Literal types, so
     mypy strict (strict_equality) rejects a comparison with a value outside them."""
