@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from driver_container.errors import CommandError, PublishError
 from driver_container.formats.kernel.mountinfo import Mount, mount_containing, parse_mountinfo, top_mount_at
@@ -57,11 +57,15 @@ def describe(mount: Mount) -> str:
     return f"{mount.fstype} {mount.source} at {mount.mount_point} ({','.join(mount.options)})"
 
 
+# "keep": ours is there; "mount": make ours; "none": the filesystem there allows exec.
+RootMountAction = Literal["keep", "mount", "none"]
+
+
 @dataclass(frozen=True)
 class RootMountDecision:
     """What to do at DRIVER_ROOT; ``holder`` is the mount that holds it now (None: unknown)."""
 
-    action: str  # "keep" (ours is there) | "mount" (make ours) | "none" (the filesystem allows exec)
+    action: RootMountAction
     holder: Mount | None
     reason: str
 

@@ -26,6 +26,7 @@ import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Literal, get_args
 
 from driver_container.errors import PublishError
 from driver_container.runtime.fsutil import (
@@ -47,9 +48,12 @@ FORMAT = 1
 MAX_JOURNAL = 16 << 20  # ~100 bytes a step; a publish has ~50 steps
 
 
+JournalAction = Literal["mkdir", "put", "remove"]  # what one step of a commit does at its path
+
+
 @dataclass(frozen=True)
 class Step:
-    action: str  # "mkdir", "put" or "remove"
+    action: JournalAction
     path: str  # relative to DRIVER_ROOT
     existed: bool  # something was at ``path`` before the step (kept aside while the commit runs)
     source: str = ""  # "put": the temporary's name in STAGING
@@ -229,7 +233,7 @@ def parse_journal(data: bytes) -> list[Step] | None:
             return None
         steps = []
         for action, path, existed, source in body["steps"]:
-            ok = action in ("mkdir", "put", "remove") and isinstance(existed, bool)
+            ok = action in get_args(JournalAction) and isinstance(existed, bool)
             if not ok or not isinstance(path, str) or not isinstance(source, str) or "/" in source:
                 return None
             check_relative(path)

@@ -20,7 +20,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Literal, get_args
 
 from driver_container.errors import PublishError
 from driver_container.formats.elffacts import ElfDeps
@@ -33,10 +33,15 @@ MANIFEST_PATH = PurePosixPath(".driver-container/manifest.json")
 MAX_MANIFEST = 16 << 20  # ~600 bytes a record; a publish has ~50
 
 
+# What a published path is on disk: a regular file (copied or generated) or a symlink.
+RecordType = Literal["file", "link"]
+RECORD_TYPES: tuple[RecordType, ...] = get_args(RecordType)
+
+
 @dataclass(frozen=True)
 class Record:
     path: str
-    type: str  # "file" or "link"
+    type: RecordType
     mode: int
     size: int = 0
     sha256: str = ""
@@ -135,7 +140,7 @@ def _record(fields_: Mapping[str, Any]) -> Record:
     elf = fields_.get("elf")
     plain = {k: v for k, v in fields_.items() if k != "elf"}
     _checked(plain, _RECORD_TYPES)
-    if plain.get("type") not in ("file", "link"):
+    if plain.get("type") not in RECORD_TYPES:
         raise TypeError("record type")
     check_relative(plain.get("path", ""))
     if not str(plain.get("path", "")).strip("/"):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Literal
 
 from driver_container.formats.elffacts import ElfDeps
+from driver_container.publish.manifest import RecordType
 
 
 @dataclass(frozen=True)
@@ -42,10 +44,15 @@ class PublishSources:
     missing: tuple[tuple[str, str], ...] = ()  # (real path, DT_NEEDED name) an optional object lacks
 
 
+# A planned path: "file" (copied from its source), "link", or "text" (generated data, e.g. etc/ld.so.conf),
+# which is published and recorded as a "file" (manifest.RecordType).
+EntryKind = Literal[RecordType, "text"]
+
+
 @dataclass(frozen=True)
 class PlannedEntry:
     path: PurePosixPath  # relative to DRIVER_ROOT
-    kind: str  # "file" (copied from source), "text" (generated data) or "link"
+    kind: EntryKind
     mode: int = 0o644
     source: SourceFile | None = None
     data: bytes | None = None

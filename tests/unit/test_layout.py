@@ -186,14 +186,45 @@ def test_fixed_choices_are_literal_types() -> None:
 
     from driver_container.findings.model import SEVERITIES, Finding, Severity
     from driver_container.inspect.platform import PlatformInfo, PlatformKind
-    from driver_container.settings import ModuleTypeChoice, PlatformChoice, Settings
+    from driver_container.settings import DaemonChoice, ModuleTypeChoice, PlatformChoice, Settings
 
     assert get_type_hints(Finding)["severity"] == Severity and get_args(Severity) == SEVERITIES
     assert get_type_hints(PlatformInfo)["name"] == PlatformKind
     assert get_args(PlatformKind) == ("talos", "generic")
     hints = get_type_hints(Settings)
     assert hints["driver_platform"] == PlatformChoice and hints["kernel_module_type"] == ModuleTypeChoice
+    assert hints["persistenced"] == hints["fabricmanager"] == DaemonChoice
     assert Settings.from_env({"DRIVER_PLATFORM": " Talos "}).driver_platform == "talos"
+
+
+def test_other_fixed_choices_are_literal_types() -> None:
+    """Publish entry and record kinds, journal steps, the DRIVER_ROOT mount decision, the fabric kind,
+    the module flavour, where the userspace version was found and the Node verdict: one Literal each."""
+    from typing import Literal, get_args, get_type_hints
+
+    from driver_container.formats.kernel.nvidia_proc import ModuleFlavour, NvidiaProcVersion
+    from driver_container.inspect.modfiles import ModuleFile
+    from driver_container.inspect.userspace import UserspaceVersion, VersionSource
+    from driver_container.manager.nodereport import NodeVerdict, VerdictResult
+    from driver_container.node.fabric import FabricInfo, FabricKind
+    from driver_container.node.rootmount import RootMountAction, RootMountDecision
+    from driver_container.publish.journal import JournalAction, Step
+    from driver_container.publish.manifest import Record, RecordType
+    from driver_container.publish.model import EntryKind, PlannedEntry
+    from driver_container.settings import ModuleTypeChoice
+
+    fields = [
+        (PlannedEntry, "kind", EntryKind), (Record, "type", RecordType), (Step, "action", JournalAction),
+        (RootMountDecision, "action", RootMountAction), (FabricInfo, "kind", FabricKind),
+        (NvidiaProcVersion, "flavour", ModuleFlavour), (ModuleFile, "flavour", ModuleFlavour | None),
+        (UserspaceVersion, "source", VersionSource), (NodeVerdict, "result", VerdictResult),
+    ]  # fmt: skip
+    names = {"ModuleFlavour": ModuleFlavour}  # nodereport names it for type checking only (init's hot path)
+    for cls, field, hint in fields:
+        assert get_type_hints(cls, localns=names)[field] == hint, f"{cls.__name__}.{field}"
+    for alias in (EntryKind, RecordType, JournalAction, RootMountAction, FabricKind, ModuleFlavour, VersionSource):
+        assert get_args(alias) and all(isinstance(v, str) for v in get_args(alias))
+    assert ModuleTypeChoice == Literal["auto", "open", "proprietary"]
 
 
 def test_every_exception_class_is_in_errors_py() -> None:

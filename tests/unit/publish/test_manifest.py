@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from typing import get_args, get_type_hints
 
 import pytest
 
 from driver_container.formats.elfdeps import ElfDeps
-from driver_container.publish.manifest import Manifest, Record, format_manifest, parse_manifest
+from driver_container.publish.manifest import Manifest, Record, RecordType, format_manifest, parse_manifest
+from driver_container.publish.model import EntryKind, PlannedEntry
 
 CUDA_ELF = ElfDeps("EM_X86_64", 64, "ET_DYN", None, "libcuda.so.1", ("libnvidia-glcore.so.535.309.01",))
 SMI_ELF = ElfDeps("EM_X86_64", 64, "ET_EXEC", "/lib64/ld-linux-x86-64.so.2", None, ("libnvidia-ml.so.1",), ("/opt",))
@@ -69,3 +71,23 @@ def test_record_written_before_elf_facts_existed() -> None:
 )  # fmt: skip
 def test_foreign_or_damaged_text_is_no_manifest(text: str) -> None:
     assert parse_manifest(text) is None
+
+
+def _one_record(kind: str) -> str:
+    record = {"path": "usr/bin/x", "type": kind, "mode": 0o755, "target": "y" if kind == "link" else ""}
+    return json.dumps({"format": 1, "version": "1", "triplet": "t", "files": [record]})
+
+
+def test_record_kinds_are_one_literal_type_the_reader_checks() -> None:
+    """The kinds are ``RecordType`` (the plan adds "text", published as a file): each one the type
+    names is read back, nothing else is."""
+    assert get_type_hints(Record)["type"] == RecordType and get_type_hints(PlannedEntry)["kind"] == EntryKind
+    assert set(get_args(EntryKind)) == {*get_args(RecordType), "text"}
+    for kind in get_args(RecordType):
+        back = parse_manifest(_one_record(kind))
+        assert back is not None and back.records[0].type == kind
+
+
+@pytest.mark.parametrize("kind", ["dir", "symlink", "text", "File", "", "file "])
+def test_a_record_of_an_unknown_kind_is_no_manifest(kind: str) -> None:
+    assert parse_manifest(_one_record(kind)) is None
