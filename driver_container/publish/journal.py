@@ -81,7 +81,7 @@ class Transaction:
         body = {"format": FORMAT, "steps": [[s.action, s.path, s.existed, s.source] for s in self.steps]}
         atomic_write_text(self.root / JOURNAL, json.dumps(body) + "\n", mode=0o600, root=self.root)
 
-    def run_next(self, action: str | None = None) -> Step:
+    def run_next(self, action: JournalAction | None = None) -> Step:
         """Run the next step (checked to be ``action`` when given)."""
         step = self.steps[self._next]
         if action is not None and step.action != action:
