@@ -7,15 +7,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Literal, NamedTuple, TypeVar
+from typing import Literal, NamedTuple, TypeVar, get_args
 
 from driver_container.errors import UsageError
 from driver_container.formats.kernel.fabric import overrides_from_env
+from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
 from driver_container.formats.numbers import parse_decimal_seconds
 
 # Fixed-choice knobs as Literal types, so mypy checks every comparison with them.
 PlatformChoice = Literal["auto", "talos", "generic"]  # DRIVER_PLATFORM
-ModuleTypeChoice = Literal["auto", "open", "proprietary"]  # KERNEL_MODULE_TYPE
+ModuleTypeChoice = Literal["auto", ModuleFlavour]  # KERNEL_MODULE_TYPE
+DaemonChoice = Literal["auto", "true", "false"]  # NVIDIA_PERSISTENCED, NVIDIA_FABRICMANAGER
+# The values each knob accepts, read from its type (get_args), so the two cannot differ.
+PLATFORM_CHOICES: tuple[PlatformChoice, ...] = get_args(PlatformChoice)
+MODULE_TYPE_CHOICES: tuple[ModuleTypeChoice, ...] = get_args(ModuleTypeChoice)
+DAEMON_CHOICES: tuple[DaemonChoice, ...] = get_args(DaemonChoice)
 _Choice = TypeVar("_Choice", bound=str)
 
 _TRUE = {"true", "1", "yes", "on"}
@@ -63,8 +69,8 @@ class Settings(NamedTuple):
     gdrcopy_enabled: bool = False  # GDRCOPY_ENABLED (operator)
     module_wait_timeout: float = 300.0  # MODULE_WAIT_TIMEOUT seconds
     driver_config_digest: str | None = None  # DRIVER_CONFIG_DIGEST (operator)
-    persistenced: str = "auto"  # NVIDIA_PERSISTENCED: auto|true|false
-    fabricmanager: str = "auto"  # NVIDIA_FABRICMANAGER: auto|true|false (docs/fabric.md)
+    persistenced: DaemonChoice = "auto"  # NVIDIA_PERSISTENCED
+    fabricmanager: DaemonChoice = "auto"  # NVIDIA_FABRICMANAGER (docs/fabric.md)
     fabric_wait_timeout: float = 600.0  # FABRIC_WAIT_TIMEOUT seconds: FM up and the GPUs' fabric trained
     fabric_overrides: tuple[tuple[str, str], ...] = ()  # NVFM_CONFIG_<FIELD>=<value> (NVIDIA's names)
 
@@ -96,11 +102,11 @@ class Settings(NamedTuple):
         e = os.environ if env is None else env
         return cls(
             driver_platform=parse_choice(
-                "DRIVER_PLATFORM", e.get("DRIVER_PLATFORM"), ("auto", "talos", "generic"), "auto"
+                "DRIVER_PLATFORM", e.get("DRIVER_PLATFORM"), PLATFORM_CHOICES, "auto"
             ),
             driver_version=(e.get("DRIVER_VERSION") or "").strip() or None,
             kernel_module_type=parse_choice(
-                "KERNEL_MODULE_TYPE", e.get("KERNEL_MODULE_TYPE"), ("auto", "open", "proprietary"), "auto"
+                "KERNEL_MODULE_TYPE", e.get("KERNEL_MODULE_TYPE"), MODULE_TYPE_CHOICES, "auto"
             ),
             nvidia_modeset=parse_bool("NVIDIA_MODESET", e.get("NVIDIA_MODESET"), True),
             gpu_direct_rdma=parse_bool("GPU_DIRECT_RDMA_ENABLED", e.get("GPU_DIRECT_RDMA_ENABLED"), False),
@@ -110,10 +116,10 @@ class Settings(NamedTuple):
             module_wait_timeout=parse_seconds("MODULE_WAIT_TIMEOUT", e.get("MODULE_WAIT_TIMEOUT"), 300.0),
             driver_config_digest=(e.get("DRIVER_CONFIG_DIGEST") or "").strip() or None,
             persistenced=parse_choice(
-                "NVIDIA_PERSISTENCED", e.get("NVIDIA_PERSISTENCED"), ("auto", "true", "false"), "auto"
+                "NVIDIA_PERSISTENCED", e.get("NVIDIA_PERSISTENCED"), DAEMON_CHOICES, "auto"
             ),
             fabricmanager=parse_choice(
-                "NVIDIA_FABRICMANAGER", e.get("NVIDIA_FABRICMANAGER"), ("auto", "true", "false"), "auto"
+                "NVIDIA_FABRICMANAGER", e.get("NVIDIA_FABRICMANAGER"), DAEMON_CHOICES, "auto"
             ),
             fabric_wait_timeout=parse_seconds("FABRIC_WAIT_TIMEOUT", e.get("FABRIC_WAIT_TIMEOUT"), 600.0),
             fabric_overrides=overrides_from_env(e),

@@ -15,6 +15,7 @@ from driver_container.publish.manifest import MANIFEST_PATH
 
 if TYPE_CHECKING:
     from driver_container.inspect.hoststate import HostState
+    from driver_container.node.fabric import FabricKind
 
 
 def _param_fix(state: HostState, module: str) -> str:
@@ -143,7 +144,7 @@ def _firmware_fix(state: HostState) -> str:
     )
 
 
-def _fabric_image_fix(kind: str) -> str:
+def _fabric_image_fix(kind: FabricKind) -> str:
     what = "Fabric Manager and NVLSM" if kind == "nvlink5" else "Fabric Manager"
     return (
         f"use an image built with NVIDIA's {what} of the loaded driver version (docs/fabric.md), or run it on "

@@ -233,7 +233,7 @@ def file_checks(state: HostState, m: LoadedModule, f: ModuleFile | None) -> list
 
 def flavour(state: HostState) -> list[Finding]:
     wanted = state.settings.kernel_module_type
-    if wanted not in ("open", "proprietary"):
+    if wanted == "auto":
         return []
     f = state.module_files.get("nvidia")
     found, source = None, ""

@@ -13,6 +13,9 @@ which keeps each library in one dir (usr/lib/<triplet>).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
+
 # ELF machine -> Debian/Ubuntu multiarch triplet, in the order the dirs are searched.
 TRIPLETS = {"EM_X86_64": "x86_64-linux-gnu", "EM_AARCH64": "aarch64-linux-gnu"}
 DEBIAN_SUBDIR = "nvidia/current"  # Debian's packages keep the driver's libraries one level down
@@ -30,6 +33,24 @@ LIBRARY_DIRS: tuple[str, ...] = (
     "lib",
     ".",
 )
+# The libraries whose file name tells the driver version, in order of preference: the toolkit takes
+# libcuda.so.X.Y[.Z], else libnvidia-ml.so.X.Y[.Z] (gpu-operator-contract.md section 6). The version
+# finder (inspect.userspace) and the publisher's "found versions" hint (publish.scan) both use these.
+VERSION_LIBS = ("libcuda.so", "libnvidia-ml.so")
+_VERSIONED = re.compile(r"(?P<lib>lib[A-Za-z0-9_+-]+\.so)\.(?P<version>[0-9]+\.[0-9]+(?:\.[0-9]+)?)")
+
+
+def version_of(file_name: str, lib: str) -> str | None:
+    """``libcuda.so.595.91.07`` -> ``595.91.07`` for ``lib`` ``libcuda.so``; other names -> None."""
+    match = _VERSIONED.fullmatch(file_name)
+    return match.group("version") if match and match.group("lib") == lib else None
+
+
+def driver_versions(file_names: Iterable[str]) -> list[str]:
+    """The driver versions that ``file_names`` (one dir's listing, or several) show, sorted."""
+    return sorted({v for name in file_names for lib in VERSION_LIBS if (v := version_of(name, lib)) is not None})
+
+
 # Where the image keeps NVIDIA firmware (nvidia/<version>/gsp_*.bin). The image cannot use /lib/firmware
 # alone: gpu-operator mounts the host's <driver root>/lib/firmware over the container's /lib/firmware
 # (0500_daemonset.yaml), so our Dockerfile keeps it under usr/share/nvidia/firmware. That dir comes first:

@@ -31,7 +31,7 @@ from driver_container.formats.modconf import conf_module_name, parse_module_conf
 from driver_container.formats.userspace_layout import IMAGE_FIRMWARE_DIRS
 from driver_container.inspect.modfiles import read_module_files
 from driver_container.inspect.platform import PlatformInfo, detect_platform
-from driver_container.inspect.userspace import Userspace, find_userspace
+from driver_container.inspect.userspace import UserspaceVersion, find_userspace
 from driver_container.inspect.verdict import adopt_verdict
 from driver_container.node.firmware import PARAM as FIRMWARE_PATH_PARAM
 from driver_container.node.rootmount import read_mounts
@@ -124,7 +124,7 @@ class HostState(NamedTuple):
     nvidia_version: NvidiaProcVersion | None
     gpus: tuple[GpuInfo, ...]
     module_files: dict[str, ModuleFile]
-    userspace: Userspace
+    userspace: UserspaceVersion
     requested_params: dict[str, tuple[tuple[str, str], ...]]  # module -> ((NAME, VALUE), ...)
     firmware: dict[str, str | None]  # firmware name -> where it was found (None: nowhere)
     driver_root: Path

@@ -15,6 +15,7 @@ from pathlib import PurePosixPath
 from typing import NamedTuple
 
 from driver_container.errors import DriverContainerError, HostReadError
+from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
 from driver_container.paths import HostPaths, Root
 
 log = logging.getLogger(__name__)
@@ -39,8 +40,8 @@ class ModuleFile(NamedTuple):
     signer: str | None = None
     error: str | None = None  # set when the file could not be read as a module
     machine: int | None = None  # ELF e_machine: the architecture the file was built for
-    # "open" | "proprietary" | None (unknown); decided by read_module_files, see license_flavour.
-    flavour: str | None = None
+    # None: unknown; decided by read_module_files, see license_flavour.
+    flavour: ModuleFlavour | None = None
 
 
 # Which files' MODULE_LICENSE tells the flavour. Only nvidia.ko and nvidia-modeset.ko differ between the
@@ -49,11 +50,11 @@ class ModuleFile(NamedTuple):
 # nvidia-drm are "Dual MIT/GPL" in BOTH (the proprietary package ships their sources under that
 # license too), nvidia-peermem is "Dual BSD/GPL" in both: their flavour is that of the nvidia.ko built
 # with them (same directory, same version), never their own license.
-_LICENSE_FLAVOURS = {"NVIDIA": "proprietary", "Dual MIT/GPL": "open"}
+_LICENSE_FLAVOURS: dict[str, ModuleFlavour] = {"NVIDIA": "proprietary", "Dual MIT/GPL": "open"}
 _LICENSE_DECIDES = ("nvidia", "nvidia_modeset")
 
 
-def license_flavour(name: str, license_text: str | None) -> str | None:
+def license_flavour(name: str, license_text: str | None) -> ModuleFlavour | None:
     """The flavour a module's own license proves, or None when its license is the same in both builds."""
     if name not in _LICENSE_DECIDES or license_text is None:
         return None

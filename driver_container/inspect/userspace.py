@@ -12,41 +12,37 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Literal
 
 from driver_container.errors import HostReadError
 from driver_container.formats.elfarch import HEADER_BYTES, elf_machine
 from driver_container.formats.ldcache import FLAGS_BY_MACHINE, LD_SO_CACHE, LD_SO_CACHE_LIMIT, parse_ld_cache
-from driver_container.formats.userspace_layout import LIBRARY_DIRS
+from driver_container.formats.userspace_layout import LIBRARY_DIRS, VERSION_LIBS, driver_versions, version_of
 from driver_container.paths import HostPaths, Root
 
 log = logging.getLogger(__name__)
 
-VERSION_LIBS = ("libcuda.so", "libnvidia-ml.so")  # in order of preference
-
-_VERSIONED = re.compile(r"(?P<lib>lib[A-Za-z0-9_+-]+\.so)\.(?P<version>[0-9]+\.[0-9]+(?:\.[0-9]+)?)")
+# Where the version was found: the toolkit's search dirs, else ld.so.cache, else nowhere.
+VersionSource = Literal["search-path", "ld.so.cache", "none"]
 
 
 @dataclass(frozen=True)
-class Userspace:
+class UserspaceVersion:
+    """The image's driver version as the toolkit finds it, and where (the version finder's view; what a
+    publish takes is ``publish.model.PublishSources``)."""
+
     version: str | None
     root: Path
     library_dirs: tuple[PurePosixPath, ...]  # in-root dirs holding lib*.so.<version>
     libcuda: PurePosixPath | None
     libnvidia_ml: PurePosixPath | None
-    source: str  # "search-path" | "ld.so.cache" | "none"
+    source: VersionSource
     versions_seen: tuple[str, ...] = ()  # every version found; more than one is ambiguous
     problems: tuple[str, ...] = field(default=())
     machine: int | None = None  # ELF e_machine of libcuda (else libnvidia-ml): the userspace's architecture
-
-
-def version_of(file_name: str, lib: str) -> str | None:
-    """``libcuda.so.595.91.07`` -> ``595.91.07`` for ``lib`` ``libcuda.so``; other names -> None."""
-    match = _VERSIONED.fullmatch(file_name)
-    return match.group("version") if match and match.group("lib") == lib else None
 
 
 def _scan_dirs(root: Root, problems: list[str]) -> dict[str, list[PurePosixPath]]:
@@ -99,17 +95,18 @@ def _from_ld_cache(root: Root, problems: list[str]) -> dict[str, list[PurePosixP
     return found
 
 
-def find_userspace(paths: HostPaths) -> Userspace:
+def find_userspace(paths: HostPaths) -> UserspaceVersion:
     """Locate the image's libcuda/libnvidia-ml and derive the driver version from their file names."""
     root = paths.userspace
     problems: list[str] = []
-    found, source = _scan_dirs(root, problems), "search-path"
+    source: VersionSource = "search-path"
+    found = _scan_dirs(root, problems)
     if not any(found.values()):
         found, source = _from_ld_cache(root, problems), "ld.so.cache"
-    versions = sorted({v for lib, files in found.items() for f in files if (v := version_of(f.name, lib)) is not None})
+    versions = driver_versions(f.name for files in found.values() for f in files)
     primary = next((lib for lib in VERSION_LIBS if found[lib]), None)
     if primary is None:
-        return Userspace(None, root.path, (), None, None, "none", (), tuple(problems))
+        return UserspaceVersion(None, root.path, (), None, None, "none", (), tuple(problems))
     chosen = found[primary][0]
     version = version_of(chosen.name, primary)
     dirs = tuple(
@@ -117,7 +114,7 @@ def find_userspace(paths: HostPaths) -> Userspace:
     )
     log.debug("userspace %s from %s (%s)", version, chosen, source)
     machine = _elf_machine_of(root, chosen, problems)
-    return Userspace(
+    return UserspaceVersion(
         version=version,
         root=root.path,
         library_dirs=dirs,

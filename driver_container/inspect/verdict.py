@@ -20,9 +20,10 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import PurePosixPath
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, get_args
 
 from driver_container.errors import DriverContainerError, VerdictFormatError
+from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
 from driver_container.inspect.modfiles import ModuleFile
 from driver_container.paths import HostPaths
 from driver_container.runtime.fsutil import atomic_write_text
@@ -88,6 +89,13 @@ def _int_or_none(record: dict[str, Any], key: str) -> int | None:
     return value
 
 
+def _flavour_or_none(record: dict[str, Any]) -> ModuleFlavour | None:
+    value = record.get("flavour")
+    if value is not None and value not in get_args(ModuleFlavour):
+        raise VerdictFormatError(f"flavour: expected one of {', '.join(get_args(ModuleFlavour))}, got {value!r:.40}")
+    return value
+
+
 def _module_file(record: object) -> ModuleFile:
     if not isinstance(record, dict):
         raise VerdictFormatError("module_files: entries must be objects")
@@ -114,7 +122,7 @@ def _module_file(record: object) -> ModuleFile:
         signer=text["signer"],
         error=text["error"],
         machine=_int_or_none(record, "machine"),
-        flavour=_str_or_none(record, "flavour"),
+        flavour=_flavour_or_none(record),
     )
 
 

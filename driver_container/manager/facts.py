@@ -1,4 +1,5 @@
-"""What the driver-manager reads from the node before it decides anything (``gather_facts``)."""
+"""What the driver-manager knows of the node before it decides anything (``gather_facts``): the inspect
+layer's ``HostState`` and the few things only the manager reads."""
 
 from __future__ import annotations
 
@@ -11,12 +12,11 @@ from driver_container.errors import (
     HostReadError,
     VerificationError,
 )
-from driver_container.findings import loaded_version_of, versions_mismatch
+from driver_container.findings import loaded_version, versions_mismatch
 from driver_container.formats.kernel.mountinfo import mounts_at_or_below, parse_mountinfo, top_mount_at
 from driver_container.formats.numbers import parse_uint
-from driver_container.inspect.hoststate import read_loaded_modules, read_nvidia_version
-from driver_container.inspect.platform import PlatformKind, detect_platform
-from driver_container.inspect.userspace import find_userspace
+from driver_container.inspect.hoststate import HostState, inspect_host
+from driver_container.inspect.platform import PlatformKind
 from driver_container.node.rootmount import is_ours
 from driver_container.paths import HostPaths, Root
 from driver_container.settings import Settings
@@ -31,16 +31,41 @@ HOST_SMI_DIRS = ("/usr/bin", "/usr/sbin", "/bin", "/sbin", "/opt/bin")
 
 @dataclass(frozen=True)
 class NodeFacts:
-    platform: PlatformKind
-    platform_evidence: str
-    talos_version: str | None
+    """What driver-manager decides on: the host as the inspect layer reads it for ``init`` and ``status``
+    (``inspect_host``: platform, modules, versions, module files; one reader per host fact), plus what
+    only the manager reads (a host nvidia-smi, RUN_DIR's leftovers)."""
+
+    host: HostState
     host_smi: PurePosixPath | None  # host nvidia-smi found by the validator's rule
-    nvidia_version: str | None  # version of the loaded nvidia module; None when not loaded
-    nvidia_loaded: bool
-    image_version: str | None  # NVIDIA userspace version in this image
     state_digest: str | None  # RUN_DIR/nvidia-driver.state
     driver_mounts: tuple[str, ...]  # mount points at or below DRIVER_ROOT, unless ours is on top there
     pid_file_stale: bool  # pid file present and its process gone
+
+    @property
+    def platform(self) -> PlatformKind:
+        return self.host.platform.name
+
+    @property
+    def platform_evidence(self) -> str:
+        return self.host.platform.evidence
+
+    @property
+    def talos_version(self) -> str | None:
+        return self.host.platform.talos_version
+
+    @property
+    def nvidia_loaded(self) -> bool:
+        return self.host.modules["nvidia"].loaded
+
+    @property
+    def nvidia_version(self) -> str | None:
+        """The loaded nvidia module's version as init's findings read it (/proc first); None unloaded."""
+        return loaded_version(self.host) if self.nvidia_loaded else None
+
+    @property
+    def image_version(self) -> str | None:
+        """The image's NVIDIA userspace version, where a loaded module is there to compare it with."""
+        return self.host.userspace.version if self.nvidia_loaded else None
 
 
 def find_host_smi(host: Root) -> PurePosixPath | None:
@@ -82,21 +107,12 @@ def _pid_file_stale(paths: HostPaths) -> bool:
 
 
 def gather_facts(paths: HostPaths, settings: Settings) -> NodeFacts:
-    platform = detect_platform(paths, settings.driver_platform)
-    modules = read_loaded_modules(paths)
-    loaded = modules["nvidia"].loaded
-    # The loaded version as init's findings read it (findings.loaded_version_of), /proc first.
-    nvidia_version = loaded_version_of(modules, read_nvidia_version(paths, [])) if loaded else None
+    """One inspection of the host (``inspect_host``, as ``status`` makes it) and the manager's own reads."""
     mountinfo = paths.proc.read_text_or_none("self/mountinfo") or ""
     state = paths.run.read_text_or_none(paths.state_file.name)
     return NodeFacts(
-        platform=platform.name,
-        platform_evidence=platform.evidence,
-        talos_version=platform.talos_version,
+        host=inspect_host(paths, settings),
         host_smi=find_host_smi(paths.host),
-        nvidia_version=nvidia_version,
-        nvidia_loaded=loaded,
-        image_version=find_userspace(paths).version if loaded else None,
         state_digest=state.strip() if state is not None else None,
         driver_mounts=leftover_mounts(mountinfo, str(paths.driver_root)),
         pid_file_stale=_pid_file_stale(paths),

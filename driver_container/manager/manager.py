@@ -77,12 +77,6 @@ class NodeApi(Protocol):
     ) -> None: ...
 
 
-# -- pure helpers ---------------------------------------------------------------------------------
-
-
-# -- reading the node -----------------------------------------------------------------------------
-
-
 # -- the command ----------------------------------------------------------------------------------
 
 
@@ -93,12 +87,14 @@ def _make_verdict(paths: HostPaths, state: HostState, checks: tuple[str, ...], d
     return verdict.Verdict(binding, dict(state.module_files), checks)
 
 
-
-def hand_verdict_to_init(paths: HostPaths, settings: Settings, digest: str | None) -> str:
-    """Read the module files through /host (only this init container has it) and leave the facts for
-    ``init`` in RUN_DIR (verdict.py). Never fatal: without a verdict ``init`` only verifies less."""
+def hand_verdict_to_init(
+    paths: HostPaths, settings: Settings, digest: str | None, state: HostState | None = None
+) -> str:
+    """Leave the module files read through /host (only this init container has it) for ``init`` in
+    RUN_DIR (verdict.py); ``state``: the inspection already made (``NodeFacts.host``), else one is made.
+    Never fatal: without a verdict ``init`` only verifies less."""
     try:
-        state = inspect_host(paths, settings)
+        state = state if state is not None else inspect_host(paths, settings)
     except DriverContainerError as exc:
         log.warning("module files not read, no verdict for init: %s", exc.message)
         verdict.remove_verdict(paths)
@@ -222,7 +218,7 @@ def run_uninstall(
     if facts.host_smi is not None:
         disable_container_driver(api, options, facts, sleep)
     check_versions(facts)
-    verdict_note = hand_verdict_to_init(paths, settings, options.driver_config_digest)
+    verdict_note = hand_verdict_to_init(paths, settings, options.driver_config_digest, facts.host)
     extra = (options.custom_operand_label,) if options.custom_operand_label else ()
     labels = api.node_labels(options.node_name) if _pause_needed(api, options, facts) else {}
     pause = pause_patch(labels, extra)
@@ -271,7 +267,7 @@ def run_preflight(paths: HostPaths, settings: Settings, facts: NodeFacts | None 
         lines.append(f"loaded nvidia {facts.nvidia_version} = image userspace {facts.image_version}")
     else:
         lines.append("nvidia not loaded yet: versions checked by init once Talos loads it")
-    state = inspect_host(paths, settings)
+    state = facts.host
     errors = [
         f for f in check(state) if f.severity == "error" and f.code in ("MODULE_FILE_MISMATCH", "VERMAGIC_MISMATCH")
     ]

@@ -20,28 +20,31 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
 
 from driver_container.errors import DriverContainerError
 
 if TYPE_CHECKING:
     import datetime
 
+    from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
     from driver_container.manager.kube import KubeClient
 
 log = logging.getLogger(__name__)
 
 PREFIX = "nvidia-driver-container/"  # annotation keys: <PREFIX>version, flavour, result, module-files, reason
-READY, REFUSED = "ready", "refused"
+VerdictResult = Literal["ready", "refused"]
+READY: Final = "ready"
+REFUSED: Final = "refused"
 MAX_REASON = 512  # an annotation value, shown by `kubectl describe node`: one line, bounded
 MAX_MESSAGE = 1024  # what the events API keeps of a message (events.k8s.io/v1 note limit)
 COMPONENT = "nvidia-driver"
 
 
 class NodeVerdict(NamedTuple):
-    result: str  # READY | REFUSED
+    result: VerdictResult
     version: str | None = None  # loaded nvidia module version
-    flavour: str | None = None  # open | proprietary
+    flavour: ModuleFlavour | None = None
     module_files: str | None = None  # where the module-file facts came from (HostState.module_files_source)
     reason: str | None = None  # for a refusal: the error line
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from driver_container.errors import HostReadError
 from driver_container.formats.kernel.fabric import (
@@ -63,9 +63,13 @@ class HostDaemon:
     evidence: str
 
 
+# NVSwitch systems (HGX H100/H200: Fabric Manager) and NVLink5 ones (HGX B200: also NVLSM), docs/fabric.md.
+FabricKind = Literal["nvswitch", "nvlink5"]
+
+
 @dataclass(frozen=True)
 class FabricInfo:
-    kind: str  # "nvswitch" | "nvlink5"
+    kind: FabricKind
     nvswitch_devices: tuple[str, ...]
     lpf_devices: tuple[str, ...]
     management_port: ManagementPort | None
@@ -207,7 +211,7 @@ def inspect_fabric(paths: HostPaths) -> FabricInfo | None:
         return None
     if not lpf and not switches:
         return None
-    kind = "nvlink5" if lpf else "nvswitch"
+    kind: FabricKind = "nvlink5" if lpf else "nvswitch"
     userspace = paths.userspace
     return FabricInfo(
         kind=kind,

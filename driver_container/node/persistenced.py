@@ -28,12 +28,16 @@ import stat
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from driver_container.errors import CommandError, HostReadError, PublishError
 from driver_container.formats.numbers import parse_uint
 from driver_container.paths import HostPaths
 from driver_container.runtime.fsutil import contained
 from driver_container.runtime.runner import Runner
+
+if TYPE_CHECKING:
+    from driver_container.settings import DaemonChoice
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +115,7 @@ def _socket_answers(paths: HostPaths) -> bool:
     return True
 
 
-def should_start(paths: HostPaths, mode: str, runner: Runner) -> bool:
+def should_start(paths: HostPaths, mode: DaemonChoice, runner: Runner) -> bool:
     """NVIDIA_PERSISTENCED: false = never; true = required; auto = when the image has it and the host has none."""
     if mode == "false":
         log.info("NVIDIA_PERSISTENCED=false: not starting %s", BINARY)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 from driver_container.errors import CommandError, PublishError
 from driver_container.formats.kernel.mountinfo import Mount, mount_containing, parse_mountinfo, top_mount_at
@@ -56,10 +56,14 @@ def describe(mount: Mount) -> str:
     return f"{mount.fstype} {mount.source} at {mount.mount_point} ({','.join(mount.options)})"
 
 
+# "keep": ours is there; "mount": make ours; "none": the filesystem there allows exec.
+RootMountAction = Literal["keep", "mount", "none"]
+
+
 class RootMountDecision(NamedTuple):
     """What to do at DRIVER_ROOT; ``holder`` is the mount that holds it now (None: unknown)."""
 
-    action: str  # "keep" (ours is there) | "mount" (make ours) | "none" (the filesystem allows exec)
+    action: RootMountAction
     holder: Mount | None
     reason: str
 

@@ -18,7 +18,7 @@ from driver_container.formats.elfdeps import ELF_MAGIC, ElfDeps
 from driver_container.formats.userspace_layout import DIGEST_INDEX
 from driver_container.paths import Root
 from driver_container.publish.index import IndexEntry, format_index
-from driver_container.publish.model import SourceFile, Userspace
+from driver_container.publish.model import PublishSources, SourceFile
 from driver_container.publish.scan import describe_userspace
 from driver_container.publish.sources import ElfFacts
 from driver_container.runtime.fsutil import atomic_write_text, open_regular
@@ -36,7 +36,7 @@ class IndexSummary:
     size: int
 
 
-def _sources(space: Userspace) -> list[SourceFile]:
+def _sources(space: PublishSources) -> list[SourceFile]:
     groups = (space.libraries, space.binaries, space.firmware, space.configs, space.dependencies, space.extras,
               space.vdpau)  # fmt: skip
     found = [src for group in groups for _name, src in group]

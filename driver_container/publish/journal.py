@@ -25,7 +25,7 @@ import logging
 import os
 import stat
 from pathlib import Path, PurePosixPath
-from typing import NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 from driver_container.errors import PublishError
 from driver_container.runtime.fsutil import (
@@ -47,8 +47,11 @@ FORMAT = 1
 MAX_JOURNAL = 16 << 20  # ~100 bytes a step; a publish has ~50 steps
 
 
+JournalAction = Literal["mkdir", "put", "remove"]  # what one step of a commit does at its path
+
+
 class Step(NamedTuple):
-    action: str  # "mkdir", "put" or "remove"
+    action: JournalAction
     path: str  # relative to DRIVER_ROOT
     existed: bool  # something was at ``path`` before the step (kept aside while the commit runs)
     source: str = ""  # "put": the temporary's name in STAGING
@@ -76,7 +79,7 @@ class Transaction:
         body = {"format": FORMAT, "steps": [[s.action, s.path, s.existed, s.source] for s in self.steps]}
         atomic_write_text(self.root / JOURNAL, json.dumps(body) + "\n", mode=0o600, root=self.root)
 
-    def run_next(self, action: str | None = None) -> Step:
+    def run_next(self, action: JournalAction | None = None) -> Step:
         """Run the next step (checked to be ``action`` when given)."""
         step = self.steps[self._next]
         if action is not None and step.action != action:
@@ -228,7 +231,7 @@ def parse_journal(data: bytes) -> list[Step] | None:
             return None
         steps = []
         for action, path, existed, source in body["steps"]:
-            ok = action in ("mkdir", "put", "remove") and isinstance(existed, bool)
+            ok = action in get_args(JournalAction) and isinstance(existed, bool)
             if not ok or not isinstance(path, str) or not isinstance(source, str) or "/" in source:
                 return None
             check_relative(path)

@@ -19,7 +19,7 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, get_args
 
 from driver_container.errors import PublishError
 from driver_container.formats.elffacts import ElfDeps
@@ -32,9 +32,14 @@ MANIFEST_PATH = PurePosixPath(".driver-container/manifest.json")
 MAX_MANIFEST = 16 << 20  # ~600 bytes a record; a publish has ~50
 
 
+# What a published path is on disk: a regular file (copied or generated) or a symlink.
+RecordType = Literal["file", "link"]
+RECORD_TYPES: tuple[RecordType, ...] = get_args(RecordType)
+
+
 class Record(NamedTuple):
     path: str
-    type: str  # "file" or "link"
+    type: RecordType
     mode: int
     size: int = 0
     sha256: str = ""
@@ -132,7 +137,7 @@ def _record(fields_: Mapping[str, Any]) -> Record:
     elf = fields_.get("elf")
     plain = {k: v for k, v in fields_.items() if k != "elf"}
     _checked(plain, _RECORD_TYPES)
-    if plain.get("type") not in ("file", "link"):
+    if plain.get("type") not in RECORD_TYPES:
         raise TypeError("record type")
     check_relative(plain.get("path", ""))
     if not str(plain.get("path", "")).strip("/"):

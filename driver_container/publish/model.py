@@ -1,11 +1,13 @@
-"""Data passed between the publish stages: userspace description -> plan -> report."""
+"""Data passed between the publish stages: sources (``PublishSources``) -> plan -> report."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Literal
 
 from driver_container.formats.elffacts import ElfDeps
+from driver_container.publish.manifest import RecordType
 
 
 @dataclass(frozen=True)
@@ -21,8 +23,10 @@ class SourceFile:
 
 
 @dataclass(frozen=True)
-class Userspace:
-    """What the image offers, already resolved and read (the input of the pure planner)."""
+class PublishSources:
+    """Every file of the image's userspace that a publish of ``version`` takes, resolved and read (the
+    input of the pure planner). Not ``inspect.userspace.UserspaceVersion``, which is only what the version
+    finder saw; both look through ``formats.userspace_layout.LIBRARY_DIRS``."""
 
     version: str
     triplet: str
@@ -40,10 +44,15 @@ class Userspace:
     missing: tuple[tuple[str, str], ...] = ()  # (real path, DT_NEEDED name) an optional object lacks
 
 
+# A planned path: "file" (copied from its source), "link", or "text" (generated data, e.g. etc/ld.so.conf),
+# which is published and recorded as a "file" (manifest.RecordType).
+EntryKind = Literal[RecordType, "text"]
+
+
 @dataclass(frozen=True)
 class PlannedEntry:
     path: PurePosixPath  # relative to DRIVER_ROOT
-    kind: str  # "file" (copied from source), "text" (generated data) or "link"
+    kind: EntryKind
     mode: int = 0o644
     source: SourceFile | None = None
     data: bytes | None = None

@@ -1,4 +1,4 @@
-"""The canonical layout (pure: a ``Userspace`` in, the list of intended entries out).
+"""The canonical layout (pure: a ``PublishSources`` in, the list of intended entries out).
 
 Whatever the image's layout: libraries in usr/lib/<triplet>/, binaries in usr/bin/, the interpreter at
 its PT_INTERP path, firmware in lib/firmware/nvidia/<version>/, configs at their standard paths, a static
@@ -16,7 +16,7 @@ import posixpath
 from pathlib import PurePosixPath
 
 from driver_container.errors import PublishError, UserspaceError
-from driver_container.publish.model import PlannedEntry, PublishPlan, SourceFile, Userspace
+from driver_container.publish.model import PlannedEntry, PublishPlan, PublishSources, SourceFile
 from driver_container.publish.roles import VDPAU_DIR
 from driver_container.runtime.fsutil import check_relative
 
@@ -85,7 +85,7 @@ def _in_root(absolute: str) -> PurePosixPath:
     return PurePosixPath(absolute.lstrip("/") or ".")
 
 
-def plan_publish(space: Userspace) -> PublishPlan:
+def plan_publish(space: PublishSources) -> PublishPlan:
     layout = _Layout()
     libdir = PurePosixPath("usr/lib") / space.triplet
     sonames: dict[str, PurePosixPath] = {}

@@ -1,4 +1,4 @@
-"""Read the image's NVIDIA userspace (USERSPACE_ROOT) into a ``Userspace`` description.
+"""Read the image's NVIDIA userspace (USERSPACE_ROOT) into a ``PublishSources`` description.
 
 Everything is looked up through ``Root``: symlinks resolve as under ``chroot USERSPACE_ROOT`` (Debian
 reaches nvidia-smi through ABSOLUTE /etc/alternatives links), so nothing outside the root is ever read.
@@ -23,12 +23,12 @@ from driver_container.errors import HostReadError, LdCacheFormatError, PublishEr
 from driver_container.formats.elffacts import ElfDeps
 from driver_container.formats.ldcache import FLAGS_BY_MACHINE, LD_SO_CACHE_LIMIT, CacheEntry, parse_ld_cache
 from driver_container.formats.ldcache import LD_SO_CACHE as CACHE_PATH
-from driver_container.formats.userspace_layout import IMAGE_FIRMWARE_DIRS, LIBRARY_DIRS, TRIPLETS
+from driver_container.formats.userspace_layout import IMAGE_FIRMWARE_DIRS, LIBRARY_DIRS, TRIPLETS, driver_versions
 from driver_container.paths import MAX_SYMLINKS, Root
 from driver_container.publish.closure import resolve_closure
 from driver_container.publish.index import UserspaceIndex
 from driver_container.publish.manifest import SourceKey
-from driver_container.publish.model import SourceFile, Userspace
+from driver_container.publish.model import PublishSources, SourceFile
 from driver_container.publish.roles import binary_is_required, library_is_required
 from driver_container.publish.sources import ElfFacts, source_file
 from driver_container.publish.toolkit_extras import dev_links, select_extras, select_vdpau
@@ -152,8 +152,7 @@ def _final_name(root: Root, inner: PurePosixPath, real_dirs: dict[PurePosixPath,
 
 
 def _versions_present(root: Root) -> list[str]:
-    names = {n for d in LIBRARY_DIRS for n in root.listdir(d) if n.startswith(("libcuda.so.", "libnvidia-ml.so."))}
-    return sorted({n.split(".so.", 1)[1] for n in names} - {"1"})
+    return driver_versions(n for d in LIBRARY_DIRS for n in root.listdir(d))  # as the version finder reads them
 
 
 def _triplet(libraries: dict[str, SourceFile], root: Root, version: str) -> str:
@@ -247,7 +246,7 @@ def describe_userspace(
     known_elf: Mapping[SourceKey, ElfDeps] | None = None,
     index: UserspaceIndex | None = None,
     elf: ElfFacts | None = None,
-) -> Userspace:
+) -> PublishSources:
     """Select and read everything to publish for ``version`` (reads only; writes nothing).
 
     ``known_elf``: ELF facts recorded by the last publish (``Manifest.elf_facts``), reused for sources
@@ -267,7 +266,7 @@ def describe_userspace(
     ldconfig = find_ldconfig(root, runner, elf)
     log.debug("ELF headers: %d read, %d from the manifest or met before, %d from the image index", elf.read,
               elf.reused, elf.from_index)
-    return Userspace(
+    return PublishSources(
         version=version,
         triplet=triplet,
         libraries=tuple(sorted(libraries.items())),

@@ -23,9 +23,10 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from support import require
+from support import FIXTURES, fixture_paths, require
 
 from driver_container.errors import HostDriverPresentError, KubernetesError
+from driver_container.inspect.hoststate import inspect_host
 from driver_container.manager.endpoint import Endpoint, KubeConfig
 from driver_container.manager.facts import NodeFacts
 from driver_container.manager.kube import KubeClient
@@ -452,14 +453,11 @@ def test_no_configuration_at_all_is_a_clear_error() -> None:
 
 
 def _facts(**overrides: Any) -> NodeFacts:
+    """A Talos v1.13.9 node with nvidia 595.91.07 loaded and the image's userspace 595.91.07."""
+    host = inspect_host(fixture_paths(FIXTURES / "hosts" / "talos-1.13-open-595"), Settings())
     base: dict[str, Any] = {
-        "platform": "talos",
-        "platform_evidence": "os-release ID=talos",
-        "talos_version": "v1.13.9",
+        "host": host,
         "host_smi": None,
-        "nvidia_version": "595.91.07",
-        "nvidia_loaded": True,
-        "image_version": "595.91.07",
         "state_digest": "old",
         "driver_mounts": (),
         "pid_file_stale": False,

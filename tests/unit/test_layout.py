@@ -158,6 +158,26 @@ def test_a_library_in_any_one_dir_is_seen_by_both_or_neither(tmp_path: Path, lib
         assert [found.libcuda] == listed == [PurePosixPath("/", libdir, f"libcuda.so.{VERSION}")]
 
 
+def test_each_type_name_is_defined_once() -> None:
+    """One name, one type: two classes of one name (there were two ``Userspace``: the version finder's
+    and the publisher's sources) make a reader guess which one a signature means."""
+    where: dict[str, list[str]] = {}
+    for name, source in _modules():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.ClassDef):
+                where.setdefault(node.name, []).append(name)
+    twice = {cls: files for cls, files in where.items() if len(files) > 1}
+    assert not twice, f"classes defined more than once: {twice}"
+
+
+def test_driver_version_libraries_are_named_once() -> None:
+    """The version finder and the publisher's "found versions" read versions by one rule."""
+    assert version_finder.VERSION_LIBS is userspace_layout.VERSION_LIBS
+    assert userspace_layout.driver_versions(["libcuda.so.1", f"libcuda.so.{VERSION}", "libnvidia-ml.so.550.1"]) == [
+        "550.1", VERSION
+    ]
+
+
 def test_fixed_choices_are_literal_types() -> None:
     """Severity, the platform and the DRIVER_PLATFORM/KERNEL_MODULE_TYPE knobs are Literal types, so
     mypy strict (strict_equality) rejects a comparison with a value outside them."""
@@ -165,14 +185,45 @@ def test_fixed_choices_are_literal_types() -> None:
 
     from driver_container.findings.model import SEVERITIES, Finding, Severity
     from driver_container.inspect.platform import PlatformInfo, PlatformKind
-    from driver_container.settings import ModuleTypeChoice, PlatformChoice, Settings
+    from driver_container.settings import DaemonChoice, ModuleTypeChoice, PlatformChoice, Settings
 
     assert get_type_hints(Finding)["severity"] == Severity and get_args(Severity) == SEVERITIES
     assert get_type_hints(PlatformInfo)["name"] == PlatformKind
     assert get_args(PlatformKind) == ("talos", "generic")
     hints = get_type_hints(Settings)
     assert hints["driver_platform"] == PlatformChoice and hints["kernel_module_type"] == ModuleTypeChoice
+    assert hints["persistenced"] == hints["fabricmanager"] == DaemonChoice
     assert Settings.from_env({"DRIVER_PLATFORM": " Talos "}).driver_platform == "talos"
+
+
+def test_other_fixed_choices_are_literal_types() -> None:
+    """Publish entry and record kinds, journal steps, the DRIVER_ROOT mount decision, the fabric kind,
+    the module flavour, where the userspace version was found and the Node verdict: one Literal each."""
+    from typing import Literal, get_args, get_type_hints
+
+    from driver_container.formats.kernel.nvidia_proc import ModuleFlavour, NvidiaProcVersion
+    from driver_container.inspect.modfiles import ModuleFile
+    from driver_container.inspect.userspace import UserspaceVersion, VersionSource
+    from driver_container.manager.nodereport import NodeVerdict, VerdictResult
+    from driver_container.node.fabric import FabricInfo, FabricKind
+    from driver_container.node.rootmount import RootMountAction, RootMountDecision
+    from driver_container.publish.journal import JournalAction, Step
+    from driver_container.publish.manifest import Record, RecordType
+    from driver_container.publish.model import EntryKind, PlannedEntry
+    from driver_container.settings import ModuleTypeChoice
+
+    fields = [
+        (PlannedEntry, "kind", EntryKind), (Record, "type", RecordType), (Step, "action", JournalAction),
+        (RootMountDecision, "action", RootMountAction), (FabricInfo, "kind", FabricKind),
+        (NvidiaProcVersion, "flavour", ModuleFlavour), (ModuleFile, "flavour", ModuleFlavour | None),
+        (UserspaceVersion, "source", VersionSource), (NodeVerdict, "result", VerdictResult),
+    ]  # fmt: skip
+    names = {"ModuleFlavour": ModuleFlavour}  # nodereport names it for type checking only (init's hot path)
+    for cls, field, hint in fields:
+        assert get_type_hints(cls, localns=names)[field] == hint, f"{cls.__name__}.{field}"
+    for alias in (EntryKind, RecordType, JournalAction, RootMountAction, FabricKind, ModuleFlavour, VersionSource):
+        assert get_args(alias) and all(isinstance(v, str) for v in get_args(alias))
+    assert ModuleTypeChoice == Literal["auto", "open", "proprietary"]
 
 
 def test_every_exception_class_is_in_errors_py() -> None:

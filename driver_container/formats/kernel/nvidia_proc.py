@@ -11,7 +11,7 @@ so /sys/module/nvidia/parameters does not exist).
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from driver_container.errors import HostReadError
 from driver_container.formats.numbers import parse_uint
@@ -39,9 +39,13 @@ _PCI = re.compile(r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
 SMALL = 64 * 1024
 
 
+# The two builds of NVIDIA's kernel modules: the open GPU kernel modules and the proprietary ones.
+ModuleFlavour = Literal["open", "proprietary"]
+
+
 class NvidiaProcVersion(NamedTuple):
     version: str
-    flavour: str  # "open" | "proprietary"
+    flavour: ModuleFlavour
     arch: str
     build: str  # the rest of the NVRM line (build type, builder, date), stripped
     gcc_version: str | None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 
 import pytest
+from helpers.opened import opened_paths
 from manager_support import FakeApi, Node
 
 from driver_container.errors import ForbiddenCommandError, HostDriverPresentError, VerificationError
@@ -18,7 +19,7 @@ from driver_container.manager.labels import (
     restore_patch,
     restored_value,
 )
-from driver_container.manager.manager import ManagerOptions, run_uninstall
+from driver_container.manager.manager import ManagerOptions, run_preflight, run_uninstall
 from driver_container.paths import HostPaths
 from driver_container.runtime.runner import MODULE_TOOLS, Runner
 from driver_container.settings import Settings
@@ -177,6 +178,21 @@ def test_the_loaded_version_is_read_as_init_reads_it(node: Node) -> None:
     assert gather_facts(node.paths, Settings()).nvidia_version == "580.178.04"
     with pytest.raises(VerificationError, match=r"580\.178\.04"):
         _run(node, FakeApi(labels=dict(OPERAND_LABELS)))
+
+
+@pytest.mark.parametrize("node", ["talos-stale-mount"], indirect=True)
+@pytest.mark.parametrize("command", ["uninstall_driver", "preflight_check"])
+def test_the_manager_reads_each_host_fact_once(node: Node, command: str) -> None:
+    """Its facts are the inspect layer's HostState (gather_facts used to read the platform, the modules
+    and the userspace again beside inspect_host): os-release, /proc/modules and the version file once."""
+    watched = ("os-release", "proc/modules", "sys/module/nvidia/version", "libcuda.so")
+    with opened_paths() as seen:
+        if command == "uninstall_driver":
+            _run(node, FakeApi(labels=dict(OPERAND_LABELS)))
+        else:
+            run_preflight(node.paths, Settings())
+    counts = {w: sum(w in p for p in seen) for w in watched}
+    assert counts == dict.fromkeys(watched, 1), counts
 
 
 @pytest.mark.parametrize("node", ["talos-stale-mount"], indirect=True)

@@ -119,6 +119,8 @@ def test_no_host_root_at_the_manager_removes_an_old_verdict(tmp_path: Path) -> N
         '{"format": "talos-nvidia-driver/module-verdict", "format_version": 1, "module_files": {}}',
         '{"format": "talos-nvidia-driver/module-verdict", "format_version": 1, "boot_id": 1, "module_files": []}',
         "[" * 100_000,
+        '{"format": "talos-nvidia-driver/module-verdict", "format_version": 1, "findings": [],'
+        ' "module_files": [{"name": "nvidia", "path": "/x/nvidia.ko", "flavour": "closed"}]}',
     ],
 )
 def test_parse_refuses_what_it_did_not_write(text: str) -> None:

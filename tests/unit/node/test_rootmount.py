@@ -11,12 +11,14 @@ import pytest
 
 from driver_container.errors import PublishError
 from driver_container.formats.kernel.mountinfo import Mount, parse_mountinfo
+from driver_container.inspect.hoststate import inspect_host
 from driver_container.manager.facts import NodeFacts, leftover_mounts
 from driver_container.manager.manager import clean_leftovers
 from driver_container.node.rootmount import MOUNT_SOURCE, decide, leftovers_at, mount_argv
 from driver_container.paths import HostPaths
 from driver_container.publish.rootdir import create_driver_root, prepare_driver_root
 from driver_container.runtime.runner import Runner
+from driver_container.settings import Settings
 
 # The driver pod's view on a Talos node (see tests/unit/host/test_mountinfo.py for the sources).
 ROOT = "1021 985 0:301 / / rw,relatime master:412 - overlay overlay rw\n"
@@ -169,18 +171,19 @@ def test_without_mountinfo_nothing_runs(node: Node) -> None:
 # -- driver-manager -------------------------------------------------------------------------------
 
 
-def _facts(mounts: tuple[str, ...]) -> NodeFacts:
-    return NodeFacts(
-        platform="talos", platform_evidence="os-release", talos_version="v1.11.0", host_smi=None,
-        nvidia_version="535.309.01", nvidia_loaded=True, image_version="535.309.01", state_digest=None,
-        driver_mounts=mounts, pid_file_stale=False,
-    )  # fmt: skip
+def _facts(node: Node, mounts: tuple[str, ...]) -> NodeFacts:
+    """The manager's facts with these leftover mounts; the host part read from an empty tree beside them."""
+    tmp = node.paths.procfs_root.parent
+    empty = HostPaths(procfs_root=node.paths.procfs_root, sysfs_root=tmp / "sys", host_root=tmp / "host",
+                      userspace_root=tmp / "userspace", drivers_conf_dir=tmp / "drivers", run_dir=node.paths.run_dir,
+                      host_os_release_override=tmp / "os-release")  # fmt: skip
+    return NodeFacts(inspect_host(empty, Settings()), None, None, mounts, pid_file_stale=False)
 
 
 def test_driver_manager_leaves_our_mount_alone(node: Node) -> None:
     text = (ROOT + TALOS_RUN + OURS).format(run=node.run)
     assert leftover_mounts(text, f"{node.run}/driver") == ()
-    assert clean_leftovers(node.paths, _facts(leftover_mounts(text, f"{node.run}/driver")), node.runner) == []
+    assert clean_leftovers(node.paths, _facts(node, leftover_mounts(text, f"{node.run}/driver")), node.runner) == []
     assert node.recorded() == []
 
 
@@ -188,5 +191,5 @@ def test_driver_manager_still_removes_nvidias_rbind(node: Node) -> None:
     text = (ROOT + TALOS_RUN + NVIDIA_RBIND + NVIDIA_SUB).format(run=node.run, parent=1030)
     found = leftover_mounts(text, f"{node.run}/driver")
     assert found == (f"{node.run}/driver", f"{node.run}/driver/proc")
-    assert clean_leftovers(node.paths, _facts(found), node.runner) == [f"unmounted {node.paths.driver_root}"]
+    assert clean_leftovers(node.paths, _facts(node, found), node.runner) == [f"unmounted {node.paths.driver_root}"]
     assert node.recorded() == [["umount", "-l", "-R", f"{node.run}/driver"]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import get_args, get_type_hints
 
 import pytest
 
@@ -13,10 +14,12 @@ from driver_container.publish.manifest import (
     MANIFEST_PATH,
     Manifest,
     Record,
+    RecordType,
     format_manifest,
     parse_manifest,
     read_manifest,
 )
+from driver_container.publish.model import EntryKind, PlannedEntry
 
 CUDA_ELF = ElfDeps("EM_X86_64", 64, "ET_DYN", None, "libcuda.so.1", ("libnvidia-glcore.so.535.309.01",))
 SMI_ELF = ElfDeps("EM_X86_64", 64, "ET_EXEC", "/lib64/ld-linux-x86-64.so.2", None, ("libnvidia-ml.so.1",), ("/opt",))
@@ -119,3 +122,23 @@ def test_a_replaced_manifest_is_read_again(tmp_path: Path) -> None:
 def _version(root: Path) -> str | None:
     manifest = read_manifest(root)[1]
     return manifest.version if manifest else None
+
+
+def _one_record(kind: str) -> str:
+    record = {"path": "usr/bin/x", "type": kind, "mode": 0o755, "target": "y" if kind == "link" else ""}
+    return json.dumps({"format": 1, "version": "1", "triplet": "t", "files": [record]})
+
+
+def test_record_kinds_are_one_literal_type_the_reader_checks() -> None:
+    """The kinds are ``RecordType`` (the plan adds "text", published as a file): each one the type
+    names is read back, nothing else is."""
+    assert get_type_hints(Record)["type"] == RecordType and get_type_hints(PlannedEntry)["kind"] == EntryKind
+    assert set(get_args(EntryKind)) == {*get_args(RecordType), "text"}
+    for kind in get_args(RecordType):
+        back = parse_manifest(_one_record(kind))
+        assert back is not None and back.records[0].type == kind
+
+
+@pytest.mark.parametrize("kind", ["dir", "symlink", "text", "File", "", "file "])
+def test_a_record_of_an_unknown_kind_is_no_manifest(kind: str) -> None:
+    assert parse_manifest(_one_record(kind)) is None

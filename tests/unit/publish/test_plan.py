@@ -8,7 +8,7 @@ import pytest
 
 from driver_container.errors import UserspaceError
 from driver_container.formats.elfdeps import ElfDeps
-from driver_container.publish.model import PlannedEntry, SourceFile, Userspace
+from driver_container.publish.model import PlannedEntry, PublishSources, SourceFile
 from driver_container.publish.plan import plan_publish, relative_target, safe_mode
 
 V = "535.309.01"
@@ -35,7 +35,7 @@ ICD = src("etc/vulkan/icd.d/nvidia_icd.json", 0o666)
 LDCONFIG = src("sbin/ldconfig.real", 0o755, elf(None))
 
 
-def space(**changes: object) -> Userspace:
+def space(**changes: object) -> PublishSources:
     base: dict[str, object] = {
         "version": V,
         "triplet": T,
@@ -47,7 +47,7 @@ def space(**changes: object) -> Userspace:
         "interpreter": (PurePosixPath(INTERP), LOADER),
         "ldconfig": LDCONFIG,
     }
-    return Userspace(**{**base, **changes})  # type: ignore[arg-type]
+    return PublishSources(**{**base, **changes})  # type: ignore[arg-type]
 
 
 def by_path(entries: tuple[PlannedEntry, ...]) -> dict[str, PlannedEntry]:
