@@ -13,9 +13,8 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from driver_container.errors import HostReadError
 from driver_container.formats.elfarch import HEADER_BYTES, elf_machine
@@ -29,8 +28,7 @@ log = logging.getLogger(__name__)
 VersionSource = Literal["search-path", "ld.so.cache", "none"]
 
 
-@dataclass(frozen=True)
-class UserspaceVersion:
+class UserspaceVersion(NamedTuple):
     """The image's driver version as the toolkit finds it, and where (the version finder's view; what a
     publish takes is ``publish.model.PublishSources``)."""
 
@@ -41,7 +39,7 @@ class UserspaceVersion:
     libnvidia_ml: PurePosixPath | None
     source: VersionSource
     versions_seen: tuple[str, ...] = ()  # every version found; more than one is ambiguous
-    problems: tuple[str, ...] = field(default=())
+    problems: tuple[str, ...] = ()
     machine: int | None = None  # ELF e_machine of libcuda (else libnvidia-ml): the userspace's architecture
 
 

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from driver_container.formats.elffacts import ElfDeps
 from driver_container.publish.manifest import RecordType
 
 
-@dataclass(frozen=True)
-class SourceFile:
+class SourceFile(NamedTuple):
     """A regular file to publish: where it really is and what it is."""
 
     real: Path  # resolved host path (inside USERSPACE_ROOT, or the ldconfig found on PATH)
@@ -22,8 +20,7 @@ class SourceFile:
     elf: ElfDeps | None = None
 
 
-@dataclass(frozen=True)
-class PublishSources:
+class PublishSources(NamedTuple):
     """Every file of the image's userspace that a publish of ``version`` takes, resolved and read (the
     input of the pure planner). Not ``inspect.userspace.UserspaceVersion``, which is only what the version
     finder saw; both look through ``formats.userspace_layout.LIBRARY_DIRS``."""
@@ -49,8 +46,7 @@ class PublishSources:
 EntryKind = Literal[RecordType, "text"]
 
 
-@dataclass(frozen=True)
-class PlannedEntry:
+class PlannedEntry(NamedTuple):
     path: PurePosixPath  # relative to DRIVER_ROOT
     kind: EntryKind
     mode: int = 0o644
@@ -59,13 +55,12 @@ class PlannedEntry:
     target: str | None = None  # relative link target
 
 
-@dataclass(frozen=True)
-class PublishPlan:
+class PublishPlan(NamedTuple):
     version: str
     triplet: str
     entries: tuple[PlannedEntry, ...]
     # SONAME -> published path of the file ld.so must find for it (after `ldconfig -r`).
-    sonames: dict[str, PurePosixPath] = field(default_factory=dict)
+    sonames: dict[str, PurePosixPath]
     nvidia_sonames: frozenset[str] = frozenset()
     # (real source path, DT_NEEDED name) accepted as missing: optional libraries (publish/roles.py).
     optional_missing: frozenset[tuple[str, str]] = frozenset()
@@ -75,8 +70,7 @@ class PublishPlan:
         return PurePosixPath("usr/lib") / self.triplet
 
 
-@dataclass(frozen=True)
-class PublishReport:
+class PublishReport(NamedTuple):
     written: int
     unchanged: int
     removed: int

@@ -16,7 +16,6 @@ import os
 import re
 import stat
 from collections.abc import Mapping
-from dataclasses import replace
 from pathlib import Path, PurePosixPath
 
 from driver_container.errors import HostReadError, LdCacheFormatError, PublishError, UserspaceError
@@ -225,7 +224,7 @@ def find_ldconfig(root: Root, runner: Runner, elf: ElfFacts | None = None) -> So
             src = source_file(root, inner)
             facts = elf.get_if_elf(src.real, src.shown, src.size, src.mtime_ns)  # Debian's sbin/ldconfig is a script
             if facts is not None and facts.is_static:
-                return replace(src, elf=facts)
+                return src._replace(elf=facts)
             log.debug("%s is not a static ELF ldconfig", src.shown)
     on_path = Path(runner.which("ldconfig")).resolve()
     st = on_path.stat()
