@@ -43,6 +43,8 @@ def parse_module_conf(text: str, *, source: str = "<conf>") -> list[tuple[str, s
         except ValueError as exc:
             raise HostReadError(
                 f"{source}:{number}: cannot parse {line.strip()[:80]!r}: {exc}",
+                path=source,
+                line=number,
                 fix="write NAME=VALUE pairs, quote values that contain spaces",
             ) from exc
         for word in words:
@@ -50,6 +52,8 @@ def parse_module_conf(text: str, *, source: str = "<conf>") -> list[tuple[str, s
             if not sep or not _PARAM.fullmatch(name):
                 raise HostReadError(
                     f"{source}:{number}: {word[:80]!r} is not NAME=VALUE",
+                    path=source,
+                    line=number,
                     fix="write module parameters as NAME=VALUE, e.g. NVreg_EnableGpuFirmware=1",
                 )
             pairs.append((name, value))

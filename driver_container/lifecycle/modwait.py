@@ -49,10 +49,10 @@ def machine_config_snippet(names: tuple[str, ...], talos_version: str | None = N
 
 def missing_modules(paths: HostPaths, names: tuple[str, ...]) -> list[str]:
 
-    problems: list[str] = []
-    loaded = read_loaded_modules(paths, problems)
-    for problem in problems:
+    found = read_loaded_modules(paths)
+    for problem in found.problems:
         log.debug("%s", problem)
+    loaded = found.modules
     missing = []
     for name in names:
         module = loaded.get(name)

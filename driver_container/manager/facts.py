@@ -13,6 +13,7 @@ from driver_container.errors import (
 )
 from driver_container.findings import loaded_version_of, versions_mismatch
 from driver_container.formats.kernel.mountinfo import mounts_at_or_below, parse_mountinfo, top_mount_at
+from driver_container.formats.kernel.nvidia_proc import NvidiaProcVersion
 from driver_container.formats.numbers import parse_uint
 from driver_container.inspect.hoststate import read_loaded_modules, read_nvidia_version
 from driver_container.inspect.platform import PlatformKind, detect_platform
@@ -81,12 +82,20 @@ def _pid_file_stale(paths: HostPaths) -> bool:
     return not (pid is not None and paths.proc.is_dir(str(pid)))
 
 
+def _proc_version(paths: HostPaths) -> NvidiaProcVersion | None:
+    try:
+        return read_nvidia_version(paths)
+    except HostReadError as exc:  # sysfs' version is the fallback (loaded_version_of)
+        log.debug("%s", exc.message)
+        return None
+
+
 def gather_facts(paths: HostPaths, settings: Settings) -> NodeFacts:
     platform = detect_platform(paths, settings.driver_platform)
-    modules = read_loaded_modules(paths)
+    modules = read_loaded_modules(paths).modules
     loaded = modules["nvidia"].loaded
     # The loaded version as init's findings read it (findings.loaded_version_of), /proc first.
-    nvidia_version = loaded_version_of(modules, read_nvidia_version(paths, [])) if loaded else None
+    nvidia_version = loaded_version_of(modules, _proc_version(paths)) if loaded else None
     mountinfo = paths.proc.read_text_or_none("self/mountinfo") or ""
     state = paths.run.read_text_or_none(paths.state_file.name)
     return NodeFacts(
@@ -110,6 +119,9 @@ def check_versions(facts: NodeFacts) -> None:
     raise VerificationError(
         f"the loaded nvidia module is version {facts.nvidia_version} but this image ships NVIDIA userspace "
         f"{facts.image_version}; they must be identical",
+        codes=("VERSION_MISMATCH",),
+        loaded_version=facts.nvidia_version,
+        userspace_version=facts.image_version,
         fix=f"use the driver image {facts.nvidia_version}-talos{talos} (driver.version), or install the Talos "
         f"kmod extension of version {facts.image_version} and reboot (docs/talos.md)",
     )

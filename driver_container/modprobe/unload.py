@@ -86,7 +86,7 @@ def unload_modules(
     Raises DriverInUseError ("driver in use by ...") before any rmmod when something holds the driver.
     """
     refuse_on_talos(paths, settings, runner, platform)
-    loaded = read_loaded_modules(paths)
+    loaded = read_loaded_modules(paths).modules
     targets = [n for n in UNLOAD_ORDER if n in loaded and loaded[n].loaded]
     if not targets:
         return UnloadReport((), (), "no NVIDIA module loaded")
@@ -110,7 +110,7 @@ def unload_modules(
                 fix="something took the driver while unloading; stop it and restart this pod",
             ) from exc
         commands.append(argv)
-    left = [n for n, m in read_loaded_modules(paths).items() if n in targets and m.loaded]
+    left = [n for n, m in read_loaded_modules(paths).modules.items() if n in targets and m.loaded]
     if left:
         raise ModuleLoadError(f"rmmod returned 0 but {', '.join(left)} still loaded (/proc/modules, /sys/module)")
     log.info("unloaded %s", ", ".join(targets))

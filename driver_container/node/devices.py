@@ -50,8 +50,10 @@ def plan_device_nodes(paths: HostPaths) -> tuple[DeviceNode, ...]:
     """The nodes the loaded driver provides, read from PROCFS_ROOT (no writes)."""
     text = paths.proc.read_text_or_none("devices")
     if text is None:
+        where = paths.procfs_root / "devices"
         raise HostReadError(
-            f"{paths.procfs_root / 'devices'}: missing; cannot learn the NVIDIA device majors",
+            f"{where}: missing; cannot learn the NVIDIA device majors",
+            path=where,
             fix="mount the host's /proc at PROCFS_ROOT",
         )
     devices = parse_proc_devices(text)
@@ -75,13 +77,13 @@ def plan_device_nodes(paths: HostPaths) -> tuple[DeviceNode, ...]:
 
 def _gpu_minors(paths: HostPaths) -> list[int]:
     minors: set[int] = set()
-    problems: list[str] = []
-    for gpu in read_gpus(paths.proc, problems):
+    found = read_gpus(paths.proc)
+    for gpu in found.gpus:
         if gpu.device_minor is None:
             log.warning("GPU %s: no Device Minor in its information file; no node for it", gpu.pci_id)
             continue
         minors.add(gpu.device_minor)
-    for problem in problems:
+    for problem in found.problems:
         log.warning("%s", problem)
     return sorted(minors)
 

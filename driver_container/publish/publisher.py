@@ -110,7 +110,7 @@ def _check_closure(plan: PublishPlan) -> None:
     problems = closure_problems(plan)
     if problems:
         raise PublishError(
-            "the planned root would not run: " + "; ".join(problems[:5]) + "; the previous root is intact",
+            "the planned root would not run: " + "; ".join(map(str, problems[:5])) + "; the previous root is intact",
             fix="install what is missing in the driver image",
         )
 

@@ -28,7 +28,7 @@ def test_unload_idle_host_in_dependency_order(fake_host: Make) -> None:
     report = unload_modules(host.paths, Settings(), host.runner)
     assert host.calls() == [["rmmod", "nvidia_modeset"], ["rmmod", "nvidia_uvm"], ["rmmod", "nvidia"]]
     assert report.unloaded == ("nvidia_modeset", "nvidia_uvm", "nvidia")
-    assert not any(m.loaded for m in read_loaded_modules(host.paths).values())
+    assert not any(m.loaded for m in read_loaded_modules(host.paths).modules.values())
     assert host.proc_modules().startswith("ipmi_devintf ")
     # the kernel drops the reference nvidia held on ipmi_msghandler; the module itself stays
     assert "ipmi_msghandler 90112 1 ipmi_devintf, Live" in host.proc_modules()
@@ -63,13 +63,13 @@ def test_busy_host_is_refused_before_any_rmmod(fake_host: Make) -> None:
     assert "nvidia_modeset" not in message.split("driver in use by", 1)[1].replace("uses nvidia_modeset", "")
     assert info.value.fix and "nvidia-persistenced" in info.value.fix
     assert host.calls() == []
-    assert read_loaded_modules(host.paths)["nvidia"].loaded
+    assert read_loaded_modules(host.paths).modules["nvidia"].loaded
 
 
 def test_load_then_unload_round_trip_with_peermem(fake_host: Make) -> None:
     host = fake_host("ubuntu-mellanox-unloaded")
     load_modules(host.paths, Settings(gpu_direct_rdma=True), host.runner)
-    assert read_loaded_modules(host.paths)["nvidia"].refcnt == 3
+    assert read_loaded_modules(host.paths).modules["nvidia"].refcnt == 3
     unload_modules(host.paths, Settings(), host.runner)
     rmmods = [c for c in host.calls() if c[0] == "rmmod"]
     assert rmmods == [["rmmod", m] for m in ("nvidia_peermem", "nvidia_modeset", "nvidia_uvm", "nvidia")]
