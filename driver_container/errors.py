@@ -2,12 +2,9 @@
 
 Library code raises these; only ``driver_container.cli`` turns them into messages and exit codes.
 Every message names the file (or command), the values found and, where one exists, the fix; the same
-facts are also fields (``path``, ``argv``, ``returncode``, the versions...) that callers and tests read
-instead of parsing the message. Each field is keyword-only with a default, so a raise that names only
-the message stays valid; ``details()`` gives the fields that are set (the CLI's JSON log line).
-
-Nothing but ``os`` is imported (loaded by every interpreter anyway): the peermem liveness probe imports
-this module and must stay free of ``dataclasses`` and ``typing`` (tests/unit/lifecycle/test_peermem_glance.py).
+facts are keyword-only fields (``path``, ``argv``, ``returncode``, the versions...) that callers and tests
+read instead of parsing the message; ``details()`` gives those that are set. Only ``os`` is imported: the
+peermem probe imports this module without ``dataclasses`` or ``typing`` (tests/unit/lifecycle/test_peermem_glance.py).
 """
 
 from __future__ import annotations
@@ -41,7 +38,7 @@ class Problem:
     def of(cls, exc: HostReadError) -> Problem:
         """A read error that the caller treats as non-fatal. Its message already starts with the path
         (``<path>: cannot open: ...``, ``<path>:<line>: ...``), so that is not repeated in ``str()``."""
-        where = exc.location
+        where = exc.path if exc.path is None or exc.line is None else f"{exc.path}:{exc.line}"
         if where is None:
             return cls("", exc.message)
         return cls(where, exc.message.removeprefix(f"{where}: "))
@@ -53,9 +50,7 @@ class Problem:
         return f"Problem(path={self.path!r}, message={self.message!r})"
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Problem):
-            return NotImplemented
-        return (self.path, self.message) == (other.path, other.message)
+        return isinstance(other, Problem) and (self.path, self.message) == (other.path, other.message)
 
     def __hash__(self) -> int:
         return hash((self.path, self.message))
@@ -71,8 +66,7 @@ class Problem:
 
 
 def noted(problems: list[Problem], read: Callable[[], _T], default: _T) -> _T:
-    """``read()``; where it raises HostReadError, ``default``, the error kept in ``problems`` as a
-    Problem (a reader that goes on past an unreadable file)."""
+    """``read()``, or ``default`` with its HostReadError kept in ``problems`` (a reader that goes on)."""
     try:
         return read()
     except HostReadError as exc:
@@ -115,8 +109,7 @@ class UsageError(DriverContainerError):
 
 
 class HostReadError(DriverContainerError):
-    """A host, procfs or sysfs file (``path``) could not be read or is malformed; ``line``: the line
-    (from 1) where a text file is malformed."""
+    """A host, procfs or sysfs file (``path``) cannot be read or is malformed (at ``line``, from 1)."""
 
     def __init__(
         self, message: str, *, path: _PathLike | None = None, line: int | None = None, fix: str | None = None
@@ -124,11 +117,6 @@ class HostReadError(DriverContainerError):
         super().__init__(message, fix=fix)
         self.path = None if path is None else os.fspath(path)
         self.line = line
-
-    @property
-    def location(self) -> str | None:
-        """``path`` or ``path:line``: how the message starts."""
-        return self.path if self.path is None or self.line is None else f"{self.path}:{self.line}"
 
 
 class HostFileNotFound(HostReadError):
@@ -177,8 +165,7 @@ class VerificationError(DriverContainerError):
 
 
 class UserspaceError(DriverContainerError):
-    """The image's NVIDIA userspace is missing, inconsistent or unsafe to publish (``path``: the file or
-    directory it is about)."""
+    """The image's NVIDIA userspace (at ``path``) is missing, inconsistent or unsafe to publish."""
 
     def __init__(self, message: str, *, path: _PathLike | None = None, fix: str | None = None) -> None:
         super().__init__(message, fix=fix)
@@ -200,8 +187,7 @@ class DerError(ValueError):
 
 
 class PublishError(DriverContainerError):
-    """Writing the driver root failed; the previous root is left intact. ``path``: what was being written,
-    read or removed."""
+    """Writing the driver root (at ``path``) failed; the previous root is left intact."""
 
     def __init__(self, message: str, *, path: _PathLike | None = None, fix: str | None = None) -> None:
         super().__init__(message, fix=fix)
@@ -245,7 +231,7 @@ class ForbiddenCommandError(CommandError):
 
 class DriverInUseError(CommandError):
     """The NVIDIA modules cannot be unloaded: something still holds them ("driver in use by ...").
-    ``holders``: what holds them (modules, processes), as found."""
+    ``holders``: the modules outside the unload that hold them (empty: open files or built-in code)."""
 
     def __init__(
         self, message: str, *, holders: tuple[str, ...] = (), argv: tuple[str, ...] = (),
@@ -256,8 +242,7 @@ class DriverInUseError(CommandError):
 
 
 class ModuleLoadError(CommandError):
-    """modprobe/rmmod of an NVIDIA module failed, or the modules are not in the expected state after it.
-    ``modules``: the modules in the wrong state."""
+    """modprobe/rmmod of an NVIDIA module failed, or the ``modules`` are not in the expected state after it."""
 
     def __init__(
         self, message: str, *, modules: tuple[str, ...] = (), argv: tuple[str, ...] = (),
@@ -268,20 +253,21 @@ class ModuleLoadError(CommandError):
 
 
 class KubernetesError(DriverContainerError):
-    """The Kubernetes API refused or failed a request: its ``method`` and ``resource`` (the API path or
-    what was waited for), ``status`` (the HTTP status; None: no answer)."""
+    """The Kubernetes API refused or failed a request: its ``method`` and ``resource`` (the API path, or
+    the kind waited for), ``status`` (the HTTP status; None: no answer); or its configuration is unusable:
+    ``path`` (the kubeconfig or credential file)."""
 
     def __init__(
-        self, message: str, *, method: str | None = None, resource: str | None = None,
-        status: int | None = None, fix: str | None = None,
+        self, message: str, *, method: str | None = None, resource: str | None = None, status: int | None = None,
+        path: _PathLike | None = None, fix: str | None = None,
     ) -> None:  # fmt: skip
         super().__init__(message, fix=fix)
         self.method, self.resource, self.status = method, resource, status
+        self.path = None if path is None else os.fspath(path)
 
 
 class DaemonError(DriverContainerError):
-    """A daemon the entrypoint supervises (nvidia-persistenced) died; the pod must restart. ``daemon``:
-    its name, ``pid``, ``returncode`` (None: it did not exit, e.g. it never started)."""
+    """A supervised ``daemon`` (nvidia-persistenced; ``pid``, ``returncode``) died; the pod must restart."""
 
     def __init__(
         self, message: str, *, daemon: str | None = None, pid: int | None = None,
@@ -296,8 +282,7 @@ class FabricError(DaemonError):
 
 
 class HostDriverPresentError(DriverContainerError):
-    """The host already provides the NVIDIA userspace; the driver container must not run on this node.
-    ``path``: the host's nvidia-smi that shows it."""
+    """The host provides the NVIDIA userspace (``path``: its nvidia-smi); the driver container must not run."""
 
     def __init__(self, message: str, *, path: _PathLike | None = None, fix: str | None = None) -> None:
         super().__init__(message, fix=fix)
@@ -305,8 +290,9 @@ class HostDriverPresentError(DriverContainerError):
 
 
 class VerdictFormatError(DriverContainerError):
-    """The module-file verdict in RUN_DIR (``path``) does not parse; it is then treated as absent."""
+    """The module-file verdict in RUN_DIR does not parse; it is then treated as absent. ``key``: the
+    document's key at fault (None: not JSON at all)."""
 
-    def __init__(self, message: str, *, path: _PathLike | None = None, fix: str | None = None) -> None:
+    def __init__(self, message: str, *, key: str | None = None, fix: str | None = None) -> None:
         super().__init__(message, fix=fix)
-        self.path = None if path is None else os.fspath(path)
+        self.key = key

@@ -81,6 +81,8 @@ def driver_major(version: str) -> int:
     if len(parts) not in (2, 3) or None in numbers:
         raise UsageError(
             f"driver version {version!r}: expected MAJOR.MINOR[.PATCH], e.g. 595.91.07",
+            name="DRIVER_VERSION",
+            value=version,
             fix="set DRIVER_VERSION to the version of the modules in the image",
         )
     return numbers[0]  # type: ignore[return-value]

@@ -105,4 +105,4 @@ def _timeout_error(
         )
     else:
         fix = "check `dmesg` for why modprobe did not load them"
-    return ModuleWaitTimeout(message, fix=fix)
+    return ModuleWaitTimeout(message, modules=tuple(missing), timeout=settings.module_wait_timeout, fix=fix)

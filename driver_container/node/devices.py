@@ -117,7 +117,7 @@ def _matches(target: Path, node: DeviceNode) -> bool:
     except FileNotFoundError:
         return False
     except OSError as exc:
-        raise PublishError(f"{target}: cannot stat: {exc.strerror}") from exc
+        raise PublishError(f"{target}: cannot stat: {exc.strerror}", path=target) from exc
     return (
         stat.S_ISCHR(st.st_mode)
         and st.st_rdev == os.makedev(node.major, node.minor)
@@ -136,12 +136,12 @@ def _make_node(target: Path, node: DeviceNode) -> bool:
     except OSError as exc:
         if exc.errno in (errno.EPERM, errno.EACCES):
             return False
-        raise PublishError(f"{target}: cannot create device node: {exc.strerror}") from exc
+        raise PublishError(f"{target}: cannot create device node: {exc.strerror}", path=target) from exc
     try:
         os.chmod(tmp, node.mode)
         os.replace(tmp, target)
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise PublishError(f"{target}: cannot install device node: {exc.strerror}") from exc
+        raise PublishError(f"{target}: cannot install device node: {exc.strerror}", path=target) from exc
     return True

@@ -151,10 +151,12 @@ def _commit(
         if isinstance(exc, OSError):
             raise PublishError(
                 f"{exc.filename or root}: cannot commit the driver root: {exc.strerror}; the previous root is restored",
+                path=exc.filename or root,
                 fix=f"free space or fix permissions on the filesystem holding {root}",
             ) from exc
         if isinstance(exc, DriverContainerError):
-            raise PublishError(f"{exc.message}; the previous root is restored", fix=exc.fix) from exc
+            path = getattr(exc, "path", None)  # the classes that carry one (errors.py)
+            raise PublishError(f"{exc.message}; the previous root is restored", path=path, fix=exc.fix) from exc
         raise
     return rebuild
 

@@ -126,8 +126,10 @@ def test_no_module_tree_anywhere_is_a_clear_error(fake_host: Make) -> None:
 def test_modprobe_failure_stops_and_names_command(fake_host: Make) -> None:
     host = fake_host("ubuntu-unloaded")
     host.fail("nvidia_uvm")
-    with pytest.raises(ModuleLoadError, match=r"modprobe -d .* nvidia-uvm uvm_perf_prefetch_enable=0 exited 1"):
+    with pytest.raises(ModuleLoadError, match=r"modprobe -d .* nvidia-uvm uvm_perf_prefetch_enable=0 exited 1") as info:
         load_modules(host.paths, Settings(driver_version="580.105.08"), host.runner)
+    assert info.value.argv[0] == "modprobe" and info.value.argv[-2:] == ("nvidia-uvm", "uvm_perf_prefetch_enable=0")
+    assert info.value.returncode == 1
     assert [c[3] for c in host.calls()] == ["nvidia", "nvidia-uvm"]  # modeset never tried
 
 
@@ -141,8 +143,9 @@ def test_already_loaded_modules_are_not_reloaded(fake_host: Make) -> None:
 
 def test_version_mismatch_after_load_is_an_error(fake_host: Make) -> None:
     host = fake_host("ubuntu-unloaded", version="575.64.05")  # the tree holds another version than claimed
-    with pytest.raises(VerificationError, match=r"do not have version 580\.105\.08: nvidia 575\.64\.05"):
+    with pytest.raises(VerificationError, match=r"do not have version 580\.105\.08: nvidia 575\.64\.05") as info:
         load_modules(host.paths, Settings(driver_version="580.105.08"), host.runner)
+    assert (info.value.loaded_version, info.value.file_version) == ("575.64.05", "580.105.08")
 
 
 def _module(name: str, parameters: dict[str, str]) -> LoadedModule:

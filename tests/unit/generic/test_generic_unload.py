@@ -60,6 +60,7 @@ def test_busy_host_is_refused_before_any_rmmod(fake_host: Make) -> None:
     assert "nvidia_fs (uses nvidia; not an NVIDIA module this container unloads)" in message
     assert "2 references to nvidia from open /dev/nvidia* files" in message
     assert "1 reference to nvidia_uvm from open files of nvidia_uvm" in message
+    assert info.value.holders == ("nvidia_fs",)
     assert "nvidia_modeset" not in message.split("driver in use by", 1)[1].replace("uses nvidia_modeset", "")
     assert info.value.fix and "nvidia-persistenced" in info.value.fix
     assert host.calls() == []
@@ -84,8 +85,10 @@ def test_rmmod_failure_midway_names_what_was_unloaded(fake_host: Make) -> None:
         '#!/bin/sh\nprintf "rmmod\\t%s\\n" "$1" >>"$FAKE_LOG"\n'
         '[ "$1" = nvidia_uvm ] && { echo "rmmod: ERROR: Module nvidia_uvm is in use" >&2; exit 1; }\nexit 0\n'
     )
-    with pytest.raises(DriverInUseError, match=r"cannot unload nvidia_uvm: .*in use.*already unloaded: nvidia_modeset"):
+    busy = r"cannot unload nvidia_uvm: .*in use.*already unloaded: nvidia_modeset"
+    with pytest.raises(DriverInUseError, match=busy) as info:
         unload_modules(host.paths, Settings(), host.runner)
+    assert (info.value.argv, info.value.returncode) == (("rmmod", "nvidia_uvm"), 1)
     assert host.calls() == [["rmmod", "nvidia_modeset"], ["rmmod", "nvidia_uvm"]]
 
 
