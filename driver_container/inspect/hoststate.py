@@ -242,10 +242,17 @@ def read_driver_root_mount(paths: HostPaths) -> Mount | None:
     return None if mounts is None else mount_containing(mounts, str(paths.driver_root.resolve()))
 
 
+def _fabric(paths: HostPaths) -> FabricInfo | None:
+    if not nvswitch_proc_present(paths.proc):  # one stat on ordinary nodes
+        return None
+    from driver_container.node.fabric import inspect_fabric  # lazy, hot path: NVSwitch/NVLink5 nodes only
+
+    return inspect_fabric(paths)
+
+
 def inspect_host(paths: HostPaths, settings: Settings, platform: PlatformInfo | None = None) -> HostState:
     """Read the whole host picture (no checks: callers run ``findings.check`` on it). Reads module files
     (pyelftools). ``platform``: the caller's detection, where it made one (detected once per process)."""
-
     platform = platform or detect_platform(paths, settings.driver_platform)
     loaded = read_loaded_modules(paths)
     problems: list[Problem] = [*platform.problems, *loaded.problems]
@@ -262,11 +269,7 @@ def inspect_host(paths: HostPaths, settings: Settings, platform: PlatformInfo | 
         files, files_source = adopt_verdict(paths, settings.driver_config_digest, userspace.version, kver)
     firmware_names = sorted({fw for f in files.values() for fw in f.firmware})
     problems.extend(userspace.problems)
-    fabric = None
-    if nvswitch_proc_present(paths.proc):  # one stat on ordinary nodes
-        from driver_container.node.fabric import inspect_fabric  # lazy, hot path: NVSwitch/NVLink5 nodes only
-
-        fabric = inspect_fabric(paths)
+    fabric = _fabric(paths)
     problems.extend(fabric.problems if fabric else ())
     publish = read_publish_status(paths)
     mount = noted(problems, lambda: read_driver_root_mount(paths), None)
