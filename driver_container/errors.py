@@ -1,10 +1,77 @@
-"""The one exception hierarchy of the project.
+"""The one exception hierarchy of the project, and ``Problem``, the one form of a non-fatal problem.
 
 Library code raises these; only ``driver_container.cli`` turns them into messages and exit codes.
-Every message names the file (or command), the values found and, where one exists, the fix.
+Every message names the file (or command), the values found and, where one exists, the fix; the same
+facts are keyword-only fields (``path``, ``argv``, ``returncode``, the versions...) that callers and tests
+read instead of parsing the message; ``details()`` gives those that are set. Only ``os`` is imported: the
+peermem probe imports this module without ``dataclasses`` or ``typing`` (tests/unit/lifecycle/test_peermem_glance.py).
 """
 
 from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False  # typing stays unimported at run time (see above); type checkers read this as True
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import TypeVar
+
+    _T = TypeVar("_T")
+
+_PathLike = str | os.PathLike[str]
+
+
+class Problem:
+    """A non-fatal problem: ``path`` is what it is about (a host or image path, a soname, a manifest
+    entry, a module), ``message`` what is wrong with it. ``str()`` is the line shown: ``path: message``.
+    Immutable and hashable (a frozen dataclass without importing ``dataclasses``: see the module doc)."""
+
+    __slots__ = ("message", "path")
+    path: str
+    message: str
+
+    def __init__(self, path: _PathLike, message: str) -> None:
+        object.__setattr__(self, "path", os.fspath(path))
+        object.__setattr__(self, "message", message)
+
+    @classmethod
+    def of(cls, exc: HostReadError) -> Problem:
+        """A read error that the caller treats as non-fatal. Its message already starts with the path
+        (``<path>: cannot open: ...``, ``<path>:<line>: ...``), so that is not repeated in ``str()``."""
+        where = exc.path if exc.path is None or exc.line is None else f"{exc.path}:{exc.line}"
+        if where is None:
+            return cls("", exc.message)
+        return cls(where, exc.message.removeprefix(f"{where}: "))
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+    def __repr__(self) -> str:
+        return f"Problem(path={self.path!r}, message={self.message!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Problem) and (self.path, self.message) == (other.path, other.message)
+
+    def __hash__(self) -> int:
+        return hash((self.path, self.message))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Problem is immutable: cannot set {name}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"Problem is immutable: cannot delete {name}")
+
+    def __reduce__(self) -> tuple[type[Problem], tuple[str, str]]:
+        return (Problem, (self.path, self.message))
+
+
+def noted(problems: list[Problem], read: Callable[[], _T], default: _T) -> _T:
+    """``read()``, or ``default`` with its HostReadError kept in ``problems`` (a reader that goes on)."""
+    try:
+        return read()
+    except HostReadError as exc:
+        problems.append(Problem.of(exc))
+        return default
 
 
 class DriverContainerError(Exception):
@@ -20,15 +87,36 @@ class DriverContainerError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    def details(self) -> dict[str, object]:
+        """The structured fields of the subclass that are set (None and empty values left out)."""
+        return {
+            name: value
+            for name, value in vars(self).items()
+            if name not in ("message", "fix") and not name.startswith("_") and value is not None and value != ()
+        }
+
 
 class UsageError(DriverContainerError):
-    """Bad command line or environment value."""
+    """Bad command line or environment value: ``name`` (the option or environment variable), ``value``."""
 
     exit_code = 2
 
+    def __init__(
+        self, message: str, *, name: str | None = None, value: str | None = None, fix: str | None = None
+    ) -> None:
+        super().__init__(message, fix=fix)
+        self.name, self.value = name, value
+
 
 class HostReadError(DriverContainerError):
-    """A host, procfs or sysfs file could not be read or is malformed."""
+    """A host, procfs or sysfs file (``path``) cannot be read or is malformed (at ``line``, from 1)."""
+
+    def __init__(
+        self, message: str, *, path: _PathLike | None = None, line: int | None = None, fix: str | None = None
+    ) -> None:
+        super().__init__(message, fix=fix)
+        self.path = None if path is None else os.fspath(path)
+        self.line = line
 
 
 class HostFileNotFound(HostReadError):
@@ -36,72 +124,157 @@ class HostFileNotFound(HostReadError):
 
 
 class LdCacheFormatError(HostReadError):
-    """An ld.so.cache file is truncated or not in a format glibc writes."""
+    """An ld.so.cache file (``path``) is truncated or not in a format glibc writes."""
 
 
 class SymlinkLoopError(HostReadError):
-    """Too many symlinks while resolving a path inside a root (ELOOP)."""
+    """Too many symlinks while resolving a path (``path``) inside a root (ELOOP)."""
 
 
 class ModuleFormatError(DriverContainerError):
-    """A kernel module file is not a readable module (bad ELF, compression, signature...)."""
+    """A kernel module file (``path``) is not a readable module (bad ELF, compression, signature...)."""
+
+    def __init__(self, message: str, *, path: _PathLike | None = None, fix: str | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.path = None if path is None else os.fspath(path)
 
 
 class ModuleNotFoundInTreeError(DriverContainerError):
-    """A module name could not be found in a module tree."""
+    """A module name could not be found in a module tree: ``module``, ``kernel`` (release), ``tree``."""
+
+    def __init__(
+        self, message: str, *, module: str | None = None, kernel: str | None = None,
+        tree: _PathLike | None = None, fix: str | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(message, fix=fix)
+        self.module, self.kernel, self.tree = module, kernel, None if tree is None else os.fspath(tree)
 
 
 class VerificationError(DriverContainerError):
-    """Error-level findings stop the driver from being published."""
+    """Error-level findings stop the driver from being published. ``codes``: the findings' codes; the
+    versions found, where the refusal is about them: ``loaded_version`` (the running module),
+    ``file_version`` (the module file), ``userspace_version`` (the image's libraries)."""
+
+    def __init__(
+        self, message: str, *, codes: tuple[str, ...] = (), loaded_version: str | None = None,
+        file_version: str | None = None, userspace_version: str | None = None, fix: str | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(message, fix=fix)
+        self.codes = codes
+        self.loaded_version, self.file_version, self.userspace_version = loaded_version, file_version, userspace_version
 
 
 class UserspaceError(DriverContainerError):
-    """The image's NVIDIA userspace is missing, inconsistent or unsafe to publish."""
+    """The image's NVIDIA userspace (at ``path``) is missing, inconsistent or unsafe to publish."""
+
+    def __init__(self, message: str, *, path: _PathLike | None = None, fix: str | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.path = None if path is None else os.fspath(path)
 
 
 class ElfFormatError(UserspaceError):
-    """A file expected to be an ELF executable or shared object is not one, or is malformed."""
+    """A file (``path``) expected to be an ELF executable or shared object is not one, or is malformed."""
 
 
 class DerError(ValueError):
     """Malformed DER (formats/kmod/der.py). A ValueError, not a DriverContainerError: the signature
-    decoder catches it and reports the module's signature as unparsable, it never reaches the CLI."""
+    decoder catches it and reports the module's signature as unparsable, it never reaches the CLI.
+    ``offset``: where in the DER input, when known."""
+
+    def __init__(self, message: str, *, offset: int | None = None) -> None:
+        super().__init__(message)
+        self.message, self.offset = message, offset
 
 
 class PublishError(DriverContainerError):
-    """Writing the driver root failed; the previous root is left intact."""
+    """Writing the driver root (at ``path``) failed; the previous root is left intact."""
+
+    def __init__(self, message: str, *, path: _PathLike | None = None, fix: str | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.path = None if path is None else os.fspath(path)
 
 
 class LockError(DriverContainerError):
-    """Another instance holds the pid-file lock."""
+    """Another instance holds the pid-file lock. ``path``: the pid file; ``holder``: its pid, when known."""
+
+    def __init__(
+        self, message: str, *, path: _PathLike | None = None, holder: int | None = None, fix: str | None = None
+    ) -> None:
+        super().__init__(message, fix=fix)
+        self.path, self.holder = None if path is None else os.fspath(path), holder
 
 
 class ModuleWaitTimeout(DriverContainerError):
-    """Talos did not load the required modules in time."""
+    """Talos did not load the required modules in time: ``modules`` still missing after ``timeout`` s."""
+
+    def __init__(
+        self, message: str, *, modules: tuple[str, ...] = (), timeout: float | None = None, fix: str | None = None
+    ) -> None:
+        super().__init__(message, fix=fix)
+        self.modules, self.timeout = modules, timeout
 
 
 class CommandError(DriverContainerError):
-    """An external command failed or may not be run (e.g. modprobe on Talos)."""
+    """An external command failed or may not be run (e.g. modprobe on Talos). ``argv``: the command
+    (its name alone where it never started); ``returncode``: its exit status (None: it did not exit)."""
+
+    def __init__(
+        self, message: str, *, argv: tuple[str, ...] = (), returncode: int | None = None, fix: str | None = None
+    ) -> None:
+        super().__init__(message, fix=fix)
+        self.argv, self.returncode = argv, returncode
 
 
 class ForbiddenCommandError(CommandError):
-    """A command that must never run on this platform was requested."""
+    """A command that must never run on this platform was requested (``argv``: the refused command)."""
 
 
 class DriverInUseError(CommandError):
-    """The NVIDIA modules cannot be unloaded: something still holds them ("driver in use by ...")."""
+    """The NVIDIA modules cannot be unloaded: something still holds them ("driver in use by ...").
+    ``holders``: the modules outside the unload that hold them (empty: open files or built-in code)."""
+
+    def __init__(
+        self, message: str, *, holders: tuple[str, ...] = (), argv: tuple[str, ...] = (),
+        returncode: int | None = None, fix: str | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(message, argv=argv, returncode=returncode, fix=fix)
+        self.holders = holders
 
 
 class ModuleLoadError(CommandError):
-    """modprobe/rmmod of an NVIDIA module failed, or the modules are not in the expected state after it."""
+    """modprobe/rmmod of an NVIDIA module failed, or the ``modules`` are not in the expected state after it."""
+
+    def __init__(
+        self, message: str, *, modules: tuple[str, ...] = (), argv: tuple[str, ...] = (),
+        returncode: int | None = None, fix: str | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(message, argv=argv, returncode=returncode, fix=fix)
+        self.modules = modules
 
 
 class KubernetesError(DriverContainerError):
-    """The Kubernetes API refused or failed a request."""
+    """The Kubernetes API refused or failed a request: its ``method`` and ``resource`` (the API path, or
+    the kind waited for), ``status`` (the HTTP status; None: no answer); or its configuration is unusable:
+    ``path`` (the kubeconfig or credential file)."""
+
+    def __init__(
+        self, message: str, *, method: str | None = None, resource: str | None = None, status: int | None = None,
+        path: _PathLike | None = None, fix: str | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(message, fix=fix)
+        self.method, self.resource, self.status = method, resource, status
+        self.path = None if path is None else os.fspath(path)
 
 
 class DaemonError(DriverContainerError):
-    """A daemon the entrypoint supervises (nvidia-persistenced) died; the pod must restart."""
+    """A supervised ``daemon`` (nvidia-persistenced; ``pid``, ``returncode``) died; the pod must restart."""
+
+    def __init__(
+        self, message: str, *, daemon: str | None = None, pid: int | None = None,
+        returncode: int | None = None, fix: str | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(message, fix=fix)
+        self.daemon, self.pid, self.returncode = daemon, pid, returncode
 
 
 class FabricError(DaemonError):
@@ -109,8 +282,17 @@ class FabricError(DaemonError):
 
 
 class HostDriverPresentError(DriverContainerError):
-    """The host already provides the NVIDIA userspace; the driver container must not run on this node."""
+    """The host provides the NVIDIA userspace (``path``: its nvidia-smi); the driver container must not run."""
+
+    def __init__(self, message: str, *, path: _PathLike | None = None, fix: str | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.path = None if path is None else os.fspath(path)
 
 
 class VerdictFormatError(DriverContainerError):
-    """The module-file verdict in RUN_DIR does not parse; it is then treated as absent."""
+    """The module-file verdict in RUN_DIR does not parse; it is then treated as absent. ``key``: the
+    document's key at fault (None: not JSON at all)."""
+
+    def __init__(self, message: str, *, key: str | None = None, fix: str | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.key = key

@@ -12,15 +12,18 @@ HUMAN_FORMAT = "%(asctime)s %(levelname)-7s %(message)s"
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
+        entry: dict[str, object] = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
         }
+        details = getattr(record, "details", None)  # an error's structured fields (cli.report_error)
+        if isinstance(details, dict):
+            entry["details"] = {k: list(v) if isinstance(v, tuple) else v for k, v in details.items()}
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
-        return json.dumps(entry, ensure_ascii=False)
+        return json.dumps(entry, ensure_ascii=False, default=str)
 
 
 def configure(*, json_format: bool = False, verbose: bool = False) -> None:

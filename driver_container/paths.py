@@ -50,7 +50,7 @@ class Root(NamedTuple):
         except (FileNotFoundError, NotADirectoryError):
             found = None
         except OSError as exc:
-            raise HostReadError(f"{candidate}: {exc.strerror}") from exc
+            raise HostReadError(f"{candidate}: {exc.strerror}", path=candidate) from exc
         else:
             found = (mode, os.readlink(candidate) if stat.S_ISLNK(mode) else "")
         if self.lstat_memo is not None:
@@ -79,8 +79,10 @@ class Root(NamedTuple):
                 continue
             links += 1
             if links > MAX_SYMLINKS:
+                where = self.path / str(inner).lstrip("/")
                 raise SymlinkLoopError(
-                    f"{self.path / str(inner).lstrip('/')}: too many levels of symbolic links",
+                    f"{where}: too many levels of symbolic links",
+                    path=where,
                     fix="remove the symlink loop from the tree",
                 )
             target = kind[1]
@@ -99,19 +101,23 @@ class Root(NamedTuple):
             # O_NOFOLLOW: the last component was resolved above; a link swapped in since is refused.
             fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         except FileNotFoundError as exc:
-            raise HostFileNotFound(f"{real}: no such file") from exc
+            raise HostFileNotFound(f"{real}: no such file", path=real) from exc
         except OSError as exc:
-            raise HostReadError(f"{real}: cannot open: {exc.strerror}") from exc
+            raise HostReadError(f"{real}: cannot open: {exc.strerror}", path=real) from exc
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
-            raise HostReadError(f"{real}: not a regular file", fix="check what is mounted or linked at this path")
+            raise HostReadError(
+                f"{real}: not a regular file", path=real, fix="check what is mounted or linked at this path"
+            )
         with os.fdopen(fd, "rb") as handle:
             try:
                 data = handle.read(limit + 1)
             except OSError as exc:
-                raise HostReadError(f"{real}: cannot read: {exc.strerror}") from exc
+                raise HostReadError(f"{real}: cannot read: {exc.strerror}", path=real) from exc
         if len(data) > limit:
-            raise HostReadError(f"{real}: larger than {limit} bytes", fix="check that this is the right file")
+            raise HostReadError(
+                f"{real}: larger than {limit} bytes", path=real, fix="check that this is the right file"
+            )
         return data
 
     def read_text(self, inner: str | PurePosixPath, *, limit: int = DEFAULT_READ_LIMIT) -> str:
@@ -131,7 +137,7 @@ class Root(NamedTuple):
         except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as exc:
-            raise HostReadError(f"{real}: cannot list: {exc.strerror}") from exc
+            raise HostReadError(f"{real}: cannot list: {exc.strerror}", path=real) from exc
 
     def lstat(self, inner: str | PurePosixPath) -> os.stat_result | None:
         try:

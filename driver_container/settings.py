@@ -36,7 +36,7 @@ def parse_bool(name: str, value: str | None, default: bool) -> bool:
         return True
     if lowered in _FALSE:
         return False
-    raise UsageError(f"{name}={value!r}: expected true or false")
+    raise UsageError(f"{name}={value!r}: expected true or false", name=name, value=value)
 
 
 def parse_choice(name: str, value: str | None, choices: tuple[_Choice, ...], default: _Choice) -> _Choice:
@@ -46,7 +46,7 @@ def parse_choice(name: str, value: str | None, choices: tuple[_Choice, ...], def
     for choice in choices:
         if choice == lowered:
             return choice
-    raise UsageError(f"{name}={value!r}: expected one of {', '.join(choices)}")
+    raise UsageError(f"{name}={value!r}: expected one of {', '.join(choices)}", name=name, value=value)
 
 
 def parse_seconds(name: str, value: str | None, default: float) -> float:
@@ -54,7 +54,9 @@ def parse_seconds(name: str, value: str | None, default: float) -> float:
         return default
     seconds = parse_decimal_seconds(value.strip())
     if seconds is None:
-        raise UsageError(f"{name}={value!r}: expected a non-negative number of seconds, e.g. 300 or 1.5")
+        raise UsageError(
+            f"{name}={value!r}: expected a non-negative number of seconds, e.g. 300 or 1.5", name=name, value=value
+        )
     return seconds
 
 

@@ -40,7 +40,13 @@ def _register_commands(args: list[str] | None = None) -> None:
 
 
 def report_error(exc: DriverContainerError, prog: str = "nvidia-driver") -> int:
-    """One clear line (plus the fix), never a traceback, for an expected failure."""
+    """One clear line (plus the fix), never a traceback, for an expected failure. Its structured fields
+    (``DriverContainerError.details``) go to the debug log (--verbose; a ``details`` key in JSON lines)."""
+    details = exc.details()
+    if details:
+        import logging  # lazy, hot path: see the note at the top (only on an error)
+
+        logging.getLogger(__name__).debug("%s: %s %s", prog, type(exc).__name__, details, extra={"details": details})
     sys.stderr.write(f"{prog}: error: {exc.message}\n")
     if exc.fix:
         sys.stderr.write(f"{prog}: fix: {exc.fix}\n")

@@ -83,7 +83,11 @@ def _options(env: dict[str, str]) -> ManagerOptions:
 
     node = env.get("NODE_NAME", "").strip()
     if not node:
-        raise UsageError("NODE_NAME is not set", fix="set NODE_NAME from the downward API (fieldRef spec.nodeName)")
+        raise UsageError(
+            "NODE_NAME is not set",
+            name="NODE_NAME",
+            fix="set NODE_NAME from the downward API (fieldRef spec.nodeName)",
+        )
     namespace = (
         env.get("OPERATOR_NAMESPACE", "").strip() or namespace_of_service_account(KubeConfig()) or "gpu-operator"
     )

@@ -38,7 +38,7 @@ def _known_parameters(state: HostState, module: str) -> tuple[str, ...] | None:
 
 def parameters(state: HostState) -> list[Finding]:
     out = [
-        Finding("error", "PARAMETER_FILE_INVALID", e, "fix the kernelModuleConfig ConfigMap")
+        Finding("error", "PARAMETER_FILE_INVALID", str(e), "fix the kernelModuleConfig ConfigMap")
         for e in state.param_errors
     ]
     for module, pairs in state.requested_params.items():
@@ -82,7 +82,7 @@ def parameters(state: HostState) -> list[Finding]:
 
 def environment(state: HostState) -> list[Finding]:
     out = [
-        Finding("warning", "HOST_FILE_UNREADABLE", p, "check the mounts of PROCFS_ROOT, SYSFS_ROOT, HOST_ROOT")
+        Finding("warning", "HOST_FILE_UNREADABLE", str(p), "check the mounts of PROCFS_ROOT, SYSFS_ROOT, HOST_ROOT")
         for p in state.problems
     ]
     for name, where in sorted(state.firmware.items()):

@@ -65,14 +65,14 @@ def _header_and_segments(stream: BinaryIO, source: str) -> tuple[_Header, list[_
 
     ident = stream.read(6)
     if len(ident) < 6 or ident[4] not in (1, 2) or ident[5] not in (1, 2):
-        raise ElfFormatError(f"{source}: malformed ELF file: invalid identification (class/byte order)")
+        raise ElfFormatError(f"{source}: malformed ELF file: invalid identification (class/byte order)", path=source)
     little, elf_class = ident[5] == 1, 32 if ident[4] == 1 else 64
     ehdr = struct_parse(_structs(little, elf_class).Elf_Ehdr, stream, 0)
     found = []
     # p_type, p_offset, p_vaddr, p_filesz (Elf32_Phdr / Elf64_Phdr field order differs: gABI).
     layout = struct.Struct(("<" if little else ">") + ("IIIIIIII" if elf_class == 32 else "IIQQQQQQ"))
     if ehdr["e_phnum"] and ehdr["e_phentsize"] < layout.size:
-        raise ElfFormatError(f"{source}: malformed ELF file: program header size {ehdr['e_phentsize']}")
+        raise ElfFormatError(f"{source}: malformed ELF file: program header size {ehdr['e_phentsize']}", path=source)
     table = _read(stream, ehdr["e_phoff"], ehdr["e_phnum"] * ehdr["e_phentsize"], source)
     for index in range(ehdr["e_phnum"]):
         fields = layout.unpack_from(table, index * ehdr["e_phentsize"])
@@ -87,11 +87,17 @@ def _header_and_segments(stream: BinaryIO, source: str) -> tuple[_Header, list[_
 
 def _read(stream: BinaryIO, offset: int, size: int, source: str) -> bytes:
     if size > MAX_TABLE or size < 0 or offset < 0:
-        raise ElfFormatError(f"{source}: malformed ELF file: {size} bytes at offset {offset} is implausible")
+        raise ElfFormatError(
+            f"{source}: malformed ELF file: {size} bytes at offset {offset} is implausible",
+            path=source,
+        )
     stream.seek(offset)
     data = stream.read(size)
     if len(data) != size:
-        raise ElfFormatError(f"{source}: malformed ELF file: {size} bytes at offset {offset} run past the end")
+        raise ElfFormatError(
+            f"{source}: malformed ELF file: {size} bytes at offset {offset} run past the end",
+            path=source,
+        )
     return data
 
 
@@ -111,13 +117,16 @@ def _dynamic_strings(elf: _Header, segments: list[_Segment], dynamic: _Segment, 
         (s for s in segments if s.kind == "PT_LOAD" and s.vaddr <= table[DT_STRTAB] < s.vaddr + s.filesz), None
     )
     if load is None:
-        raise ElfFormatError(f"{source}: DT_STRTAB {table[DT_STRTAB]:#x} is in no PT_LOAD segment")
+        raise ElfFormatError(f"{source}: DT_STRTAB {table[DT_STRTAB]:#x} is in no PT_LOAD segment", path=source)
     strtab = _read(elf.stream, table[DT_STRTAB] - load.vaddr + load.offset, table.get(DT_STRSZ, 0), source)
 
     def string(offset: int) -> str:
         end = strtab.find(b"\0", offset)
         if offset >= len(strtab) or end < 0:
-            raise ElfFormatError(f"{source}: dynamic string offset {offset} outside DT_STRSZ {len(strtab)}")
+            raise ElfFormatError(
+                f"{source}: dynamic string offset {offset} outside DT_STRSZ {len(strtab)}",
+                path=source,
+            )
         return strtab[offset:end].decode("utf-8", "surrogateescape")
 
     needed = [string(v) for t, v in tags if t == DT_NEEDED]
@@ -141,7 +150,7 @@ def _parse(stream: BinaryIO, source: str) -> ElfDeps:
 
     if stream.read(4) != ELF_MAGIC:
         raise ElfFormatError(
-            f"{source}: not an ELF file (no \\x7fELF magic)",
+            f"{source}: not an ELF file (no \\x7fELF magic)", path=source,
             fix="remove the file or give it a name that is not a library name",
         )
     stream.seek(0)
@@ -162,7 +171,11 @@ def _parse(stream: BinaryIO, source: str) -> ElfDeps:
     except ElfFormatError:
         raise
     except (ELFError, Exception) as exc:  # pyelftools also lets construct/struct errors out on truncated files
-        raise ElfFormatError(f"{source}: malformed ELF file: {exc}", fix="reinstall the package that owns it") from exc
+        raise ElfFormatError(
+            f"{source}: malformed ELF file: {exc}",
+            path=source,
+            fix="reinstall the package that owns it",
+        ) from exc
 
 
 def read_elf_deps(source: bytes | Path, *, name: str | None = None) -> ElfDeps:
@@ -174,10 +187,14 @@ def read_elf_deps(source: bytes | Path, *, name: str | None = None) -> ElfDeps:
         fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as exc:
         fix = f"check the permissions of {source}"
-        raise ElfFormatError(f"{source}: cannot open: {exc.strerror}", fix=fix) from exc
+        raise ElfFormatError(f"{source}: cannot open: {exc.strerror}", path=source, fix=fix) from exc
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise ElfFormatError(f"{name or source}: not a regular file", fix="replace it with the real file")
+        raise ElfFormatError(
+            f"{name or source}: not a regular file",
+            path=name or source,
+            fix="replace it with the real file",
+        )
     with os.fdopen(fd, "rb") as stream:
         return _parse(stream, name or str(source))
 

@@ -55,6 +55,7 @@ class CacheEntry(NamedTuple):
 def _fail(source: str, what: str) -> LdCacheFormatError:
     return LdCacheFormatError(
         f"{source}: not a valid ld.so.cache: {what}",
+        path=source,
         fix="regenerate it with `ldconfig` (or `ldconfig -r ROOT`)",
     )
 

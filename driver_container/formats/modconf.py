@@ -44,6 +44,8 @@ def parse_module_conf(text: str, *, source: str = "<conf>") -> list[tuple[str, s
         except ValueError as exc:
             raise HostReadError(
                 f"{source}:{number}: cannot parse {line.strip()[:80]!r}: {exc}",
+                path=source,
+                line=number,
                 fix="write NAME=VALUE pairs, quote values that contain spaces",
             ) from exc
         for word in words:
@@ -51,6 +53,8 @@ def parse_module_conf(text: str, *, source: str = "<conf>") -> list[tuple[str, s
             if not sep or not _PARAM.fullmatch(name):
                 raise HostReadError(
                     f"{source}:{number}: {word[:80]!r} is not NAME=VALUE",
+                    path=source,
+                    line=number,
                     fix="write module parameters as NAME=VALUE, e.g. NVreg_EnableGpuFirmware=1",
                 )
             pairs.append((name, value))
@@ -78,6 +82,8 @@ def driver_major(version: str) -> int:
     if len(parts) not in (2, 3) or None in numbers:
         raise UsageError(
             f"driver version {version!r}: expected MAJOR.MINOR[.PATCH], e.g. 595.91.07",
+            name="DRIVER_VERSION",
+            value=version,
             fix="set DRIVER_VERSION to the version of the modules in the image",
         )
     return numbers[0]  # type: ignore[return-value]

@@ -12,7 +12,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from driver_container.errors import HostReadError
+from driver_container.errors import HostReadError, Problem, noted
 from driver_container.formats.kernel.modules import (
     ProcModule,
     parse_proc_modules,
@@ -20,6 +20,7 @@ from driver_container.formats.kernel.modules import (
 from driver_container.formats.kernel.mountinfo import Mount, mount_containing
 from driver_container.formats.kernel.nvidia_proc import (
     GpuInfo,
+    GpuList,
     NvidiaProcVersion,
     nvswitch_proc_present,
     parse_nvidia_params,
@@ -83,38 +84,43 @@ def _merge(name: str, proc: ProcModule | None, sysfs: SysfsModule, params: dict[
     )
 
 
-def read_nvidia_params(paths: HostPaths, problems: list[str]) -> dict[str, str]:
-    """Effective NVreg_* values, keyed by their modinfo names (``NVreg_`` added back)."""
-    try:
-        text = paths.proc.read_text_or_none("driver/nvidia/params", limit=1 << 20)
-    except HostReadError as exc:
-        problems.append(exc.message)
-        return {}
+def read_nvidia_params(paths: HostPaths) -> dict[str, str]:
+    """Effective NVreg_* values, keyed by their modinfo names (``NVreg_`` added back); HostReadError."""
+    text = paths.proc.read_text_or_none("driver/nvidia/params", limit=1 << 20)
     return {NVREG + k: v for k, v in parse_nvidia_params(text or "").items()}
 
 
-def read_loaded_modules(paths: HostPaths, problems: list[str] | None = None) -> dict[str, LoadedModule]:
+class LoadedModules(NamedTuple):
+    modules: dict[str, LoadedModule]  # every name of NVIDIA_MODULES
+    problems: tuple[Problem, ...] = ()  # unreadable or malformed /proc/modules, /sys/module files
+
+
+def read_loaded_modules(paths: HostPaths) -> LoadedModules:
     """Loaded state of every NVIDIA module from /proc/modules and /sys/module (cheap; polled by init)."""
-    sink: list[str] = [] if problems is None else problems
+    problems: list[Problem] = []
     proc: dict[str, ProcModule] = {}
     try:
         text = paths.proc.read_text_or_none("modules", limit=4 << 20)
     except HostReadError as exc:
-        sink.append(exc.message)
+        problems.append(Problem.of(exc))
         text = None
     if text is not None:  # absent on kernels without module support; sysfs initstate decides then
         rejects: list[str] = []
         proc = {m.name: m for m in parse_proc_modules(text, rejects=rejects)}
-        sink.extend(f"{paths.proc.path}/modules: unexpected line {line!r}" for line in rejects[:5])
+        where = f"{paths.proc.path}/modules"
+        problems.extend(Problem(where, f"unexpected line {line!r}") for line in rejects[:5])
     result: dict[str, LoadedModule] = {}
     for name in NVIDIA_MODULES:
         sysfs = read_sysfs_module(paths.sys, name)
-        sink.extend(sysfs.problems)
+        problems.extend(sysfs.problems)
         params = sysfs.parameters
         if name == "nvidia" and (name in proc or sysfs.present):
-            params = {**params, **read_nvidia_params(paths, sink)}
+            try:
+                params = {**params, **read_nvidia_params(paths)}
+            except HostReadError as exc:
+                problems.append(Problem.of(exc))
         result[name] = _merge(name, proc.get(name), sysfs, params)
-    return result
+    return LoadedModules(result, tuple(problems))
 
 
 class HostState(NamedTuple):
@@ -129,8 +135,8 @@ class HostState(NamedTuple):
     firmware: dict[str, str | None]  # firmware name -> where it was found (None: nowhere)
     driver_root: Path
     published: bool
-    problems: tuple[str, ...] = ()  # unreadable or malformed host files
-    param_errors: tuple[str, ...] = ()  # malformed /drivers/*.conf
+    problems: tuple[Problem, ...] = ()  # unreadable or malformed host files
+    param_errors: tuple[Problem, ...] = ()  # unreadable or malformed /drivers/*.conf
     fabric: FabricInfo | None = None  # NVSwitch / NVLink5 systems only (docs/fabric.md)
     module_files_source: str = "host"  # host | driver-manager verdict <file> | none (verdict.py)
     driver_root_mount: Mount | None = None  # the mount holding DRIVER_ROOT (None: no mountinfo)
@@ -143,25 +149,30 @@ class HostState(NamedTuple):
         return self.platform.kernel_release
 
 
-def read_nvidia_version(paths: HostPaths, problems: list[str]) -> NvidiaProcVersion | None:
-    """/proc/driver/nvidia/version of the loaded module (None where the file is absent)."""
+def read_nvidia_version(paths: HostPaths) -> NvidiaProcVersion | None:
+    """/proc/driver/nvidia/version of the loaded module (None where the file is absent); HostReadError."""
+    text = paths.proc.read_text_or_none("driver/nvidia/version", limit=65536)
     try:
-        text = paths.proc.read_text_or_none("driver/nvidia/version", limit=65536)
         return None if text is None else parse_nvidia_version(text)
-    except HostReadError as exc:
-        problems.append(f"{paths.proc.path}/driver/nvidia/version: {exc.message}")
-        return None
+    except HostReadError as exc:  # the parser knows only the text: name the file
+        where = f"{paths.proc.path}/driver/nvidia/version"
+        raise HostReadError(f"{where}: {exc.message}", path=where, fix=exc.fix) from exc
 
 
-def read_requested_params(paths: HostPaths) -> tuple[dict[str, tuple[tuple[str, str], ...]], list[str]]:
+class RequestedParams(NamedTuple):
+    params: dict[str, tuple[tuple[str, str], ...]]  # module -> ((NAME, VALUE), ...)
+    problems: tuple[Problem, ...] = ()  # unreadable or malformed /drivers/<module>.conf
+
+
+def read_requested_params(paths: HostPaths) -> RequestedParams:
     """The operator's ``/drivers/<module>.conf`` files (kernelModuleConfig ConfigMap keys)."""
     conf = Root(paths.drivers_conf_dir)
     result: dict[str, tuple[tuple[str, str], ...]] = {}
-    errors: list[str] = []
+    problems: list[Problem] = []
     try:
         names = conf.listdir("/")
     except HostReadError as exc:
-        return result, [exc.message]
+        return RequestedParams(result, (Problem.of(exc),))
     for file_name in names:
         module = conf_module_name(file_name.removesuffix(".conf"))
         if not file_name.endswith(".conf") or module not in NVIDIA_MODULES:
@@ -170,21 +181,17 @@ def read_requested_params(paths: HostPaths) -> tuple[dict[str, tuple[tuple[str, 
             text = conf.read_text_or_none(file_name, limit=65536) or ""
             result[module] = tuple(parse_module_conf(text, source=str(paths.drivers_conf_dir / file_name)))
         except HostReadError as exc:
-            errors.append(exc.message)
-    return result, errors
+            problems.append(Problem.of(exc))
+    return RequestedParams(result, tuple(problems))
 
 
-def _firmware_roots(paths: HostPaths, kver: str | None, problems: list[str]) -> list[tuple[Root, str]]:
-    """(root, dir) pairs where the kernel (host), the toolkit (driver root) or the image to be
-    published (userspace root) keep firmware; ``{kver}`` entries are dropped without a release."""
+def _firmware_roots(paths: HostPaths, kver: str | None, custom: str) -> list[tuple[Root, str]]:
+    """(root, dir) pairs where the kernel (host, its ``custom`` path first), the toolkit (driver root) or
+    the image to be published (userspace root) keep firmware; ``{kver}`` entries are dropped without a
+    release."""
     dirs = [d.format(kver=kver) for d in HOST_FIRMWARE_DIRS if kver or "{kver}" not in d]
     driver = Root(paths.driver_root)
     places: list[tuple[Root, str]] = []
-    try:
-        custom = (paths.sys.read_text_or_none(str(FIRMWARE_PATH_PARAM), limit=4096) or "").strip()
-    except HostReadError as exc:
-        problems.append(exc.message)
-        custom = ""
     if custom:
         custom_path = Path(custom)
         if custom_path.is_relative_to(paths.host_driver_root):
@@ -196,8 +203,19 @@ def _firmware_roots(paths: HostPaths, kver: str | None, problems: list[str]) -> 
     return places
 
 
-def locate_firmware(paths: HostPaths, names: list[str], kver: str | None, problems: list[str]) -> dict[str, str | None]:
-    places = _firmware_roots(paths, kver, problems)
+class FirmwareFound(NamedTuple):
+    where: dict[str, str | None]  # firmware name -> where it was found (None: nowhere)
+    problems: tuple[Problem, ...] = ()
+
+
+def locate_firmware(paths: HostPaths, names: list[str], kver: str | None) -> FirmwareFound:
+    problems: list[Problem] = []
+    try:
+        custom = (paths.sys.read_text_or_none(str(FIRMWARE_PATH_PARAM), limit=4096) or "").strip()
+    except HostReadError as exc:
+        problems.append(Problem.of(exc))
+        custom = ""
+    places = _firmware_roots(paths, kver, custom)
     result: dict[str, str | None] = {}
     for name in names:
         result[name] = None
@@ -207,66 +225,67 @@ def locate_firmware(paths: HostPaths, names: list[str], kver: str | None, proble
                     result[name] = str(root.resolve(f"{directory}/{name}"))
                     break
             except HostReadError as exc:
-                problems.append(exc.message)
-    return result
+                problems.append(Problem.of(exc))
+    return FirmwareFound(result, tuple(problems))
 
 
-def read_driver_root_mount(paths: HostPaths, problems: list[str]) -> Mount | None:
-    """The mount holding DRIVER_ROOT in PROCFS_ROOT/self/mountinfo; None where that file does not exist."""
-
-    try:
-        mounts = read_mounts(paths)
-    except HostReadError as exc:
-        problems.append(exc.message)
-        return None
+def read_driver_root_mount(paths: HostPaths) -> Mount | None:
+    """The mount holding DRIVER_ROOT in PROCFS_ROOT/self/mountinfo; None where that file does not exist.
+    HostReadError where it cannot be read."""
+    mounts = read_mounts(paths)
     return None if mounts is None else mount_containing(mounts, str(paths.driver_root.resolve()))
+
+
+def _fabric(paths: HostPaths) -> FabricInfo | None:
+    if not nvswitch_proc_present(paths.proc):  # one stat on ordinary nodes
+        return None
+    from driver_container.node.fabric import inspect_fabric  # lazy, hot path: NVSwitch/NVLink5 nodes only
+
+    return inspect_fabric(paths)
 
 
 def inspect_host(paths: HostPaths, settings: Settings, platform: PlatformInfo | None = None) -> HostState:
     """Read the whole host picture (no checks: callers run ``findings.check`` on it). Reads module files
     (pyelftools). ``platform``: the caller's detection, where it made one (detected once per process)."""
-
-    problems: list[str] = []
     platform = platform or detect_platform(paths, settings.driver_platform)
-    problems.extend(platform.problems)
-    modules = read_loaded_modules(paths, problems)
-    version = read_nvidia_version(paths, problems) if modules["nvidia"].loaded else None
-    gpus = tuple(read_gpus(paths.proc, problems)) if modules["nvidia"].loaded else ()
+    loaded = read_loaded_modules(paths)
+    problems: list[Problem] = [*platform.problems, *loaded.problems]
+    modules, nvidia_loaded = loaded.modules, loaded.modules["nvidia"].loaded
+    version = noted(problems, lambda: read_nvidia_version(paths), None) if nvidia_loaded else None
+    gpus = read_gpus(paths.proc) if nvidia_loaded else GpuList(())
+    problems.extend(gpus.problems)
     kver = platform.kernel_release
-    files = read_module_files(paths, kver, problems) if kver else {}
-    requested, param_errors = read_requested_params(paths)
+    files: dict[str, ModuleFile] = noted(problems, lambda: read_module_files(paths, kver), {}) if kver else {}
+    requested = read_requested_params(paths)
     userspace = find_userspace(paths)
     files_source = "host"
     if not files and kver:  # no host root here (the operator's main container): driver-manager's verdict
-
         files, files_source = adopt_verdict(paths, settings.driver_config_digest, userspace.version, kver)
     firmware_names = sorted({fw for f in files.values() for fw in f.firmware})
     problems.extend(userspace.problems)
-    fabric = None
-    if nvswitch_proc_present(paths.proc):  # one stat on ordinary nodes
-        from driver_container.node.fabric import inspect_fabric  # lazy, hot path: NVSwitch/NVLink5 nodes only
-
-        fabric = inspect_fabric(paths)
+    fabric = _fabric(paths)
     problems.extend(fabric.problems if fabric else ())
     publish = read_publish_status(paths)
-    mount = read_driver_root_mount(paths, problems)
+    mount = noted(problems, lambda: read_driver_root_mount(paths), None)
+    firmware = locate_firmware(paths, firmware_names, kver)
+    problems.extend(firmware.problems)
     return HostState(
         platform=platform,
         settings=settings,
         modules=modules,
         nvidia_version=version,
-        gpus=gpus,
+        gpus=gpus.gpus,
         module_files=files,
         userspace=userspace,
-        requested_params=requested,
-        firmware=locate_firmware(paths, firmware_names, kver, problems),
+        requested_params=requested.params,
+        firmware=firmware.where,
         driver_root=paths.driver_root,
         published=publish.version is not None,
         published_version=publish.version,
         publish_failure=publish.failure,
         publish_interrupted=publish.interrupted,
         problems=tuple(dict.fromkeys(problems)),
-        param_errors=tuple(param_errors),
+        param_errors=requested.problems,
         fabric=fabric,
         module_files_source=files_source,
         driver_root_mount=mount,

@@ -14,7 +14,7 @@ import re
 from pathlib import PurePosixPath
 from typing import NamedTuple
 
-from driver_container.errors import DriverContainerError, HostReadError
+from driver_container.errors import DriverContainerError
 from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
 from driver_container.paths import HostPaths, Root
 
@@ -147,18 +147,12 @@ def read_module_file(host: Root, path: PurePosixPath) -> ModuleFile:
     )
 
 
-def read_module_files(
-    paths: HostPaths, kernel_release: str, problems: list[str] | None = None
-) -> dict[str, ModuleFile]:
-    """{module name: the file modprobe would pick}; the other candidates of a name are skipped."""
+def read_module_files(paths: HostPaths, kernel_release: str) -> dict[str, ModuleFile]:
+    """{module name: the file modprobe would pick}; the other candidates of a name are skipped.
+    HostReadError where the module tree cannot be listed; a file that does not read as a module is a
+    ``ModuleFile`` with ``error`` set."""
     result: dict[str, ModuleFile] = {}
-    try:
-        candidates = find_module_files(paths, kernel_release)
-    except HostReadError as exc:
-        if problems is not None:
-            problems.append(exc.message)
-        return result
-    for path in candidates:
+    for path in find_module_files(paths, kernel_release):
         module = read_module_file(paths.host, path)
         result.setdefault(module.name, module)
     return with_companion_flavours(result)

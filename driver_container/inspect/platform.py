@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
-from driver_container.errors import HostReadError
+from driver_container.errors import HostReadError, Problem, noted
 from driver_container.paths import HostPaths, Root
 
 if TYPE_CHECKING:  # settings stays out of the peermem probe's imports (a hot path, bench/probe.py)
@@ -35,7 +35,7 @@ class PlatformInfo(NamedTuple):
     kernel_release: str | None
     os_id: str | None
     pretty_name: str | None
-    problems: tuple[str, ...] = ()  # unreadable or malformed inputs, for findings
+    problems: tuple[Problem, ...] = ()  # unreadable or malformed inputs, for findings
 
 
 def _unquote(value: str) -> str:
@@ -64,25 +64,18 @@ def parse_os_release(text: str) -> dict[str, str]:
     return result
 
 
-def _read_os_release(paths: HostPaths) -> tuple[dict[str, str] | None, str | None]:
-    """(fields, problem). The file is read inside the host root when it lies below it, so its
-    symlinks (Ubuntu: ``/etc/os-release -> ../usr/lib/os-release``) resolve as on the host."""
+def _read_os_release(paths: HostPaths) -> dict[str, str] | None:
+    """The fields of the host's os-release (None: no such file; HostReadError). Read inside the host root
+    when it lies below it, so its symlinks (Ubuntu: ``/etc/os-release -> ../usr/lib/os-release``)
+    resolve as on the host."""
     location = paths.host_os_release
     try:
         inner = location.relative_to(paths.host_root)
         root = paths.host
     except ValueError:
         root, inner = Root(location.parent), Path(location.name)
-    try:
-        text = root.read_text_or_none(str(inner), limit=OS_RELEASE_LIMIT)
-    except HostReadError as exc:
-        return None, f"os-release: {exc.message}"
-    if text is None:
-        return None, None
-    fields = parse_os_release(text)
-    if "ID" not in fields:
-        return fields, f"{location}: no ID= line (not an os-release file?)"
-    return fields, None
+    text = root.read_text_or_none(str(inner), limit=OS_RELEASE_LIMIT)
+    return None if text is None else parse_os_release(text)
 
 
 def read_kernel_release(paths: HostPaths) -> str | None:
@@ -102,7 +95,7 @@ def is_talos_cmdline(text: str) -> bool:
     return any(word.startswith("talos.platform=") for word in text.split())
 
 
-def _kernel_evidence(paths: HostPaths, release: str | None, problems: list[str]) -> str | None:
+def _kernel_evidence(paths: HostPaths, release: str | None, problems: list[Problem]) -> str | None:
     if release and release.endswith("-talos"):
         return f"kernel release {release} ends with -talos"
     checks = (
@@ -113,7 +106,7 @@ def _kernel_evidence(paths: HostPaths, release: str | None, problems: list[str])
         try:
             text = paths.proc.read_text_or_none(inner, limit=65536)
         except HostReadError as exc:
-            problems.append(exc.message)
+            problems.append(Problem.of(exc))
             continue
         if text is not None and test(text):
             return what
@@ -122,15 +115,11 @@ def _kernel_evidence(paths: HostPaths, release: str | None, problems: list[str])
 
 def detect_platform(paths: HostPaths, override: PlatformChoice = "auto") -> PlatformInfo:
     """Decide talos/generic and say which evidence decided (``DRIVER_PLATFORM`` ``override`` wins)."""
-    problems: list[str] = []
-    try:
-        release = read_kernel_release(paths)
-    except HostReadError as exc:
-        release = None
-        problems.append(exc.message)
-    fields, problem = _read_os_release(paths)
-    if problem:
-        problems.append(problem)
+    problems: list[Problem] = []
+    release = noted(problems, lambda: read_kernel_release(paths), None)
+    fields = noted(problems, lambda: _read_os_release(paths), None)
+    if fields is not None and "ID" not in fields:
+        problems.append(Problem(paths.host_os_release, "no ID= line (not an os-release file?)"))
     fields = fields or {}
     os_id = fields.get("ID")
     is_talos_release = os_id == "talos"

@@ -16,7 +16,7 @@ import stat
 from pathlib import Path, PurePosixPath
 from typing import Literal, NamedTuple
 
-from driver_container.errors import HostReadError
+from driver_container.errors import HostReadError, Problem
 from driver_container.formats.elfarch import HEADER_BYTES, elf_machine
 from driver_container.formats.ldcache import FLAGS_BY_MACHINE, LD_SO_CACHE, LD_SO_CACHE_LIMIT, parse_ld_cache
 from driver_container.formats.userspace_layout import LIBRARY_DIRS, VERSION_LIBS, driver_versions, version_of
@@ -39,18 +39,18 @@ class UserspaceVersion(NamedTuple):
     libnvidia_ml: PurePosixPath | None
     source: VersionSource
     versions_seen: tuple[str, ...] = ()  # every version found; more than one is ambiguous
-    problems: tuple[str, ...] = ()
+    problems: tuple[Problem, ...] = ()
     machine: int | None = None  # ELF e_machine of libcuda (else libnvidia-ml): the userspace's architecture
 
 
-def _scan_dirs(root: Root, problems: list[str]) -> dict[str, list[PurePosixPath]]:
+def _scan_dirs(root: Root, problems: list[Problem]) -> dict[str, list[PurePosixPath]]:
     """{lib: [in-root paths of lib.so.<version> files]} over the search dirs, in search order."""
     found: dict[str, list[PurePosixPath]] = {lib: [] for lib in VERSION_LIBS}
     for directory in LIBRARY_DIRS:
         try:
             names = root.listdir(directory)
         except HostReadError as exc:
-            problems.append(exc.message)
+            problems.append(Problem.of(exc))
             continue
         for name in names:
             for lib in VERSION_LIBS:
@@ -61,11 +61,11 @@ def _scan_dirs(root: Root, problems: list[str]) -> dict[str, list[PurePosixPath]
                     if root.is_file(path):
                         found[lib].append(path)
                 except HostReadError as exc:
-                    problems.append(exc.message)
+                    problems.append(Problem.of(exc))
     return found
 
 
-def _from_ld_cache(root: Root, problems: list[str]) -> dict[str, list[PurePosixPath]]:
+def _from_ld_cache(root: Root, problems: list[Problem]) -> dict[str, list[PurePosixPath]]:
     """Resolve ``libcuda.so.1``-style cache entries inside the root to their versioned file names."""
     found: dict[str, list[PurePosixPath]] = {lib: [] for lib in VERSION_LIBS}
     try:
@@ -75,7 +75,7 @@ def _from_ld_cache(root: Root, problems: list[str]) -> dict[str, list[PurePosixP
 
         entries = parse_ld_cache(data, source=str(root.resolve(LD_SO_CACHE)))
     except HostReadError as exc:
-        problems.append(exc.message)
+        problems.append(Problem.of(exc))
         return found
     for entry in entries:
         if entry.flags not in FLAGS_BY_MACHINE.values():
@@ -86,7 +86,7 @@ def _from_ld_cache(root: Root, problems: list[str]) -> dict[str, list[PurePosixP
             try:
                 real = root.resolve(entry.value)
             except HostReadError as exc:
-                problems.append(exc.message)
+                problems.append(Problem.of(exc))
                 continue
             if version_of(real.name, lib) is not None and real.is_file():
                 found[lib].append(root.inner_path(real))
@@ -96,7 +96,7 @@ def _from_ld_cache(root: Root, problems: list[str]) -> dict[str, list[PurePosixP
 def find_userspace(paths: HostPaths) -> UserspaceVersion:
     """Locate the image's libcuda/libnvidia-ml and derive the driver version from their file names."""
     root = paths.userspace
-    problems: list[str] = []
+    problems: list[Problem] = []
     source: VersionSource = "search-path"
     found = _scan_dirs(root, problems)
     if not any(found.values()):
@@ -125,22 +125,22 @@ def find_userspace(paths: HostPaths) -> UserspaceVersion:
     )
 
 
-def _elf_machine_of(root: Root, inner: PurePosixPath, problems: list[str]) -> int | None:
+def _elf_machine_of(root: Root, inner: PurePosixPath, problems: list[Problem]) -> int | None:
     """e_machine from the first 20 bytes of a library: opened without following a last link (it was
     resolved inside the root), non-blocking, and only when it is a regular file."""
     real = root.resolve(inner)
     try:
         fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        problems.append(f"{real}: cannot open: {exc.strerror}")
+        problems.append(Problem(real, f"cannot open: {exc.strerror}"))
         return None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            problems.append(f"{real}: not a regular file")
+            problems.append(Problem(real, "not a regular file"))
             return None
         return elf_machine(os.pread(fd, HEADER_BYTES, 0))
     except OSError as exc:
-        problems.append(f"{real}: cannot read: {exc.strerror}")
+        problems.append(Problem(real, f"cannot read: {exc.strerror}"))
         return None
     finally:
         os.close(fd)

@@ -78,14 +78,14 @@ def render_verdict(verdict: Verdict) -> str:
 def _str_or_none(record: dict[str, Any], key: str) -> str | None:
     value = record.get(key)
     if value is not None and not isinstance(value, str):
-        raise VerdictFormatError(f"{key}: expected a string, got {type(value).__name__}")
+        raise VerdictFormatError(f"{key}: expected a string, got {type(value).__name__}", key=key)
     return value
 
 
 def _int_or_none(record: dict[str, Any], key: str) -> int | None:
     value = record.get(key)
     if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 16):
-        raise VerdictFormatError(f"{key}: expected an ELF machine number, got {value!r:.40}")
+        raise VerdictFormatError(f"{key}: expected an ELF machine number, got {value!r:.40}", key=key)
     return value
 
 
@@ -98,15 +98,15 @@ def _flavour_or_none(record: dict[str, Any]) -> ModuleFlavour | None:
 
 def _module_file(record: object) -> ModuleFile:
     if not isinstance(record, dict):
-        raise VerdictFormatError("module_files: entries must be objects")
+        raise VerdictFormatError("module_files: entries must be objects", key="module_files")
     name, path = _str_or_none(record, "name"), _str_or_none(record, "path")
     if not name or not path:
-        raise VerdictFormatError("module_files: an entry without name or path")
+        raise VerdictFormatError("module_files: an entry without name or path", key="module_files")
 
     def strings(key: str) -> tuple[str, ...]:
         value = record.get(key, [])
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise VerdictFormatError(f"{key}: expected a list of strings")
+            raise VerdictFormatError(f"{key}: expected a list of strings", key=key)
         return tuple(value)
 
     text = {k: _str_or_none(record, k) for k in _STR_FIELDS}
@@ -133,14 +133,16 @@ def parse_verdict(text: str) -> Verdict:
     except (ValueError, RecursionError) as exc:  # RecursionError: deeply nested arrays within the 1 MiB
         raise VerdictFormatError(f"not JSON ({exc})") from exc
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise VerdictFormatError(f"not a {FORMAT} document")
+        raise VerdictFormatError(f"not a {FORMAT} document", key="format")
     if doc.get("format_version") != FORMAT_VERSION:
-        raise VerdictFormatError(f"format_version {doc.get('format_version')!r}, this image reads {FORMAT_VERSION}")
+        raise VerdictFormatError(
+            f"format_version {doc.get('format_version')!r}, this image reads {FORMAT_VERSION}", key="format_version"
+        )
     binding = Binding(**{k: _str_or_none(doc, k) for k in ("boot_id", "digest", "image_version", "kernel_release")})
     records = doc.get("module_files")
     findings = doc.get("findings", [])
     if not isinstance(records, list) or not isinstance(findings, list):
-        raise VerdictFormatError("module_files and findings must be lists")
+        raise VerdictFormatError("module_files and findings must be lists", key="module_files")
     files = {f.name: f for f in map(_module_file, records)}
     return Verdict(binding, files, tuple(str(f) for f in findings), str(doc.get("written_by", "?")))
 

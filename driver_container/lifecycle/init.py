@@ -194,6 +194,9 @@ def _check_alive(paths: HostPaths, daemon: Persistenced) -> None:
     statusfiles.write_daemons_status(paths, ready=False)
     raise DaemonError(
         f"{BINARY} (pid {daemon.pid}) exited with status {code}",
+        daemon=BINARY,
+        pid=daemon.pid,
+        returncode=code,
         fix="see its messages above; the pod restarts and init starts it again",
     )
 

@@ -49,10 +49,10 @@ def machine_config_snippet(names: tuple[str, ...], talos_version: str | None = N
 
 def missing_modules(paths: HostPaths, names: tuple[str, ...]) -> list[str]:
 
-    problems: list[str] = []
-    loaded = read_loaded_modules(paths, problems)
-    for problem in problems:
+    found = read_loaded_modules(paths)
+    for problem in found.problems:
         log.debug("%s", problem)
+    loaded = found.modules
     missing = []
     for name in names:
         module = loaded.get(name)
@@ -105,4 +105,4 @@ def _timeout_error(
         )
     else:
         fix = "check `dmesg` for why modprobe did not load them"
-    return ModuleWaitTimeout(message, fix=fix)
+    return ModuleWaitTimeout(message, modules=tuple(missing), timeout=settings.module_wait_timeout, fix=fix)

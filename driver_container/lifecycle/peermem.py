@@ -119,6 +119,7 @@ def _wait_ready_file(paths: HostPaths, settings: Settings, shutdown: Shutdown) -
         if remaining <= 0:
             raise ModuleWaitTimeout(
                 f"{target} did not appear within {settings.module_wait_timeout:g} s",
+                timeout=settings.module_wait_timeout,
                 fix="check that the driver pod (nvidia-driver-ctr) became ready",
             )
         if shutdown.wait(min(1.0, remaining)):

@@ -40,8 +40,20 @@ def verify(paths: HostPaths, settings: Settings, platform: PlatformInfo | None =
     if errors:
         message = "; ".join(f"{f.code}: {f.message}" for f in errors)
         fixes = "; ".join(dict.fromkeys(f.fix for f in errors if f.fix))
-        raise VerificationError(f"verification failed, {paths.driver_root} left untouched: {message}", fix=fixes)
+        raise VerificationError(
+            f"verification failed, {paths.driver_root} left untouched: {message}",
+            codes=tuple(f.code for f in errors),
+            loaded_version=findings.loaded_version(state),
+            file_version=_file_version(state),
+            userspace_version=state.userspace.version,
+            fix=fixes,
+        )
     return state
+
+
+def _file_version(state: HostState) -> str | None:
+    nvidia = state.module_files.get("nvidia")
+    return nvidia.version if nvidia is not None else None
 
 
 def loaded_version(state: HostState) -> str:
@@ -51,6 +63,8 @@ def loaded_version(state: HostState) -> str:
         raise VerificationError(
             f"cannot tell the loaded driver version ({state.driver_root} left untouched): neither "
             "/proc/driver/nvidia/version nor /sys/module/nvidia/version is readable",
+            codes=("LOADED_VERSION_UNKNOWN",),
+            userspace_version=state.userspace.version,
             fix="mount the host's /proc and /sys at PROCFS_ROOT and SYSFS_ROOT",
         )
     return version

@@ -104,7 +104,7 @@ def kubeconfig_endpoint(path_list: str, workdir: Path, context: str | None = Non
         # we refuse it rather than silently sending a cluster-admin token to an unverified peer.
         raise KubernetesError(
             f"{where}: the cluster sets insecure-skip-tls-verify; driver-manager never sends credentials "
-            "over a TLS connection it has not verified",
+            "over a TLS connection it has not verified", path=source,
             fix="remove insecure-skip-tls-verify and set certificate-authority(-data) to the API server's CA "
             "(talosctl kubeconfig writes it)",
         )
@@ -118,7 +118,11 @@ def kubeconfig_endpoint(path_list: str, workdir: Path, context: str | None = Non
         token = read_small_file(entry.token_file, "tokenFile").strip()
     cert = _client_cert(entry, workdir, where)
     if token is None and cert is None:
-        raise KubernetesError(f"{where}: the user has neither a token nor a client certificate", fix="check KUBECONFIG")
+        raise KubernetesError(
+            f"{where}: the user has neither a token nor a client certificate",
+            path=source,
+            fix="check KUBECONFIG",
+        )
     return Endpoint(server=entry.server, verify=verify, token=token, client_cert=cert, description=where)
 
 
@@ -130,5 +134,8 @@ def _client_cert(entry: Any, workdir: Path, where: str) -> tuple[str, str] | Non
     if entry.client_key_data:
         key = _materialise(entry.client_key_data, "client.key", workdir, f"{where}: client-key-data")
     if (cert is None) != (key is None):
-        raise KubernetesError(f"{where}: a client certificate needs both certificate and key", fix="check KUBECONFIG")
+        raise KubernetesError(
+            f"{where}: a client certificate needs both certificate and key",
+            fix="check KUBECONFIG",
+        )
     return (cert, key) if cert and key else None

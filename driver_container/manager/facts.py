@@ -126,6 +126,9 @@ def check_versions(facts: NodeFacts) -> None:
     raise VerificationError(
         f"the loaded nvidia module is version {facts.nvidia_version} but this image ships NVIDIA userspace "
         f"{facts.image_version}; they must be identical",
+        codes=("VERSION_MISMATCH",),
+        loaded_version=facts.nvidia_version,
+        userspace_version=facts.image_version,
         fix=f"use the driver image {facts.nvidia_version}-talos{talos} (driver.version), or install the Talos "
         f"kmod extension of version {facts.image_version} and reboot (docs/talos.md)",
     )

@@ -150,6 +150,7 @@ class KubeClient:
             if self._clock() >= deadline:
                 raise KubernetesError(
                     f"pods {', '.join(sorted(names))} ({label_selector}) still on node {node} after {timeout:g} s",
+                    resource="pods",
                     fix="check why they do not terminate (kubectl describe pod), then restart the driver pod",
                 )
             log.info("waiting for %d pod(s) %s on %s to end", len(names), label_selector, node)
@@ -175,7 +176,9 @@ class KubeClient:
         try:
             data = response.json()
         except ValueError as exc:
-            raise KubernetesError(f"{method} {path}: the answer is not JSON") from exc
+            raise KubernetesError(
+                f"{method} {path}: the answer is not JSON", method=method, resource=path, status=response.status_code
+            ) from exc
         return data if isinstance(data, dict) else {}
 
     def _request(
@@ -204,6 +207,8 @@ class KubeClient:
                 if last or isinstance(exc, requests.exceptions.SSLError):
                     raise KubernetesError(
                         f"{method} {path} on {self.endpoint.server}: {reason} ({attempt} attempt(s))",
+                        method=method,
+                        resource=path,
                         fix="check that the API server is reachable from the pod (network policy, DNS, CA)",
                     ) from exc
                 log.warning("%s %s: %s; retry %d/%d in %.1f s", method, path, reason, attempt, cfg.attempts, delay)
@@ -249,4 +254,6 @@ def _status_error(method: str, path: str, response: requests.Response) -> Kubern
         "pods/eviction (see docs/operator.md)",
         404: "check NODE_NAME (fieldRef spec.nodeName) and OPERATOR_NAMESPACE",
     }
-    return KubernetesError(text, fix=fixes.get(response.status_code))
+    return KubernetesError(
+        text, method=method, resource=path, status=response.status_code, fix=fixes.get(response.status_code)
+    )

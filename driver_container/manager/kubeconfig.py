@@ -70,16 +70,20 @@ def parse_kubeconfig(text: str, *, source: str = "<kubeconfig>") -> YamlValue:
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}: " if mark is not None else ""
-        raise KubernetesError(f"{source}: {where}{exc.problem or exc.context}", fix=_FIX) from exc
+        raise KubernetesError(f"{source}: {where}{exc.problem or exc.context}", path=source, fix=_FIX) from exc
     except (yaml.YAMLError, RecursionError, ValueError) as exc:  # RecursionError: nesting thousands deep
-        raise KubernetesError(f"{source}: not YAML: {type(exc).__name__}", fix=_FIX) from exc
+        raise KubernetesError(f"{source}: not YAML: {type(exc).__name__}", path=source, fix=_FIX) from exc
 
 
 def load_kubeconfig_file(path: Path) -> dict[str, YamlValue]:
     text = read_small_file(path, "kubeconfig", fix="check KUBECONFIG")
     value = parse_kubeconfig(text, source=str(path))
     if not isinstance(value, dict):
-        raise KubernetesError(f"{path}: not a kubeconfig (top level is not a mapping)", fix="check KUBECONFIG")
+        raise KubernetesError(
+            f"{path}: not a kubeconfig (top level is not a mapping)",
+            path=path,
+            fix="check KUBECONFIG",
+        )
     return value
 
 
@@ -109,7 +113,11 @@ def _named(doc: dict[str, YamlValue], section: str, name: str, source: Path) -> 
                 body = entry.get(section[:-1]) or {}
                 if isinstance(body, dict):
                     return body
-    raise KubernetesError(f"{source}: no {section[:-1]} named {name!r}", fix="check the kubeconfig's contexts")
+    raise KubernetesError(
+        f"{source}: no {section[:-1]} named {name!r}",
+        path=source,
+        fix="check the kubeconfig's contexts",
+    )
 
 
 def _text(body: dict[str, YamlValue], key: str) -> str | None:
@@ -127,7 +135,7 @@ def select_context(doc: dict[str, YamlValue], source: Path, context: str | None 
     """The cluster and user of ``context`` (default: current-context)."""
     name = context or _text(doc, "current-context")
     if not name:
-        raise KubernetesError(f"{source}: no current-context", fix="kubectl config use-context NAME")
+        raise KubernetesError(f"{source}: no current-context", path=source, fix="kubectl config use-context NAME")
     ctx = _named(doc, "contexts", name, source)
     cluster = _named(doc, "clusters", str(ctx.get("cluster")), source)
     user = _named(doc, "users", str(ctx.get("user")), source) if ctx.get("user") else {}
@@ -135,12 +143,13 @@ def select_context(doc: dict[str, YamlValue], source: Path, context: str | None 
         if unsupported in user:
             raise KubernetesError(
                 f"{source}: user of context {name!r} uses {unsupported!r}, which driver-manager does not support",
+                path=source,
                 fix="use a token or client-certificate user (e.g. a service-account token)",
             )
     server = _text(cluster, "server")
     if not server:
         raise KubernetesError(
-            f"{source}: cluster of context {name!r} has no server", fix="set clusters[].cluster.server"
+            f"{source}: cluster of context {name!r} has no server", path=source, fix="set clusters[].cluster.server"
         )
     base = source.parent
     return KubeconfigEntry(

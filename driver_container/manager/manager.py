@@ -134,6 +134,7 @@ def disable_container_driver(
     raise HostDriverPresentError(
         f"host nvidia-smi {facts.host_smi} found: the node has a pre-installed driver; "
         f"node {options.node_name} labelled {DRIVER_DEPLOY_LABEL}={PRE_INSTALLED}",
+        path=facts.host_smi,
         fix="to use this driver container, remove the NVIDIA userspace (nvidia-container-toolkit) extension "
         "and keep only the kmod extension (docs/talos.md)",
     )
@@ -178,6 +179,7 @@ def _wait_for_operands(api: NodeApi, options: ManagerOptions, sleep: Callable[[f
         sleep(poll)
     raise KubernetesError(
         f"GPU client pods {', '.join(names)} (nodeSelector {CLIENT_LABEL}) still on node {node} after {timeout:g} s",
+        resource="pods",
         fix="check why they do not terminate (kubectl describe pod), then restart the driver pod",
     )
 
@@ -259,6 +261,7 @@ def run_preflight(paths: HostPaths, settings: Settings, facts: NodeFacts | None 
         raise HostDriverPresentError(
             f"host nvidia-smi {facts.host_smi} found: uninstall_driver would label the node "
             f"{DRIVER_DEPLOY_LABEL}={PRE_INSTALLED}",
+            path=facts.host_smi,
             fix="remove the NVIDIA userspace (nvidia-container-toolkit) extension, keep only the kmod extension",
         )
     lines.append("no host NVIDIA userspace (the driver container is wanted here)")
@@ -273,7 +276,9 @@ def run_preflight(paths: HostPaths, settings: Settings, facts: NodeFacts | None 
     ]
     if errors:
         raise VerificationError(
-            "; ".join(f"{f.code}: {f.message}" for f in errors), fix="; ".join(dict.fromkeys(f.fix for f in errors))
+            "; ".join(f"{f.code}: {f.message}" for f in errors),
+            codes=tuple(f.code for f in errors),
+            fix="; ".join(dict.fromkeys(f.fix for f in errors)),
         )
     files = ", ".join(str(f.path) for f in state.module_files.values()) or f"none under {paths.host_root}"
     lines.append(f"module files match the loaded modules ({files})")

@@ -27,14 +27,14 @@ def read_small_file(path: Path, what: str, *, limit: int = SECRET_LIMIT, fix: st
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        raise KubernetesError(f"{path}: cannot read {what}: {exc.strerror}", fix=fix) from exc
+        raise KubernetesError(f"{path}: cannot read {what}: {exc.strerror}", path=path, fix=fix) from exc
     with os.fdopen(fd, "rb") as handle:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise KubernetesError(f"{path}: {what} is not a regular file", fix=fix)
+            raise KubernetesError(f"{path}: {what} is not a regular file", path=path, fix=fix)
         try:
             data = handle.read(limit + 1)
         except OSError as exc:
-            raise KubernetesError(f"{path}: cannot read {what}: {exc.strerror}", fix=fix) from exc
+            raise KubernetesError(f"{path}: cannot read {what}: {exc.strerror}", path=path, fix=fix) from exc
     if len(data) > limit:
-        raise KubernetesError(f"{path}: {what} is larger than {limit} bytes", fix=fix)
+        raise KubernetesError(f"{path}: {what} is larger than {limit} bytes", path=path, fix=fix)
     return data.decode("utf-8", errors="replace")

@@ -18,6 +18,7 @@ from driver_container.errors import (
     CommandError,
     ForbiddenCommandError,
     ModuleLoadError,
+    Problem,
     VerificationError,
 )
 from driver_container.findings import values_equal
@@ -46,7 +47,7 @@ class LoadReport:
     already_loaded: tuple[str, ...]  # left as they were (their parameters were NOT applied)
     peermem: str  # why nvidia-peermem was or was not loaded
     firmware_path: str  # node.firmware.FirmwarePathResult value: set, already, other, read-only, missing...
-    warnings: tuple[str, ...]
+    warnings: tuple[Problem, ...]  # path: the module they are about
     modules: Mapping[str, LoadedModule] = field(default_factory=dict)  # state after loading
 
 
@@ -62,12 +63,14 @@ def refuse_on_talos(
     if blocked:
         raise ForbiddenCommandError(
             f"refusing to load or unload modules: this platform forbids {', '.join(blocked)}",
+            argv=tuple(blocked),
             fix="on Talos, load modules through the machine config (machine.kernel.modules)",
         )
     platform = platform or detect_platform(paths, settings.driver_platform)
     if platform.name == "talos":
         raise ForbiddenCommandError(
             f"refusing to load or unload modules on Talos ({platform.evidence}): Talos owns the kernel modules",
+            argv=tuple(sorted(MODULE_TOOLS)),
             fix="load modules through the Talos machine config; set DRIVER_PLATFORM=generic only on other hosts",
         )
 
@@ -148,20 +151,20 @@ def load_modules(
     peermem, peermem_reason = _peermem_decision(paths, settings)
     if peermem:
         wanted.append(PEERMEM)
-    before = read_loaded_modules(paths)
+    before = read_loaded_modules(paths).modules
     commands: list[tuple[str, ...]] = []
     already: list[str] = []
-    warnings: list[str] = []
+    warnings: list[Problem] = []
     requested: dict[str, list[tuple[str, str]]] = {}
     if version is None:
-        warnings.append("driver version unknown (no DRIVER_VERSION, modinfo failed): "
-                        "NVreg_CoherentGPUMemoryMode not added")
+        warnings.append(Problem("nvidia", "driver version unknown (no DRIVER_VERSION, modinfo failed): "
+                                "NVreg_CoherentGPUMemoryMode not added"))
     for module in wanted:
         name = kernel_name(module)
         if name in before and before[name].loaded:
             # modprobe would succeed without applying anything: say so instead of pretending.
             already.append(name)
-            warnings.append(f"{name} was already loaded: parameters from {conf_file_name(module)} not applied")
+            warnings.append(Problem(name, f"already loaded: parameters from {conf_file_name(module)} not applied"))
             continue
         params = read_module_params(paths, module)
         if name == "nvidia":
@@ -170,7 +173,7 @@ def load_modules(
         run_module_command(runner, argv)
         commands.append(tuple(argv))
         requested[name] = params
-    after = read_loaded_modules(paths)
+    after = read_loaded_modules(paths).modules
     warnings += verify_loaded(after, [kernel_name(m) for m in wanted], version, requested)
     for warning in warnings:
         log.warning("%s", warning)
@@ -195,7 +198,10 @@ def run_module_command(runner: Runner, argv: list[str]) -> None:
         raise
     except CommandError as exc:
         raise ModuleLoadError(
-            exc.message, fix="see the kernel log (dmesg) on the node for the module's own error"
+            exc.message,
+            argv=exc.argv,
+            returncode=exc.returncode,
+            fix="see the kernel log (dmesg) on the node for the module's own error",
         ) from exc
 
 
@@ -204,27 +210,31 @@ def verify_loaded(
     names: Sequence[str],
     version: str | None,
     requested: Mapping[str, Sequence[tuple[str, str]]],
-) -> list[str]:
+) -> tuple[Problem, ...]:
     """Raise when a module is missing or has another version; return warnings for parameters not in effect."""
     missing = [n for n in names if not (after.get(n) and after[n].loaded)]
     if missing:
         raise ModuleLoadError(
             f"after modprobe, {', '.join(missing)} not loaded (/proc/modules, /sys/module)",
+            modules=tuple(missing),
             fix="see the kernel log (dmesg) on the node",
         )
     expected = version or after["nvidia"].version
-    wrong = [f"{n} {after[n].version}" for n in names if after[n].version and after[n].version != expected]
-    if wrong:
+    stale = [n for n in names if after[n].version and after[n].version != expected]
+    if stale:
+        wrong = [f"{n} {after[n].version}" for n in stale]
         raise VerificationError(
             f"loaded modules do not have version {expected}: {', '.join(wrong)}",
+            loaded_version=after[stale[0]].version,
+            file_version=expected,
             fix="remove stale NVIDIA modules from the module tree and run depmod",
         )
-    warnings = []
+    warnings: list[Problem] = []
     for name, params in requested.items():
         effective = after[name].parameters
         for param, value in params:
             if param in effective and not values_equal(value, effective[param]):
-                warnings.append(f"{name}: {param} requested {value!r}, in effect {effective[param]!r}")
-    return warnings
+                warnings.append(Problem(name, f"{param} requested {value!r}, in effect {effective[param]!r}"))
+    return tuple(warnings)
 
 

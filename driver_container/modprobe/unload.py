@@ -86,14 +86,16 @@ def unload_modules(
     Raises DriverInUseError ("driver in use by ...") before any rmmod when something holds the driver.
     """
     refuse_on_talos(paths, settings, runner, platform)
-    loaded = read_loaded_modules(paths)
+    loaded = read_loaded_modules(paths).modules
     targets = [n for n in UNLOAD_ORDER if n in loaded and loaded[n].loaded]
     if not targets:
         return UnloadReport((), (), "no NVIDIA module loaded")
     safe, message = unload_is_safe(loaded)  # LoadedModule.users: /proc/modules read once
     if not safe:
+        holders = {h for n in targets for h in (*loaded[n].holders, *loaded[n].users) if h not in targets}
         raise DriverInUseError(
             f"cannot unload the NVIDIA modules: {message}",
+            holders=tuple(sorted(holders)),
             fix="stop GPU workloads and nvidia-persistenced on the node (or drain it), then restart this pod",
         )
     commands: list[tuple[str, ...]] = []
@@ -107,11 +109,15 @@ def unload_modules(
             done = ", ".join(c[1] for c in commands) or "nothing"
             raise DriverInUseError(
                 f"cannot unload {name}: {exc.message} (already unloaded: {done})",
+                argv=exc.argv,
+                returncode=exc.returncode,
                 fix="something took the driver while unloading; stop it and restart this pod",
             ) from exc
         commands.append(argv)
-    left = [n for n, m in read_loaded_modules(paths).items() if n in targets and m.loaded]
+    left = [n for n, m in read_loaded_modules(paths).modules.items() if n in targets and m.loaded]
     if left:
-        raise ModuleLoadError(f"rmmod returned 0 but {', '.join(left)} still loaded (/proc/modules, /sys/module)")
+        raise ModuleLoadError(
+            f"rmmod returned 0 but {', '.join(left)} still loaded (/proc/modules, /sys/module)", modules=tuple(left)
+        )
     log.info("unloaded %s", ", ".join(targets))
     return UnloadReport(tuple(targets), tuple(commands), f"unloaded {', '.join(targets)} ({message})")

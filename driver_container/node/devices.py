@@ -48,8 +48,10 @@ def plan_device_nodes(paths: HostPaths) -> tuple[DeviceNode, ...]:
     """The nodes the loaded driver provides, read from PROCFS_ROOT (no writes)."""
     text = paths.proc.read_text_or_none("devices")
     if text is None:
+        where = paths.procfs_root / "devices"
         raise HostReadError(
-            f"{paths.procfs_root / 'devices'}: missing; cannot learn the NVIDIA device majors",
+            f"{where}: missing; cannot learn the NVIDIA device majors",
+            path=where,
             fix="mount the host's /proc at PROCFS_ROOT",
         )
     devices = parse_proc_devices(text)
@@ -73,13 +75,13 @@ def plan_device_nodes(paths: HostPaths) -> tuple[DeviceNode, ...]:
 
 def _gpu_minors(paths: HostPaths) -> list[int]:
     minors: set[int] = set()
-    problems: list[str] = []
-    for gpu in read_gpus(paths.proc, problems):
+    found = read_gpus(paths.proc)
+    for gpu in found.gpus:
         if gpu.device_minor is None:
             log.warning("GPU %s: no Device Minor in its information file; no node for it", gpu.pci_id)
             continue
         minors.add(gpu.device_minor)
-    for problem in problems:
+    for problem in found.problems:
         log.warning("%s", problem)
     return sorted(minors)
 
@@ -113,7 +115,7 @@ def _matches(target: Path, node: DeviceNode) -> bool:
     except FileNotFoundError:
         return False
     except OSError as exc:
-        raise PublishError(f"{target}: cannot stat: {exc.strerror}") from exc
+        raise PublishError(f"{target}: cannot stat: {exc.strerror}", path=target) from exc
     return (
         stat.S_ISCHR(st.st_mode)
         and st.st_rdev == os.makedev(node.major, node.minor)
@@ -132,12 +134,12 @@ def _make_node(target: Path, node: DeviceNode) -> bool:
     except OSError as exc:
         if exc.errno in (errno.EPERM, errno.EACCES):
             return False
-        raise PublishError(f"{target}: cannot create device node: {exc.strerror}") from exc
+        raise PublishError(f"{target}: cannot create device node: {exc.strerror}", path=target) from exc
     try:
         os.chmod(tmp, node.mode)
         os.replace(tmp, target)
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-        raise PublishError(f"{target}: cannot install device node: {exc.strerror}") from exc
+        raise PublishError(f"{target}: cannot install device node: {exc.strerror}", path=target) from exc
     return True

@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from driver_container.errors import HostReadError
+from driver_container.errors import HostReadError, Problem
 from driver_container.formats.kernel.fabric import (
     is_nvlink5_vpd,
     parse_cap_mask,
@@ -79,7 +79,7 @@ class FabricInfo:
     fm_config: str | None
     nvlsm_config: str | None
     host_daemons: tuple[HostDaemon, ...]
-    problems: tuple[str, ...] = ()
+    problems: tuple[Problem, ...] = ()  # unreadable InfiniBand files
 
     @property
     def needs_nvlsm(self) -> bool:
@@ -106,35 +106,41 @@ class FabricInfo:
         }
 
 
-def _lpf_devices(sys: Root, problems: list[str]) -> list[str]:
-    found = []
-    for device in sys.listdir("class/infiniband"):
-        try:
-            vpd = sys.read_bytes(f"class/infiniband/{device}/device/vpd", limit=VPD_LIMIT)
-        except HostReadError as exc:
-            if sys.exists(f"class/infiniband/{device}/device/vpd"):
-                problems.append(exc.message)
-            continue
-        if is_nvlink5_vpd(vpd):
-            found.append(device)
-    return found
+class _InfinibandScan:
+    """Reads ``class/infiniband`` below SYSFS_ROOT and keeps what it could not read."""
 
+    def __init__(self, sys: Root) -> None:
+        self.sys = sys
+        self.problems: list[Problem] = []
 
-def _management_port(sys: Root, devices: list[str], problems: list[str]) -> ManagementPort | None:
-    """The first port of an LPF device usable by NVLSM and FM (nvidia-fabricmanager-start.sh's rule)."""
-    for device in devices:
-        ports = sorted((p for p in sys.listdir(f"class/infiniband/{device}/ports") if p.isdigit()), key=int)
-        for port in ports:
-            base = f"class/infiniband/{device}/ports/{port}"
+    def lpf_devices(self) -> list[str]:
+        found = []
+        for device in self.sys.listdir("class/infiniband"):
             try:
-                cap = parse_cap_mask(sys.read_text_or_none(f"{base}/cap_mask", limit=256) or "")
-                guid = parse_port_guid(sys.read_text_or_none(f"{base}/gids/0", limit=256) or "")
+                vpd = self.sys.read_bytes(f"class/infiniband/{device}/device/vpd", limit=VPD_LIMIT)
             except HostReadError as exc:
-                problems.append(exc.message)
+                if self.sys.exists(f"class/infiniband/{device}/device/vpd"):
+                    self.problems.append(Problem.of(exc))
                 continue
-            if usable_management_port(guid, cap) and guid is not None:
-                return ManagementPort(device, int(port), guid)
-    return None
+            if is_nvlink5_vpd(vpd):
+                found.append(device)
+        return found
+
+    def management_port(self, devices: list[str]) -> ManagementPort | None:
+        """The first port of an LPF device usable by NVLSM and FM (nvidia-fabricmanager-start.sh's rule)."""
+        for device in devices:
+            ports = sorted((p for p in self.sys.listdir(f"class/infiniband/{device}/ports") if p.isdigit()), key=int)
+            for port in ports:
+                base = f"class/infiniband/{device}/ports/{port}"
+                try:
+                    cap = parse_cap_mask(self.sys.read_text_or_none(f"{base}/cap_mask", limit=256) or "")
+                    guid = parse_port_guid(self.sys.read_text_or_none(f"{base}/gids/0", limit=256) or "")
+                except HostReadError as exc:
+                    self.problems.append(Problem.of(exc))
+                    continue
+                if usable_management_port(guid, cap) and guid is not None:
+                    return ManagementPort(device, int(port), guid)
+        return None
 
 
 def find_binary(paths: HostPaths, name: str) -> str | None:
@@ -200,12 +206,12 @@ def _missing_modules(sys: Root) -> tuple[str, ...]:
 
 def inspect_fabric(paths: HostPaths) -> FabricInfo | None:
     """None on ordinary nodes (no /proc/driver/nvidia-nvswitch, or neither NVSwitch nor NVLink5)."""
-    problems: list[str] = []
+    infiniband = _InfinibandScan(paths.sys)
     try:
         if not paths.proc.is_dir(NVSWITCH_PROC_DIR):
             return None
         switches = tuple(paths.proc.listdir(f"{NVSWITCH_PROC_DIR}/devices"))
-        lpf = _lpf_devices(paths.sys, problems)
+        lpf = infiniband.lpf_devices()
     except HostReadError as exc:
         log.warning("NVSwitch detection: %s", exc.message)
         return None
@@ -217,12 +223,12 @@ def inspect_fabric(paths: HostPaths) -> FabricInfo | None:
         kind=kind,
         nvswitch_devices=switches,
         lpf_devices=tuple(lpf),
-        management_port=_management_port(paths.sys, lpf, problems) if lpf else None,
+        management_port=infiniband.management_port(lpf) if lpf else None,
         missing_modules=_missing_modules(paths.sys) if lpf else (),
         fm_binary=find_binary(paths, FM_BINARY),
         nvlsm_binary=find_binary(paths, NVLSM_BINARY),
         fm_config=str(userspace.resolve(FM_CONFIG)) if userspace.is_file(FM_CONFIG) else None,
         nvlsm_config=str(userspace.resolve(NVLSM_CONFIG)) if userspace.is_file(NVLSM_CONFIG) else None,
         host_daemons=host_daemons(paths),
-        problems=tuple(problems),
+        problems=tuple(infiniband.problems),
     )

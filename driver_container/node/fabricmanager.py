@@ -79,6 +79,9 @@ class FabricDaemons:
             if code is not None:
                 raise FabricError(
                     f"{daemon.name} (pid {daemon.process.pid}) exited with status {code}{log_tail(daemon.logs)}",
+                    daemon=daemon.name,
+                    pid=daemon.process.pid,
+                    returncode=code,
                     fix=_fix(self.info),
                 )
 
@@ -128,6 +131,7 @@ def write_config(paths: HostPaths, info: FabricInfo, settings: Settings) -> Path
     if info.fm_config is None:
         raise FabricError(
             f"{FM_BINARY} is in the image but not {paths.userspace_root}/usr/share/nvidia/nvswitch/fabricmanager.cfg",
+            daemon=FM_BINARY,
             fix="install NVIDIA's fabricmanager package or archive completely (docs/fabric.md)",
         )
     socket = ensure_dir(paths.driver_root, TOOLKIT_SOCKET.parent) / TOOLKIT_SOCKET.name
@@ -143,7 +147,9 @@ def _spawn(runner: Runner, paths: HostPaths, name: str, argv: list[str], logs: t
         paths.fabric_log_dir.mkdir(parents=True, exist_ok=True)
         process = runner.spawn(argv, output=output)
     except (CommandError, OSError) as exc:
-        raise FabricError(f"{name}: cannot start: {exc}", fix="check the image's Fabric Manager files") from exc
+        raise FabricError(
+            f"{name}: cannot start: {exc}", daemon=name, fix="check the image's Fabric Manager files"
+        ) from exc
     log.info("%s started (pid %d)", name, process.pid)
     return Daemon(name, process, paths.fabric_run_dir / PID_FILES[name], (output, *logs))
 
@@ -163,7 +169,7 @@ def _wait_for_file(daemons: FabricDaemons, path: Path, timeout: float, shutdown:
 def _start_nvlsm(paths: HostPaths, info: FabricInfo, runner: Runner, daemons: FabricDaemons) -> None:
     assert info.nvlsm_binary is not None and info.management_port is not None
     if info.nvlsm_config is None:
-        raise FabricError(f"{NVLSM_BINARY} is in the image but not its nvlsm.conf",
+        raise FabricError(f"{NVLSM_BINARY} is in the image but not its nvlsm.conf", daemon=NVLSM_BINARY,
                           fix="install NVIDIA's nvlsm package or archive completely (docs/fabric.md)")
     nvlsm_log = paths.fabric_log_dir / "nvlsm.log"
     argv = [info.nvlsm_binary, "--config", info.nvlsm_config, "--guid", info.management_port.guid_hex,
@@ -198,6 +204,7 @@ def _wait_for_nvlink5_modules(paths: HostPaths, settings: Settings, shutdown: Sh
                     else f"no usable port on {', '.join(info.lpf_devices)} (GUID set, SM not disabled)")
             raise FabricError(
                 f"NVLink5 system: after {settings.module_wait_timeout:g} s {what}",
+                daemon=NVLSM_BINARY,
                 fix="load mlx5_core, mlx5_ib and ib_umad (Talos: machine.kernel.modules, docs/fabric.md)",
             )
         if now >= next_progress:
@@ -239,7 +246,7 @@ def _start_missing(paths: HostPaths, settings: Settings, runner: Runner, daemons
         log.info("%s system: not starting %s: %s", info.kind, FM_BINARY, why)
         return True
     if info.fm_binary is None:
-        raise FabricError(f"{info.kind} system but {FM_BINARY} is not in the image",
+        raise FabricError(f"{info.kind} system but {FM_BINARY} is not in the image", daemon=FM_BINARY,
                           fix="use an image built with Fabric Manager (docs/fabric.md)")
     if info.kind == "nvlink5":
         waited = _wait_for_nvlink5_modules(paths, settings, shutdown, info, poll_s, progress_s)
@@ -248,7 +255,7 @@ def _start_missing(paths: HostPaths, settings: Settings, runner: Runner, daemons
         daemons.info = info = waited
         if info.host_runs(NVLSM_BINARY) is None:
             if info.nvlsm_binary is None:
-                raise FabricError(f"NVLink5 system but {NVLSM_BINARY} is not in the image",
+                raise FabricError(f"NVLink5 system but {NVLSM_BINARY} is not in the image", daemon=NVLSM_BINARY,
                                   fix="use an image built with NVLSM (docs/fabric.md)")
             _start_nvlsm(paths, info, runner, daemons)
             if not _wait_for_file(daemons, paths.fabric_run_dir / SM_SOCKET, SM_SOCKET_WAIT_S, shutdown):

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 from driver_container.errors import CommandError, FabricError
 from driver_container.formats.kernel.fabric import GpuFabric, parse_fabric_states
+from driver_container.node.fabric import FM_BINARY
 from driver_container.runtime.runner import Runner
 from driver_container.runtime.supervise import Shutdown
 from driver_container.settings import Settings
@@ -58,7 +59,7 @@ def wait_for_fabric(check_alive: Callable[[], None], tails: Callable[[], str], f
             if failed:
                 raise FabricError(
                     "fabric registration failed: " + ", ".join(f"{s.pci_id} status {s.status}" for s in failed)
-                    + tails(), fix=fix)
+                    + tails(), daemon=FM_BINARY, fix=fix)
             supported = [s for s in states if s.supported]
             if supported and all(s.completed for s in supported):
                 log.info("fabric completed on %d GPU(s)", len(supported))
@@ -72,6 +73,7 @@ def wait_for_fabric(check_alive: Callable[[], None], tails: Callable[[], str], f
             raise FabricError(
                 f"the GPUs' fabric is not completed after {settings.fabric_wait_timeout:g} s ({seen})"
                 + tails(),
+                daemon=FM_BINARY,
                 fix="raise FABRIC_WAIT_TIMEOUT if training is just slow; " + fix)
         if now >= next_progress:
             log.info("still waiting for the fabric (%s; %.0f s of %g s)", _summary(states or []) or "no state",

@@ -156,7 +156,7 @@ def link_runtime_dir(driver_root: Path, runtime_dir: Path = CONTAINER_RUNTIME_DI
         os.replace(tmp, runtime_dir)
     except OSError as exc:
         raise PublishError(
-            f"{runtime_dir}: cannot link to {published}: {exc.strerror}",
+            f"{runtime_dir}: cannot link to {published}: {exc.strerror}", path=runtime_dir,
             fix="the daemon's socket must appear under DRIVER_ROOT/run/nvidia-persistenced",
         ) from exc
     return published / "socket"

@@ -123,6 +123,7 @@ def ensure_exec_mount(paths: HostPaths, runner: Runner, mounts: list[Mount]) -> 
         raise PublishError(
             f"{decision.reason}, and a tmpfs mounted there would stay in this container: {holder.mount_point} "
             f"is not a shared mount ({' '.join(holder.propagation) or 'private'})",
+            path=holder.mount_point,
             fix="mount RUN_DIR (/run/nvidia) into the driver container with mountPropagation: Bidirectional "
             "(docker: -v /run/nvidia:/run/nvidia:rshared), as gpu-operator's driver DaemonSet does",
         )
@@ -131,13 +132,14 @@ def ensure_exec_mount(paths: HostPaths, runner: Runner, mounts: list[Mount]) -> 
     try:
         done = runner.run(argv, check=False)
     except CommandError as exc:  # not found, timed out
-        raise PublishError(f"{decision.reason}; {exc.message}", fix=_mount_fix(exc.message)) from exc
+        raise PublishError(f"{decision.reason}; {exc.message}", path=target, fix=_mount_fix(exc.message)) from exc
     if done.returncode != 0:
         # util-linux puts the reason first ("mount: <dir>: permission denied.") and a dmesg hint last.
         detail = " ".join(line.strip() for line in done.stderr.strip().splitlines()[:2])
         raise PublishError(
             f"{decision.reason}; mounting an exec-capable tmpfs at {target} failed: {' '.join(argv)} exited "
             f"{done.returncode}: {detail}",
+            path=target,
             fix=_mount_fix(detail),
         )
     log.info("mounted tmpfs %s at %s (%s): published files can be executed and mapped", MOUNT_SOURCE, target,

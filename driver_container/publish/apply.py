@@ -75,7 +75,7 @@ def _stage_link(root: Path, index: int, target: str) -> StagedFile:
             except FileExistsError:
                 continue
         else:
-            raise PublishError(f"cannot create a temporary link in {root / STAGING}")
+            raise PublishError(f"cannot create a temporary link in {root / STAGING}", path=root / STAGING)
     finally:
         os.close(fd)
     staging = root / STAGING
@@ -88,7 +88,9 @@ def _stage_content(entry: PlannedEntry, index: int, root: Path, sha256: str | No
     if entry.data is not None:
         return stage_write(dest, entry.data, mode=entry.mode, root=root, suffix=TMP_SUFFIX)
     if src is None:
-        raise PublishError(f"{entry.path}: planned file has neither data nor source")  # plan_publish never does this
+        raise PublishError(
+            f"{entry.path}: planned file has neither data nor source", path=entry.path
+        )  # plan_publish never does this
     # Keep the source's mtime, as cp -a does.
     return stage_copy(src.real, dest, mode=entry.mode, root=root, mtime_ns=src.mtime_ns, suffix=TMP_SUFFIX,
                       sha256=sha256)  # fmt: skip
@@ -104,7 +106,9 @@ def _record(entry: PlannedEntry, staged: StagedFile) -> Record:
     src = entry.source
     if src is not None and staged.size != src.size:
         raise PublishError(
-            f"{src.shown}: changed while being published ({src.size} -> {staged.size} bytes)", fix="retry"
+            f"{src.shown}: changed while being published ({src.size} -> {staged.size} bytes)",
+            path=src.shown,
+            fix="retry",
         )
     return Record(
         str(entry.path), "file", entry.mode, staged.size, staged.sha256, mtime_ns=staged.mtime_ns,
@@ -153,10 +157,11 @@ def prepare(plan: PublishPlan, root: Path, previous: Manifest | None, copier: Co
         where = exc.filename or root
         raise PublishError(
             f"{where}: cannot write the driver root: {exc.strerror}; the previous root is intact",
+            path=where,
             fix=f"free space or fix permissions on the filesystem holding {root}",
         ) from exc
     except PublishError as exc:
-        raise PublishError(f"{exc.message}; the previous root is intact", fix=exc.fix) from exc
+        raise PublishError(f"{exc.message}; the previous root is intact", path=exc.path, fix=exc.fix) from exc
     finally:
         tree.close()
     out.records = tuple(r for r in records if r is not None)

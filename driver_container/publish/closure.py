@@ -51,6 +51,7 @@ def _resolve_needed(
     raise UserspaceError(
         f"{user.shown} needs {name}, which is neither in USERSPACE_ROOT's ld.so.cache nor in "
         f"{', '.join('/' + d.strip('/') for d in dirs)}",
+        path=user.shown,
         fix=f"install the package providing {name} in the driver image",
     )
 
@@ -116,5 +117,6 @@ def _check_interpreter(root: Root, closure: Closure, user: SourceFile, elf: ElfF
     elif str(closure.interpreter[0]) != user.elf.interpreter:
         raise UserspaceError(
             f"{user.shown} uses interpreter {user.elf.interpreter}, others {closure.interpreter[0]}",
+            path=user.shown,
             fix="publish binaries for one architecture only",
         )

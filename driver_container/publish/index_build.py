@@ -49,13 +49,15 @@ def _entry(root: Path, real: Path, size: int, mtime_ns: int, facts: ElfDeps | No
     fd, st = open_regular(real)
     try:
         if (st.st_size, st.st_mtime_ns) != (size, mtime_ns):
-            raise PublishError(f"{real}: changed while the userspace was indexed", fix="build the image again")
+            raise PublishError(
+                f"{real}: changed while the userspace was indexed", path=real, fix="build the image again"
+            )
         head = os.pread(fd, len(ELF_MAGIC), 0)
         digest, read = digest_regular(fd, size)
     finally:
         os.close(fd)
     if read != size:
-        raise PublishError(f"{real}: shrank while the userspace was indexed", fix="build the image again")
+        raise PublishError(f"{real}: shrank while the userspace was indexed", path=real, fix="build the image again")
     is_elf = head == ELF_MAGIC
     if is_elf and facts is None:
         return IndexEntry(str(real.relative_to(root)), size, mtime_ns, digest)  # ELF but not parsed: unknown
@@ -81,7 +83,7 @@ def build_index(userspace: Root, version: str, runner: Runner) -> IndexSummary:
         try:
             entries.append(_entry(root, real, size, mtime_ns, known.get((str(real), size, mtime_ns))))
         except PublishError as exc:
-            raise UserspaceError(exc.message, fix=exc.fix) from exc
+            raise UserspaceError(exc.message, path=exc.path, fix=exc.fix) from exc
     target = root / DIGEST_INDEX
     atomic_write_text(target, format_index(version, entries), root=root)
     summary = IndexSummary(target, len(entries), sum(1 for e in entries if e.elf), sum(e.size for e in entries))

@@ -83,7 +83,9 @@ class Transaction:
         """Run the next step (checked to be ``action`` when given)."""
         step = self.steps[self._next]
         if action is not None and step.action != action:
-            raise PublishError(f"internal: commit step {step.action} {step.path} where {action} was expected")
+            raise PublishError(
+                f"internal: commit step {step.action} {step.path} where {action} was expected", path=step.path
+            )
         _do(self.root, step, _backup(self._next))
         self._next += 1
         return step

@@ -33,7 +33,7 @@ def relative_target(link: PurePosixPath, dest: PurePosixPath) -> str:
     target = posixpath.relpath(str(dest), str(link.parent))
     resolved = posixpath.normpath(posixpath.join(str(link.parent), target))
     if resolved.startswith(".."):
-        raise UserspaceError(f"link {link} -> {target} would leave the driver root")
+        raise UserspaceError(f"link {link} -> {target} would leave the driver root", path=link)
     return target
 
 
@@ -52,6 +52,7 @@ class _Layout:
                 f"two different files would be published at {entry.path}: "
                 f"{old.source.shown if old.source else old.target} and "
                 f"{entry.source.shown if entry.source else entry.target}",
+                path=entry.path,
                 fix="remove one of them from the image",
             )
         self.entries[entry.path] = entry
@@ -76,7 +77,7 @@ def _check(path: PurePosixPath, shown: str) -> None:
     try:
         check_relative(path)
     except PublishError as exc:
-        raise UserspaceError(f"{exc.message} (from {shown})", fix=exc.fix) from exc
+        raise UserspaceError(f"{exc.message} (from {shown})", path=shown, fix=exc.fix) from exc
 
 
 def _in_root(absolute: str) -> PurePosixPath:

@@ -134,7 +134,7 @@ def _check_closure(plan: PublishPlan) -> None:
     problems = closure_problems(plan)
     if problems:
         raise PublishError(
-            "the planned root would not run: " + "; ".join(problems[:5]) + "; the previous root is intact",
+            "the planned root would not run: " + "; ".join(map(str, problems[:5])) + "; the previous root is intact",
             fix="install what is missing in the driver image",
         )
 
@@ -175,10 +175,12 @@ def _commit(
         if isinstance(exc, OSError):
             raise PublishError(
                 f"{exc.filename or root}: cannot commit the driver root: {exc.strerror}; the previous root is restored",
+                path=exc.filename or root,
                 fix=f"free space or fix permissions on the filesystem holding {root}",
             ) from exc
         if isinstance(exc, DriverContainerError):
-            raise PublishError(f"{exc.message}; the previous root is restored", fix=exc.fix) from exc
+            path = getattr(exc, "path", None)  # the classes that carry one (errors.py)
+            raise PublishError(f"{exc.message}; the previous root is restored", path=path, fix=exc.fix) from exc
         raise
     return rebuild
 

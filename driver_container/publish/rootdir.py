@@ -27,12 +27,13 @@ def create_driver_root(driver_root: Path) -> None:
             raise PublishError(
                 f"DRIVER_ROOT {driver_root}: {parent} is a {'link' if parent.is_symlink() else 'regular file'}, "
                 "not a directory",
+                path=parent,
                 fix=f"remove {parent} or set DRIVER_ROOT to a directory path",
             )
     try:
         driver_root.mkdir(parents=True, exist_ok=True, mode=0o755)
     except OSError as exc:
-        raise PublishError(f"DRIVER_ROOT {driver_root}: cannot create: {exc.strerror}") from exc
+        raise PublishError(f"DRIVER_ROOT {driver_root}: cannot create: {exc.strerror}", path=driver_root) from exc
 
 
 def prepare_driver_root(paths: HostPaths, runner: Runner) -> bool:
@@ -63,6 +64,7 @@ def unmount_leftover(paths: HostPaths, runner: Runner, mounts: list[Mount]) -> l
             raise PublishError(
                 f"DRIVER_ROOT {target} is still a mount point (found in {paths.proc.path}/self/mountinfo) "
                 f"and unmounting it failed: {exc.message}",
+                path=target,
                 fix=f"unmount it on the host (umount -R {paths.host_driver_root}) or reboot the node, then restart",
             ) from exc
     return leftovers

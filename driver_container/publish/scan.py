@@ -116,7 +116,7 @@ def _select_libraries(root: Root, version: str, cache: list[CacheEntry], elf: El
             log.info("%s has no DT_SONAME: published by its file name only", src.shown)
         elif not src.elf.soname:
             raise UserspaceError(
-                f"{src.shown}: has no DT_SONAME, so ld.so and ldconfig cannot find it by name",
+                f"{src.shown}: has no DT_SONAME, so ld.so and ldconfig cannot find it by name", path=src.shown,
                 fix="use the library files shipped by NVIDIA's packages unmodified",
             )
         found[real_name] = src
@@ -159,7 +159,7 @@ def _triplet(libraries: dict[str, SourceFile], root: Root, version: str) -> str:
         others = _versions_present(root)
         raise UserspaceError(
             f"USERSPACE_ROOT ({root.path}): no library named lib*.so.{version} for the loaded driver {version}"
-            + (f"; found versions {', '.join(others)}" if others else ""),
+            + (f"; found versions {', '.join(others)}" if others else ""), path=root.path,
             fix=f"use a driver image whose userspace is exactly {version}",
         )
     machines = {src.elf.machine for src in libraries.values() if src.elf}
@@ -233,7 +233,7 @@ def find_ldconfig(root: Root, runner: Runner, elf: ElfFacts | None = None) -> So
         return SourceFile(on_path, str(on_path), st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode), facts)
     raise PublishError(
         f"no static ldconfig: not in USERSPACE_ROOT ({', '.join(LDCONFIG_CANDIDATES)}) and {on_path} is dynamic",
-        fix="install glibc's ldconfig (libc-bin) in the driver image",
+        path=on_path, fix="install glibc's ldconfig (libc-bin) in the driver image",
     )
 
 

@@ -64,7 +64,7 @@ class ElfFacts:
                 try:
                     fd, _st = open_regular(real, shown=shown)
                 except PublishError as exc:
-                    raise UserspaceError(exc.message, fix=exc.fix) from exc
+                    raise UserspaceError(exc.message, path=exc.path, fix=exc.fix) from exc
                 try:
                     if os.read(fd, len(ELF_MAGIC)) != ELF_MAGIC:
                         return None
@@ -82,21 +82,26 @@ def source_file(root: Root, inner: str | PurePosixPath, *, elf: ElfFacts | None 
     try:
         real = root.resolve(inner)
     except SymlinkLoopError as exc:
-        raise UserspaceError(f"{shown}: symlink loop ({exc.message})", fix="fix or remove the link") from exc
+        raise UserspaceError(
+            f"{shown}: symlink loop ({exc.message})", path=shown, fix="fix or remove the link"
+        ) from exc
     try:
         st = os.stat(real, follow_symlinks=False)
     except OSError as exc:
         target = root.inner_path(real) if real.is_relative_to(root.path) else real
         raise UserspaceError(
             f"{shown}: resolves to {target} inside USERSPACE_ROOT ({root.path}), which does not exist",
+            path=shown,
             fix="absolute link targets are taken inside USERSPACE_ROOT (as chroot does); install the target there",
         ) from exc
     if not stat.S_ISREG(st.st_mode):
-        raise UserspaceError(f"{shown}: not a regular file", fix="remove it or replace it with the real file")
+        raise UserspaceError(
+            f"{shown}: not a regular file", path=shown, fix="remove it or replace it with the real file"
+        )
     try:
         fd, st = open_regular(real, shown=shown)  # non-blocking, no final link, regular (fstat, not the lstat)
         os.close(fd)
     except PublishError as exc:
-        raise UserspaceError(exc.message, fix=exc.fix) from exc
+        raise UserspaceError(exc.message, path=exc.path, fix=exc.fix) from exc
     facts = elf.get(real, shown, st.st_size, st.st_mtime_ns) if elf is not None else None
     return SourceFile(real, shown, st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode), facts)

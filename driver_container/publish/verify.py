@@ -12,7 +12,7 @@ import logging
 import os
 from pathlib import Path
 
-from driver_container.errors import LdCacheFormatError, PublishError
+from driver_container.errors import HostReadError, Problem, PublishError
 from driver_container.formats.ldcache import (
     FLAGS_BY_MACHINE,
     LD_SO_CACHE_LIMIT,
@@ -31,29 +31,31 @@ log = logging.getLogger(__name__)
 NEW_CACHE = "ld.so.cache"  # ldconfig's output, in STAGING until it is checked
 
 
-def cache_problems(plan: PublishPlan, driver_root: Path, cache: str = CACHE) -> list[str]:
+def cache_problems(plan: PublishPlan, driver_root: Path, cache: str = CACHE) -> tuple[Problem, ...]:
     """Why the cache ``cache`` (in-root path) in ``driver_root`` does not serve the plan (empty when it does)."""
     root = Root(driver_root).snapshot()  # each SONAME's entry and published path resolved through one lstat cache
     try:
         entries = parse_ld_cache(root.read_bytes(cache, limit=LD_SO_CACHE_LIMIT), source=str(driver_root / cache))
-    except (LdCacheFormatError, OSError) as exc:
-        return [str(exc)]
-    except Exception as exc:  # HostFileNotFound and other read errors: the cache must be (re)built
-        return [f"{driver_root / cache}: {exc}"]
+    except HostReadError as exc:  # LdCacheFormatError, HostFileNotFound...: the cache must be (re)built
+        return (Problem.of(exc),)
+    except OSError as exc:
+        return (Problem(driver_root / cache, exc.strerror or str(exc)),)
+    except Exception as exc:  # anything else the reader meets: rebuild too
+        return (Problem(driver_root / cache, str(exc)),)
     flags = FLAGS_BY_MACHINE[plan.triplet.split("-", 1)[0]]
-    problems = []
+    problems: list[Problem] = []
     for soname, published in sorted(plan.sonames.items()):
         entry = lookup(entries, soname, flags)
         if entry is None:
-            problems.append(f"{soname}: not in the cache")
+            problems.append(Problem(soname, "not in the cache"))
             continue
         found = root.resolve(entry.value)
         expected = root.resolve(published)
         if found != expected or not os.path.isfile(found):
-            problems.append(f"{soname}: resolves to {entry.value} -> {found}, expected {expected}")
+            problems.append(Problem(soname, f"resolves to {entry.value} -> {found}, expected {expected}"))
         elif soname in plan.nvidia_sonames and not found.name.endswith(f".so.{plan.version}"):
-            problems.append(f"{soname}: resolves to {found.name}, not a file named *.so.{plan.version}")
-    return problems
+            problems.append(Problem(soname, f"resolves to {found.name}, not a file named *.so.{plan.version}"))
+    return tuple(problems)
 
 
 def build_cache(plan: PublishPlan, driver_root: Path, runner: Runner) -> str:
@@ -68,31 +70,32 @@ def build_cache(plan: PublishPlan, driver_root: Path, runner: Runner) -> str:
     if problems:
         raise PublishError(
             f"the ld.so.cache written by `ldconfig -r {driver_root}` does not resolve the published "
-            f"libraries to version {plan.version}: " + "; ".join(problems[:5]),
+            f"libraries to version {plan.version}: " + "; ".join(map(str, problems[:5])),
+            path=driver_root / staged.lstrip("/"),
             fix="the image's libraries must all be the loaded driver version with their SONAME links",
         )
     return NEW_CACHE
 
 
-def closure_problems(plan: PublishPlan) -> list[str]:
+def closure_problems(plan: PublishPlan) -> tuple[Problem, ...]:
     """Executables and libraries whose interpreter or DT_NEEDED the plan does not publish (pure); the names
     the scan accepted as missing for optional libraries (``PublishPlan.optional_missing``) are not counted."""
     by_path = {str(e.path): e for e in plan.entries}
     libdir = str(plan.libdir)
-    problems = []
+    problems: list[Problem] = []
     for entry in plan.entries:
         facts = entry.source.elf if entry.source else None
         if facts is None:
             continue
         if facts.interpreter and not _published(by_path, facts.interpreter.lstrip("/")):
-            problems.append(f"{entry.path}: interpreter {facts.interpreter} is not published")
+            problems.append(Problem(entry.path, f"interpreter {facts.interpreter} is not published"))
         accepted = {n for real, n in plan.optional_missing if entry.source and real == str(entry.source.real)}
         for needed in facts.needed:
             if needed in accepted:
                 continue
             if needed not in plan.sonames and not _published(by_path, f"{libdir}/{needed}"):
-                problems.append(f"{entry.path}: needs {needed}, which is not published")
-    return problems
+                problems.append(Problem(entry.path, f"needs {needed}, which is not published"))
+    return tuple(problems)
 
 
 def _published(by_path: dict[str, PlannedEntry], path: str) -> bool:

@@ -46,7 +46,9 @@ def check_relative(rel: str | PurePosixPath, *, what: str = "published path") ->
         problem = f"has a component longer than {NAME_MAX} bytes"
     if problem:
         shown = text if len(text) <= 200 else text[:200] + "..."
-        raise PublishError(f"{what} {shown!r} {problem}", fix="the image's paths must stay inside the driver root")
+        raise PublishError(
+            f"{what} {shown!r} {problem}", path=text, fix="the image's paths must stay inside the driver root"
+        )
     if isinstance(rel, PurePosixPath):
         return rel  # already normalised ("." and "//" dropped) and checked: no second parse (hot in plans)
     return PurePosixPath(*parts) if parts else PurePosixPath()
@@ -56,7 +58,7 @@ def relative_to(root: Path, target: Path) -> PurePosixPath:
     try:
         return check_relative(PurePosixPath(target.relative_to(root)))
     except ValueError as exc:
-        raise PublishError(f"{target}: outside its root {root}") from exc
+        raise PublishError(f"{target}: outside its root {root}", path=target) from exc
 
 
 def open_dir(root: Path, rel: str | PurePosixPath, *, create: bool = False) -> int:
@@ -70,7 +72,7 @@ def open_dir(root: Path, rel: str | PurePosixPath, *, create: bool = False) -> i
             os.makedirs(root, 0o755, exist_ok=True)  # the root itself is configuration (RUN_DIR, DRIVER_ROOT)
         fd = os.open(root, DIR_FLAGS)
     except OSError as exc:
-        raise PublishError(f"{root}: cannot open: {exc.strerror}") from exc
+        raise PublishError(f"{root}: cannot open: {exc.strerror}", path=root) from exc
     here = root
     for part in parts:
         here = here / part
@@ -94,14 +96,14 @@ def _open_child_dir(parent: int, name: str, shown: Path, create: bool) -> int:
                 os.mkdir(name, 0o755, dir_fd=parent)
             child = os.open(name, DIR_FLAGS, dir_fd=parent)
     except FileNotFoundError as exc:
-        raise PublishError(f"{shown}: no such directory") from exc
+        raise PublishError(f"{shown}: no such directory", path=shown) from exc
     except OSError as exc:
         st = lstat_at(parent, name)
         if st is not None and stat.S_ISLNK(st.st_mode):
-            raise PublishError(f"{shown}: is a symlink; refusing to write through it") from exc
+            raise PublishError(f"{shown}: is a symlink; refusing to write through it", path=shown) from exc
         if st is not None and not stat.S_ISDIR(st.st_mode):
-            raise PublishError(f"{shown}: exists and is not a directory", fix=f"remove {shown}") from exc
-        raise PublishError(f"{shown}: cannot open directory: {exc.strerror}") from exc
+            raise PublishError(f"{shown}: exists and is not a directory", path=shown, fix=f"remove {shown}") from exc
+        raise PublishError(f"{shown}: cannot open directory: {exc.strerror}", path=shown) from exc
     return child
 
 
@@ -135,9 +137,9 @@ def contained(root: Path, target: Path) -> Path:
         except FileNotFoundError:
             break
         if stat.S_ISLNK(st.st_mode):
-            raise PublishError(f"{current}: is a symlink; refusing to write through it")
+            raise PublishError(f"{current}: is a symlink; refusing to write through it", path=current)
         if not stat.S_ISDIR(st.st_mode):
-            raise PublishError(f"{current}: exists and is not a directory", fix=f"remove {current}")
+            raise PublishError(f"{current}: exists and is not a directory", path=current, fix=f"remove {current}")
     return target
 
 
@@ -175,7 +177,7 @@ def create_temporary(dir_fd: int, target_name: str, suffix: str) -> tuple[int, s
             return os.open(name, flags, 0o600, dir_fd=dir_fd), name
         except FileExistsError:
             continue
-    raise PublishError(f"cannot create a temporary for {target_name}")
+    raise PublishError(f"cannot create a temporary for {target_name}", path=target_name)
 
 
 def split_target(target: Path, root: Path | None) -> tuple[Path, PurePosixPath]:
@@ -184,11 +186,11 @@ def split_target(target: Path, root: Path | None) -> tuple[Path, PurePosixPath]:
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise PublishError(f"{target}: cannot create: {exc.strerror}") from exc
+            raise PublishError(f"{target}: cannot create: {exc.strerror}", path=target) from exc
         return target.parent, PurePosixPath(target.name)
     rel = relative_to(root, target)
     if not rel.parts:
-        raise PublishError(f"{target}: is its root {root}")
+        raise PublishError(f"{target}: is its root {root}", path=target)
     return root, rel
 
 
@@ -202,7 +204,7 @@ def atomic_write(target: Path, data: bytes, *, mode: int = 0o644, root: Path | N
         try:
             fd, tmp = create_temporary(dfd, rel.name, ".tmp")
         except OSError as exc:
-            raise PublishError(f"{target}: cannot create: {exc.strerror}") from exc
+            raise PublishError(f"{target}: cannot create: {exc.strerror}", path=target) from exc
         try:
             try:
                 write_all(fd, data)
@@ -215,7 +217,7 @@ def atomic_write(target: Path, data: bytes, *, mode: int = 0o644, root: Path | N
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dfd)
-            raise PublishError(f"{target}: cannot write: {exc.strerror}") from exc
+            raise PublishError(f"{target}: cannot write: {exc.strerror}", path=target) from exc
 
 
 def atomic_write_text(target: Path, text: str, *, mode: int = 0o644, root: Path | None = None) -> None:
@@ -240,11 +242,19 @@ def open_regular(
     try:
         fd = os.open(path, READ_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
-        raise PublishError(f"{name}: cannot read: {exc.strerror}", fix=f"make {name} a readable regular file") from exc
+        raise PublishError(
+            f"{name}: cannot read: {exc.strerror}",
+            path=name,
+            fix=f"make {name} a readable regular file",
+        ) from exc
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise PublishError(f"{name}: not a regular file", fix=f"remove {name} or replace it with the real file")
+        raise PublishError(
+            f"{name}: not a regular file",
+            path=name,
+            fix=f"remove {name} or replace it with the real file",
+        )
     return fd, st
 
 

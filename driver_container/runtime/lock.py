@@ -37,6 +37,8 @@ class PidLock:
                 os.close(fd)
                 raise LockError(
                     f"already running (pid {holder if holder is not None else 'unknown'}): {self.path} is locked",
+                    path=self.path,
+                    holder=holder,
                     fix="stop the other instance first; only one init may run per node",
                 ) from None
             if _same_file(fd, self.path):
@@ -45,14 +47,16 @@ class PidLock:
                 return
             # The holder released and unlinked the file after our open: retry on the new path.
             os.close(fd)
-        raise LockError(f"{self.path}: keeps being replaced; cannot lock it")
+        raise LockError(f"{self.path}: keeps being replaced; cannot lock it", path=self.path)
 
     def _open(self) -> int:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
-            raise LockError(f"{self.path}: cannot open: {exc.strerror}", fix="check that RUN_DIR is writable") from exc
+            raise LockError(
+                f"{self.path}: cannot open: {exc.strerror}", path=self.path, fix="check that RUN_DIR is writable"
+            ) from exc
 
     def _write_pid(self, fd: int) -> None:
         try:
@@ -61,7 +65,7 @@ class PidLock:
             os.fsync(fd)
         except OSError as exc:
             self.release()
-            raise LockError(f"{self.path}: cannot write our pid: {exc.strerror}") from exc
+            raise LockError(f"{self.path}: cannot write our pid: {exc.strerror}", path=self.path) from exc
 
     def release(self) -> None:
         """Remove the file, then drop the lock (in this order, so no one locks a file about to vanish)."""

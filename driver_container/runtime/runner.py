@@ -42,11 +42,12 @@ class Runner:
         if os.path.basename(name) in self.forbidden:
             raise ForbiddenCommandError(
                 f"refusing to run {name}: this platform owns the kernel modules",
+                argv=(name,),
                 fix="load modules through the Talos machine config (machine.kernel.modules)",
             )
         found = shutil.which(name, path=self.env.get("PATH", os.defpath))
         if found is None:
-            raise CommandError(f"{name}: not found on PATH ({self.env.get('PATH', '')})")
+            raise CommandError(f"{name}: not found on PATH ({self.env.get('PATH', '')})", argv=(name,))
         return found
 
     def run(
@@ -64,13 +65,17 @@ class Runner:
                 args, input=stdin, capture_output=True, text=True, timeout=timeout, env=self.env, check=False
             )
         except subprocess.TimeoutExpired as exc:
-            raise CommandError(f"{argv[0]}: timed out after {timeout:g} s") from exc
+            raise CommandError(f"{argv[0]}: timed out after {timeout:g} s", argv=tuple(argv)) from exc
         except OSError as exc:
-            raise CommandError(f"{argv[0]}: cannot run: {exc.strerror}") from exc
+            raise CommandError(f"{argv[0]}: cannot run: {exc.strerror}", argv=tuple(argv)) from exc
         done = CompletedCommand(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
         if check and proc.returncode != 0:
             detail = (proc.stderr or proc.stdout).strip().splitlines()
-            raise CommandError(f"{' '.join(argv)} exited {proc.returncode}" + (f": {detail[-1]}" if detail else ""))
+            raise CommandError(
+                f"{' '.join(argv)} exited {proc.returncode}" + (f": {detail[-1]}" if detail else ""),
+                argv=tuple(argv),
+                returncode=proc.returncode,
+            )
         return done
 
     def spawn(self, argv: Sequence[str], *, output: Path | None = None) -> subprocess.Popen[bytes]:
@@ -86,7 +91,7 @@ class Runner:
             sink = fd if fd >= 0 else None
             return subprocess.Popen(args, env=self.env, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)
         except OSError as exc:
-            raise CommandError(f"{argv[0]}: cannot start: {exc.strerror}") from exc
+            raise CommandError(f"{argv[0]}: cannot start: {exc.strerror}", argv=tuple(argv)) from exc
         finally:
             if fd >= 0:
                 os.close(fd)

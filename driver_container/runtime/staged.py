@@ -59,7 +59,7 @@ class StagedFile(NamedTuple):
         except (OSError, PublishError) as exc:
             self.discard()
             reason = exc.strerror if isinstance(exc, OSError) else exc.message
-            raise PublishError(f"{self.target}: cannot replace: {reason}") from exc
+            raise PublishError(f"{self.target}: cannot replace: {reason}", path=self.target) from exc
 
     def discard(self) -> None:
         base = self._base()
@@ -139,7 +139,7 @@ def _stage(
         try:
             fd, name = create_temporary(dfd, rel.name, suffix)
         except OSError as exc:
-            raise PublishError(f"{target}: cannot create: {exc.strerror}") from exc
+            raise PublishError(f"{target}: cannot create: {exc.strerror}", path=target) from exc
         digest = hashlib.sha256()
         try:
             size = fill(fd, digest)
@@ -184,10 +184,10 @@ def stage_copy(
             else:
                 size = _copy_in_kernel(src_fd, fd, st.st_size)
         except PublishError as exc:
-            raise PublishError(f"{src}: {exc.message}", fix=exc.fix) from exc
+            raise PublishError(f"{src}: {exc.message}", path=src, fix=exc.fix) from exc
         except OSError as exc:
             raise PublishError(
-                f"{target}: cannot copy {src}: {exc.strerror}", fix="free space on its filesystem"
+                f"{target}: cannot copy {src}: {exc.strerror}", path=target, fix="free space on its filesystem"
             ) from exc
         finally:
             os.close(src_fd)
@@ -205,7 +205,11 @@ def stage_write(target: Path, data: bytes, *, mode: int, root: Path | None = Non
         try:
             write_all(fd, data)
         except OSError as exc:
-            raise PublishError(f"{target}: cannot write: {exc.strerror}", fix="free space on its filesystem") from exc
+            raise PublishError(
+                f"{target}: cannot write: {exc.strerror}",
+                path=target,
+                fix="free space on its filesystem",
+            ) from exc
         _finish(fd, mode, None)
         return len(data)
 

@@ -286,6 +286,7 @@ def test_retries_give_up_with_the_last_status(server: Server) -> None:
         client.get_node(NODE)
     assert len(server.state.requests) == 3
     assert caught.value.message == f"GET /api/v1/nodes/{NODE}: 503 Service Unavailable: scripted 503"
+    assert (caught.value.method, caught.value.resource, caught.value.status) == ("GET", f"/api/v1/nodes/{NODE}", 503)
 
 
 @pytest.mark.parametrize(("status", "hint"), [(401, "credentials"), (403, "pods/eviction")])

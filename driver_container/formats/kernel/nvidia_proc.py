@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Literal, NamedTuple
 
-from driver_container.errors import HostReadError
+from driver_container.errors import HostReadError, Problem
 from driver_container.formats.numbers import parse_uint
 from driver_container.paths import Root
 
@@ -116,24 +116,27 @@ def gpu_from_information(pci_id: str, fields: dict[str, str]) -> GpuInfo:
     )
 
 
-def read_gpus(proc: Root, problems: list[str] | None = None) -> list[GpuInfo]:
+class GpuList(NamedTuple):
+    gpus: tuple[GpuInfo, ...]  # sorted by PCI id
+    problems: tuple[Problem, ...] = ()  # GPU directories or files that could not be read
+
+
+def read_gpus(proc: Root) -> GpuList:
     """GPUs the loaded driver knows, from ``driver/nvidia/gpus/<pci>/information``, sorted by PCI id."""
     gpus: list[GpuInfo] = []
+    problems: list[Problem] = []
     try:
         entries = proc.listdir("driver/nvidia/gpus")
     except HostReadError as exc:
-        if problems is not None:
-            problems.append(exc.message)
-        return gpus
+        return GpuList((), (Problem.of(exc),))
     for pci_id in entries:
         if not _PCI.fullmatch(pci_id):
             continue
         try:
             text = proc.read_text_or_none(f"driver/nvidia/gpus/{pci_id}/information", limit=SMALL)
         except HostReadError as exc:
-            if problems is not None:
-                problems.append(exc.message)
+            problems.append(Problem.of(exc))
             continue
         if text is not None:
             gpus.append(gpu_from_information(pci_id, parse_gpu_information(text)))
-    return gpus
+    return GpuList(tuple(gpus), tuple(problems))

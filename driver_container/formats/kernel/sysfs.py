@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from driver_container.errors import HostReadError
+from driver_container.errors import HostReadError, Problem
 from driver_container.formats.numbers import parse_int
 from driver_container.paths import Root
 
@@ -28,7 +28,7 @@ class SysfsModule(NamedTuple):
     taint: str | None
     holders: tuple[str, ...]
     parameters: dict[str, str]
-    problems: tuple[str, ...] = ()
+    problems: tuple[Problem, ...] = ()
 
     @property
     def loadable_loaded(self) -> bool:
@@ -40,54 +40,63 @@ class SysfsModule(NamedTuple):
         return self.present and self.initstate is None
 
 
-def _attr(root: Root, inner: str, problems: list[str]) -> str | None:
-    try:
-        text = root.read_text_or_none(inner, limit=SMALL)
-    except HostReadError as exc:
-        problems.append(exc.message)
-        return None
-    return None if text is None else text.strip()
+class _ModuleDir:
+    """Reads attributes of one ``module/<name>`` directory and keeps what it could not read."""
 
+    def __init__(self, root: Root, base: str) -> None:
+        self.root, self.base = root, base
+        self.problems: list[Problem] = []
 
-def _list(root: Root, inner: str, problems: list[str]) -> list[str]:
-    try:
-        return root.listdir(inner)
-    except HostReadError as exc:
-        problems.append(exc.message)
-        return []
+    def attr(self, name: str) -> str | None:
+        try:
+            text = self.root.read_text_or_none(f"{self.base}/{name}", limit=SMALL)
+        except HostReadError as exc:
+            self.problems.append(Problem.of(exc))
+            return None
+        return None if text is None else text.strip()
+
+    def entries(self, name: str) -> list[str]:
+        try:
+            return self.root.listdir(f"{self.base}/{name}")
+        except HostReadError as exc:
+            self.problems.append(Problem.of(exc))
+            return []
+
+    def number(self, name: str) -> int | None:
+        text = self.attr(name)
+        number = None if text is None else parse_int(text)
+        if text is not None and number is None:
+            where = self.root.resolve(f"{self.base}/{name}")
+            self.problems.append(Problem(where, f"not a number: {text[:40]!r}"))
+        return number
 
 
 def read_sysfs_module(sys_root: Root, name: str, *, with_parameters: bool = True) -> SysfsModule:
     """Read ``module/<name>`` below the sysfs root; unreadable attributes are reported in ``problems``."""
     base = f"module/{name}"
-    problems: list[str] = []
     try:
         present = sys_root.is_dir(base)
     except HostReadError as exc:
-        return SysfsModule(name, False, None, None, None, None, None, (), {}, problems=(exc.message,))
+        return SysfsModule(name, False, None, None, None, None, None, (), {}, problems=(Problem.of(exc),))
     if not present:
         return SysfsModule(name, False, None, None, None, None, None, (), {})
-    refcnt_text = _attr(sys_root, f"{base}/refcnt", problems)
-    refcnt: int | None = None
-    if refcnt_text is not None:
-        refcnt = parse_int(refcnt_text.strip())
-        if refcnt is None:
-            problems.append(f"{sys_root.resolve(base + '/refcnt')}: not a number: {refcnt_text[:40]!r}")
+    found = _ModuleDir(sys_root, base)
+    refcnt = found.number("refcnt")
     parameters: dict[str, str] = {}
     if with_parameters:
-        for param in _list(sys_root, f"{base}/parameters", problems):
-            value = _attr(sys_root, f"{base}/parameters/{param}", problems)
+        for param in found.entries("parameters"):
+            value = found.attr(f"parameters/{param}")
             if value is not None:
                 parameters[param] = value
     return SysfsModule(
         name=name,
         present=True,
-        initstate=_attr(sys_root, f"{base}/initstate", problems),
+        initstate=found.attr("initstate"),
         refcnt=refcnt,
-        version=_attr(sys_root, f"{base}/version", problems),
-        srcversion=_attr(sys_root, f"{base}/srcversion", problems),
-        taint=_attr(sys_root, f"{base}/taint", problems),
-        holders=tuple(_list(sys_root, f"{base}/holders", problems)),
+        version=found.attr("version"),
+        srcversion=found.attr("srcversion"),
+        taint=found.attr("taint"),
+        holders=tuple(found.entries("holders")),
         parameters=parameters,
-        problems=tuple(problems),
+        problems=tuple(found.problems),
     )

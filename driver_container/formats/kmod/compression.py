@@ -42,6 +42,7 @@ def detect_compression(data: Buffer) -> str | None:
 def _too_big(label: str, kind: str, max_size: int) -> ModuleFormatError:
     return ModuleFormatError(
         f"{label}: {kind} data decompresses to more than {max_size} bytes (size cap)",
+        path=label,
         fix="a real module is far smaller; raise max_size only for a file you trust",
     )
 
@@ -62,11 +63,11 @@ def _xz(data: Buffer, label: str, max_size: int) -> bytes:
                 out.append(chunk)
                 total += len(chunk)
         except lzma.LZMAError as exc:
-            raise ModuleFormatError(f"{label}: corrupt xz stream: {exc}") from exc
+            raise ModuleFormatError(f"{label}: corrupt xz stream: {exc}", path=label) from exc
         if total > max_size:
             raise _too_big(label, "xz", max_size)
         if not dec.eof:
-            raise ModuleFormatError(f"{label}: truncated xz stream (ends before the end-of-stream marker)")
+            raise ModuleFormatError(f"{label}: truncated xz stream (ends before the end-of-stream marker)", path=label)
         rest = dec.unused_data.lstrip(b"\x00")
     return b"".join(out)
 
@@ -77,7 +78,7 @@ def check_zstd_frames(data: Buffer, label: str) -> int:
     zstandard's stream reader stops silently at the end of its input, even inside a frame; the walk
     reads only headers (a 100 MB module has ~800 blocks), the decoder still checks the contents.
     """
-    truncated = ModuleFormatError(f"{label}: truncated zstd stream (ends inside a frame)")
+    truncated = ModuleFormatError(f"{label}: truncated zstd stream (ends inside a frame)", path=label)
     pos, size, frames = 0, len(data), 0
     while pos < size:
         if pos + 5 > size:
@@ -89,7 +90,7 @@ def check_zstd_frames(data: Buffer, label: str) -> int:
                 raise truncated
             continue
         if magic != 0xFD2FB528:
-            raise ModuleFormatError(f"{label}: corrupt zstd stream: no frame magic at offset {pos}")
+            raise ModuleFormatError(f"{label}: corrupt zstd stream: no frame magic at offset {pos}", path=label)
         frames += 1
         descriptor = data[pos + 4]
         single_segment = bool(descriptor & 0x20)
@@ -102,7 +103,9 @@ def check_zstd_frames(data: Buffer, label: str) -> int:
             header = int.from_bytes(data[pos : pos + 3], "little")
             last, kind, length = bool(header & 1), (header >> 1) & 3, header >> 3
             if kind == 3:
-                raise ModuleFormatError(f"{label}: corrupt zstd stream: reserved block type at offset {pos}")
+                raise ModuleFormatError(
+                    f"{label}: corrupt zstd stream: reserved block type at offset {pos}", path=label
+                )
             pos += 3 + (1 if kind == 1 else length)
         pos += 4 if descriptor & 0x04 else 0
         if pos > size:
@@ -126,7 +129,7 @@ def _zstd(data: Buffer, label: str, max_size: int) -> bytes:
                 return result
             return _zstd_stream(zstandard, view, label, max_size)
         except zstandard.ZstdError as exc:
-            raise ModuleFormatError(f"{label}: corrupt zstd stream: {exc}") from exc
+            raise ModuleFormatError(f"{label}: corrupt zstd stream: {exc}", path=label) from exc
 
 
 def _zstd_stream(zstandard: Any, view: memoryview, label: str, max_size: int) -> bytes:
@@ -157,11 +160,11 @@ def _gzip(data: Buffer, label: str, max_size: int) -> bytes:
                 out.append(chunk)
                 total += len(chunk)
         except zlib.error as exc:
-            raise ModuleFormatError(f"{label}: corrupt gzip stream: {exc}") from exc
+            raise ModuleFormatError(f"{label}: corrupt gzip stream: {exc}", path=label) from exc
         if total > max_size:
             raise _too_big(label, "gzip", max_size)
         if not dec.eof:
-            raise ModuleFormatError(f"{label}: truncated gzip stream")
+            raise ModuleFormatError(f"{label}: truncated gzip stream", path=label)
         rest = dec.unused_data
     return b"".join(out)
 
@@ -177,5 +180,5 @@ def decompress(data: Buffer, kind: str | None, label: str, max_size: int) -> Buf
     else:
         result = _gzip(data, label, max_size)
     if not result:
-        raise ModuleFormatError(f"{label}: {kind} stream decompresses to nothing")
+        raise ModuleFormatError(f"{label}: {kind} stream decompresses to nothing", path=label)
     return result

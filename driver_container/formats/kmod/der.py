@@ -26,10 +26,10 @@ class Tlv(NamedTuple):
 
 def _read(data: bytes, pos: int) -> tuple[Tlv, int]:
     if pos + 2 > len(data):
-        raise DerError(f"truncated DER element at offset {pos}")
+        raise DerError(f"truncated DER element at offset {pos}", offset=pos)
     tag = data[pos]
     if tag & 0x1F == 0x1F:
-        raise DerError(f"multi-byte DER tag at offset {pos} is not supported")
+        raise DerError(f"multi-byte DER tag at offset {pos} is not supported", offset=pos)
     first = data[pos + 1]
     pos += 2
     if first < 0x80:
@@ -37,13 +37,13 @@ def _read(data: bytes, pos: int) -> tuple[Tlv, int]:
     else:
         count = first & 0x7F
         if count == 0 or count > _MAX_LENGTH_BYTES:
-            raise DerError(f"unsupported DER length form 0x{first:02x}")
+            raise DerError(f"unsupported DER length form 0x{first:02x}", offset=pos - 1)
         if pos + count > len(data):
-            raise DerError("truncated DER length")
+            raise DerError("truncated DER length", offset=pos)
         length = int.from_bytes(data[pos : pos + count], "big")
         pos += count
     if pos + length > len(data):
-        raise DerError(f"DER element of {length} bytes runs past the end of its container")
+        raise DerError(f"DER element of {length} bytes runs past the end of its container", offset=pos)
     return Tlv(tag, data[pos : pos + length]), pos + length
 
 

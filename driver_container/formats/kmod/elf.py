@@ -40,26 +40,29 @@ class ElfSections(NamedTuple):
 def _header(data: Buffer, size: int, label: str) -> tuple[str, int, int, int, int, str, int]:
     if data[:4] != ELF_MAGIC:
         found = f"starts with {data[:4].hex()}" if data else "empty file"
-        raise ModuleFormatError(f"{label}: not an ELF file ({found})")
+        raise ModuleFormatError(f"{label}: not an ELF file ({found})", path=label)
     if len(data) < 6 or data[4] not in _LAYOUT or data[5] not in (1, 2):
-        raise ModuleFormatError(f"{label}: invalid ELF identification (class/byte order) in the header")
+        raise ModuleFormatError(f"{label}: invalid ELF identification (class/byte order) in the header", path=label)
     ehsize, off_fmt, off_pos, sh_pos, shdr_fmt, shdr_min = _LAYOUT[data[4]]
     if size < ehsize:
-        raise ModuleFormatError(f"{label}: truncated ELF header ({size} of {ehsize} bytes)")
+        raise ModuleFormatError(f"{label}: truncated ELF header ({size} of {ehsize} bytes)", path=label)
     end = "<" if data[5] == 1 else ">"
     (shoff,) = struct.unpack_from(end + off_fmt, data, off_pos)
     shentsize, shnum, shstrndx = struct.unpack_from(end + "HHH", data, sh_pos)
     if shnum == 0 or shoff == 0:
-        raise ModuleFormatError(f"{label}: ELF file has no section table")
+        raise ModuleFormatError(f"{label}: ELF file has no section table", path=label)
     if shentsize < shdr_min:
-        raise ModuleFormatError(f"{label}: invalid ELF section header size {shentsize} (< {shdr_min})")
+        raise ModuleFormatError(f"{label}: invalid ELF section header size {shentsize} (< {shdr_min})", path=label)
     if shoff + shnum * shentsize > size:
         raise ModuleFormatError(
             f"{label}: section table (offset {shoff}, {shnum} x {shentsize} bytes) lies outside the file "
-            f"({size} bytes): truncated or corrupt"
+            f"({size} bytes): truncated or corrupt",
+            path=label,
         )
     if shstrndx >= shnum:
-        raise ModuleFormatError(f"{label}: section name table index {shstrndx} is not below {shnum} sections")
+        raise ModuleFormatError(
+            f"{label}: section name table index {shstrndx} is not below {shnum} sections", path=label
+        )
     return end, shoff, shentsize, shnum, shstrndx, shdr_fmt, data[4]
 
 
@@ -70,7 +73,8 @@ def _contents(shdr: tuple[int, ...], data: Buffer, size: int, label: str, what: 
     offset, length = shdr[4], shdr[5]
     if offset + length > size:
         raise ModuleFormatError(
-            f"{label}: section {what} (offset {offset}, {length} bytes) lies outside the file ({size} bytes)"
+            f"{label}: section {what} (offset {offset}, {length} bytes) lies outside the file ({size} bytes)",
+            path=label,
         )
     return data[offset : offset + length]
 
@@ -91,7 +95,7 @@ def read_sections(data: Buffer, label: str, size: int | None = None) -> ElfSecti
     name_offsets = [shdr[0] for shdr in shdrs]
     if names and max(name_offsets) >= len(names):
         index = next(i for i, offset in enumerate(name_offsets) if offset >= len(names))
-        raise ModuleFormatError(f"{label}: section {index} has a name outside the section name table")
+        raise ModuleFormatError(f"{label}: section {index} has a name outside the section name table", path=label)
     # Where each wanted name occurs in the name table; the linker may share tails
     # (".rela.gnu.linkonce.this_module"), so every occurrence counts; the lowest section index wins.
     found: dict[bytes, tuple[int, ...]] = {}

@@ -58,11 +58,19 @@ def find_module(name: str, kver: str, basedir: Path) -> Path:
                 if module_name_of(inner.name) == wanted:
                     return root.resolve(inner)
     except HostReadError as exc:
-        raise ModuleNotFoundInTreeError(f"module {name}: cannot read the tree {basedir}{tree}: {exc}") from exc
+        raise ModuleNotFoundInTreeError(
+            f"module {name}: cannot read the tree {basedir}{tree}: {exc}",
+            module=name,
+            kernel=kver,
+            tree=f"{basedir}{tree}",
+        ) from exc
     where = "modules.dep" if dep is not None else "the tree"
     if dep is None and not root.is_dir(tree):
         where = "nothing: the directory does not exist"
     raise ModuleNotFoundInTreeError(
         f"module {name} not found for kernel {kver} under {basedir}{tree} (searched {where})",
+        module=name,
+        kernel=kver,
+        tree=f"{basedir}{tree}",
         fix="check the kernel version (-k) and the base directory (-b)",
     )

@@ -58,7 +58,7 @@ def _read_capped(stream: BinaryIO, max_size: int) -> bytes:
 
 
 def _too_big(label: str, size: int, max_size: int) -> ModuleFormatError:
-    return ModuleFormatError(f"{label}: file of {size} bytes is over the {max_size}-byte cap")
+    return ModuleFormatError(f"{label}: file of {size} bytes is over the {max_size}-byte cap", path=label)
 
 
 @contextmanager
@@ -68,7 +68,7 @@ def _contents(path: Path, label: str, max_size: int) -> Iterator[Buffer]:
         with open(path, "rb") as stream:
             info = os.fstat(stream.fileno())
             if stat.S_ISDIR(info.st_mode):
-                raise ModuleFormatError(f"{label}: is a directory, not a module file")
+                raise ModuleFormatError(f"{label}: is a directory, not a module file", path=label)
             if not stat.S_ISREG(info.st_mode):
                 data = _read_capped(stream, max_size)  # a FIFO or device: no size to trust
                 if len(data) > max_size:
@@ -83,10 +83,10 @@ def _contents(path: Path, label: str, max_size: int) -> Iterator[Buffer]:
                 # read() sized from st_size: read(max_size + 1) would allocate the whole cap every time.
                 data = stream.read()
     except IsADirectoryError as exc:
-        raise ModuleFormatError(f"{label}: is a directory, not a module file") from exc
+        raise ModuleFormatError(f"{label}: is a directory, not a module file", path=label) from exc
     except OSError as exc:
         reason = exc.strerror or errno.errorcode.get(exc.errno or 0, "I/O error")
-        raise ModuleFormatError(f"{label}: cannot read: {reason}") from exc
+        raise ModuleFormatError(f"{label}: cannot read: {reason}", path=label) from exc
     yield data
 
 
@@ -96,7 +96,8 @@ def parse_modinfo(section: bytes, label: str) -> tuple[tuple[str, str], ...]:
         last = section.rsplit(b"\0", 1)[-1][:40]
         raise ModuleFormatError(
             f"{label}: .modinfo section does not end with a NUL byte (last entry {last!r} is "
-            "unterminated): truncated or corrupt module"
+            "unterminated): truncated or corrupt module",
+            path=label,
         )
     fields: list[tuple[str, str]] = []
     for entry in section.split(b"\0"):
@@ -127,7 +128,7 @@ def read_module(
         data = bytes(source)
         label = filename or "<module bytes>"
         if len(data) > max_size:
-            raise ModuleFormatError(f"{label}: {len(data)} bytes is over the {max_size}-byte cap")
+            raise ModuleFormatError(f"{label}: {len(data)} bytes is over the {max_size}-byte cap", path=label)
         return _parse(data, label, filename, max_size)
     path = source if isinstance(source, Path) else Path(source)
     filename = filename or absolute_name(source)
@@ -137,13 +138,13 @@ def read_module(
 
 def _parse(data: Buffer, label: str, filename: str | None, max_size: int) -> ModuleInfo:
     if not data:
-        raise ModuleFormatError(f"{label}: empty file, not a kernel module")
+        raise ModuleFormatError(f"{label}: empty file, not a kernel module", path=label)
     kind = detect_compression(data)
     data = decompress(data, kind, label, max_size)
     elf_size, signature = split_signature(data, label)
     sections = read_sections(data, label, elf_size)
     if sections.modinfo is None:
-        raise ModuleFormatError(f"{label}: no .modinfo section: not a kernel module")
+        raise ModuleFormatError(f"{label}: no .modinfo section: not a kernel module", path=label)
     fields = parse_modinfo(sections.modinfo, label)
     log.debug("read %s: %d .modinfo entries, compression %s", label, len(fields), kind)
     return ModuleInfo(

@@ -53,15 +53,20 @@ def split_signature(data: Buffer, label: str) -> tuple[int, Signature | None]:
         return len(data), None
     end = len(data) - len(MAGIC) - _TRAILER.size
     if end < 0:
-        raise ModuleFormatError(f"{label}: signature marker present but the file is too short for its trailer")
+        raise ModuleFormatError(
+            f"{label}: signature marker present but the file is too short for its trailer", path=label
+        )
     algo, hash_, id_type, signer_len, key_id_len, sig_len = _TRAILER.unpack_from(data, end)
     if algo >= len(ALGOS) or hash_ >= len(HASHES) or id_type >= len(ID_TYPES):
-        raise ModuleFormatError(f"{label}: invalid signature trailer (algo {algo}, hash {hash_}, id_type {id_type})")
+        raise ModuleFormatError(
+            f"{label}: invalid signature trailer (algo {algo}, hash {hash_}, id_type {id_type})", path=label
+        )
     payload = sig_len + signer_len + key_id_len
     if sig_len == 0 or payload > end:
         raise ModuleFormatError(
             f"{label}: signature trailer says {sig_len} + {signer_len} + {key_id_len} bytes but only {end} "
-            "bytes precede it: truncated or corrupt signature"
+            "bytes precede it: truncated or corrupt signature",
+            path=label,
         )
     sig = data[end - sig_len : end]
     key_id = data[end - sig_len - key_id_len : end - sig_len]
@@ -129,7 +134,9 @@ def _pkcs7(der: bytes, label: str, algo: int, hash_: int) -> Signature:
         encrypted = next(p for p in parts[3:] if p.tag == 0x04)
         signer = _common_name(issuer)
     except (DerError, IndexError, ValueError, StopIteration) as exc:
-        raise ModuleFormatError(f"{label}: unreadable PKCS#7 module signature: {exc or 'missing field'}") from exc
+        raise ModuleFormatError(
+            f"{label}: unreadable PKCS#7 module signature: {exc or 'missing field'}", path=label
+        ) from exc
     return Signature(
         sig_id=ID_TYPES[2],
         signer=signer,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 from fakes import FakeHost
 
-from driver_container.errors import ModuleLoadError, UsageError, VerificationError
+from driver_container.errors import ModuleLoadError, Problem, UsageError, VerificationError
 from driver_container.inspect.hoststate import LoadedModule, read_loaded_modules
 from driver_container.modprobe.generic import build_modprobe_argv, load_modules, mellanox_present, verify_loaded
 from driver_container.settings import Settings
@@ -58,7 +58,7 @@ def test_load_from_image_tree_exact_argv(fake_host: Make) -> None:
     assert report.firmware_path == "set"
     firmware = host.root / "sys/module/firmware_class/parameters/path"
     assert firmware.read_text() == str(host.paths.host_driver_root / "lib/firmware")
-    state = read_loaded_modules(host.paths)
+    state = read_loaded_modules(host.paths).modules
     assert state["nvidia"].refcnt == 2 and set(state["nvidia"].holders) == {"nvidia_uvm", "nvidia_modeset"}
     assert state["nvidia"].parameters["NVreg_CoherentGPUMemoryMode"] == "driver"
     assert not state["nvidia_drm"].loaded and not state["nvidia_peermem"].loaded
@@ -79,7 +79,7 @@ def test_unknown_version_loads_without_coherent_mode_and_warns(fake_host: Make) 
     report = load_modules(host.paths, Settings(nvidia_modeset=False), host.runner)
     assert host.calls()[1][-1] == NVIDIA_PARAMS[-1]
     assert report.driver_version is None
-    assert any("version unknown" in w for w in report.warnings)
+    assert any(w.path == "nvidia" and "version unknown" in w.message for w in report.warnings)
 
 
 @pytest.mark.parametrize(
@@ -97,7 +97,7 @@ def test_peermem_only_with_rdma_and_mellanox(fake_host: Make, scenario: str, rdm
     modules = [c[3] for c in host.calls() if c[0] == "modprobe"]
     assert modules == ["nvidia", "nvidia-uvm", "nvidia-modeset", *(["nvidia-peermem"] if peermem else [])]
     assert ("nvidia_peermem" in report.loaded) is peermem
-    assert read_loaded_modules(host.paths)["nvidia_peermem"].loaded is peermem
+    assert read_loaded_modules(host.paths).modules["nvidia_peermem"].loaded is peermem
     if rdma and not peermem:
         assert "no Mellanox PCI device (vendor 0x15b3)" in report.peermem
 
@@ -126,8 +126,10 @@ def test_no_module_tree_anywhere_is_a_clear_error(fake_host: Make) -> None:
 def test_modprobe_failure_stops_and_names_command(fake_host: Make) -> None:
     host = fake_host("ubuntu-unloaded")
     host.fail("nvidia_uvm")
-    with pytest.raises(ModuleLoadError, match=r"modprobe -d .* nvidia-uvm uvm_perf_prefetch_enable=0 exited 1"):
+    with pytest.raises(ModuleLoadError, match=r"modprobe -d .* nvidia-uvm uvm_perf_prefetch_enable=0 exited 1") as info:
         load_modules(host.paths, Settings(driver_version="580.105.08"), host.runner)
+    assert info.value.argv[0] == "modprobe" and info.value.argv[-2:] == ("nvidia-uvm", "uvm_perf_prefetch_enable=0")
+    assert info.value.returncode == 1
     assert [c[3] for c in host.calls()] == ["nvidia", "nvidia-uvm"]  # modeset never tried
 
 
@@ -136,13 +138,14 @@ def test_already_loaded_modules_are_not_reloaded(fake_host: Make) -> None:
     report = load_modules(host.paths, Settings(driver_version="580.105.08"), host.runner)
     assert host.calls() == []
     assert report.already_loaded == ("nvidia", "nvidia_uvm", "nvidia_modeset")
-    assert any("parameters from nvidia.conf not applied" in w for w in report.warnings)
+    assert Problem("nvidia", "already loaded: parameters from nvidia.conf not applied") in report.warnings
 
 
 def test_version_mismatch_after_load_is_an_error(fake_host: Make) -> None:
     host = fake_host("ubuntu-unloaded", version="575.64.05")  # the tree holds another version than claimed
-    with pytest.raises(VerificationError, match=r"do not have version 580\.105\.08: nvidia 575\.64\.05"):
+    with pytest.raises(VerificationError, match=r"do not have version 580\.105\.08: nvidia 575\.64\.05") as info:
         load_modules(host.paths, Settings(driver_version="580.105.08"), host.runner)
+    assert (info.value.loaded_version, info.value.file_version) == ("575.64.05", "580.105.08")
 
 
 def _module(name: str, parameters: dict[str, str]) -> LoadedModule:
@@ -155,7 +158,8 @@ def test_verification_compares_effective_parameters() -> None:
     requested = {"nvidia": [("NVreg_EnableGpuFirmware", "0x01"), ("NVreg_RegistryDwords", "a=1"),
                             ("NVreg_CoherentGPUMemoryMode", "driver"), ("NVreg_NotReported", "1")]}
     warnings = verify_loaded(after, ["nvidia"], "580.105.08", requested)
-    assert warnings == ["nvidia: NVreg_CoherentGPUMemoryMode requested 'driver', in effect '\"cdmm\"'"]
+    assert warnings == (Problem("nvidia", "NVreg_CoherentGPUMemoryMode requested 'driver', in effect '\"cdmm\"'"),)
+    assert str(warnings[0]) == "nvidia: NVreg_CoherentGPUMemoryMode requested 'driver', in effect '\"cdmm\"'"
 
 
 def test_module_parameters_reach_sysfs_through_the_fake(fake_host: Make) -> None:

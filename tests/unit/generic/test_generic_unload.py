@@ -28,7 +28,7 @@ def test_unload_idle_host_in_dependency_order(fake_host: Make) -> None:
     report = unload_modules(host.paths, Settings(), host.runner)
     assert host.calls() == [["rmmod", "nvidia_modeset"], ["rmmod", "nvidia_uvm"], ["rmmod", "nvidia"]]
     assert report.unloaded == ("nvidia_modeset", "nvidia_uvm", "nvidia")
-    assert not any(m.loaded for m in read_loaded_modules(host.paths).values())
+    assert not any(m.loaded for m in read_loaded_modules(host.paths).modules.values())
     assert host.proc_modules().startswith("ipmi_devintf ")
     # the kernel drops the reference nvidia held on ipmi_msghandler; the module itself stays
     assert "ipmi_msghandler 90112 1 ipmi_devintf, Live" in host.proc_modules()
@@ -60,16 +60,17 @@ def test_busy_host_is_refused_before_any_rmmod(fake_host: Make) -> None:
     assert "nvidia_fs (uses nvidia; not an NVIDIA module this container unloads)" in message
     assert "2 references to nvidia from open /dev/nvidia* files" in message
     assert "1 reference to nvidia_uvm from open files of nvidia_uvm" in message
+    assert info.value.holders == ("nvidia_fs",)
     assert "nvidia_modeset" not in message.split("driver in use by", 1)[1].replace("uses nvidia_modeset", "")
     assert info.value.fix and "nvidia-persistenced" in info.value.fix
     assert host.calls() == []
-    assert read_loaded_modules(host.paths)["nvidia"].loaded
+    assert read_loaded_modules(host.paths).modules["nvidia"].loaded
 
 
 def test_load_then_unload_round_trip_with_peermem(fake_host: Make) -> None:
     host = fake_host("ubuntu-mellanox-unloaded")
     load_modules(host.paths, Settings(gpu_direct_rdma=True), host.runner)
-    assert read_loaded_modules(host.paths)["nvidia"].refcnt == 3
+    assert read_loaded_modules(host.paths).modules["nvidia"].refcnt == 3
     unload_modules(host.paths, Settings(), host.runner)
     rmmods = [c for c in host.calls() if c[0] == "rmmod"]
     assert rmmods == [["rmmod", m] for m in ("nvidia_peermem", "nvidia_modeset", "nvidia_uvm", "nvidia")]
@@ -84,8 +85,10 @@ def test_rmmod_failure_midway_names_what_was_unloaded(fake_host: Make) -> None:
         '#!/bin/sh\nprintf "rmmod\\t%s\\n" "$1" >>"$FAKE_LOG"\n'
         '[ "$1" = nvidia_uvm ] && { echo "rmmod: ERROR: Module nvidia_uvm is in use" >&2; exit 1; }\nexit 0\n'
     )
-    with pytest.raises(DriverInUseError, match=r"cannot unload nvidia_uvm: .*in use.*already unloaded: nvidia_modeset"):
+    busy = r"cannot unload nvidia_uvm: .*in use.*already unloaded: nvidia_modeset"
+    with pytest.raises(DriverInUseError, match=busy) as info:
         unload_modules(host.paths, Settings(), host.runner)
+    assert (info.value.argv, info.value.returncode) == (("rmmod", "nvidia_uvm"), 1)
     assert host.calls() == [["rmmod", "nvidia_modeset"], ["rmmod", "nvidia_uvm"]]
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from support import FIXTURES, REPO, fixture_paths, require
 
+from driver_container.errors import Problem
 from driver_container.findings import check, has_errors, talos_module_snippet, values_equal
 from driver_container.inspect.hoststate import inspect_host, read_loaded_modules
 from driver_container.inspect.userspace import find_userspace
@@ -32,7 +33,7 @@ def codes(tree: Path, settings: Settings | None = None) -> set[str]:
 
 
 def test_loaded_modules_from_sysfs_without_proc_modules() -> None:
-    mods = read_loaded_modules(fixture_paths(HOSTS / "talos-1.13-no-proc-modules"))
+    mods = read_loaded_modules(fixture_paths(HOSTS / "talos-1.13-no-proc-modules")).modules
     assert [m for m in mods if mods[m].loaded] == ["nvidia", "nvidia_uvm", "nvidia_modeset"]
     assert mods["nvidia"].parameters["NVreg_EnableGpuFirmware"] == "18"
     assert mods["nvidia_uvm"].parameters == {"uvm_perf_prefetch_enable": "1"}
@@ -42,14 +43,17 @@ def test_loaded_modules_from_sysfs_without_proc_modules() -> None:
 def test_unexpected_proc_lines_are_reported_not_fatal(tree: Path) -> None:
     with (tree / "proc/modules").open("a") as f:
         f.write("\x00\x01 binary junk\nnvidia_drm 1 2 3 4 5 6 7 8\n")
-    problems: list[str] = []
-    mods = read_loaded_modules(fixture_paths(tree), problems)
+    found = read_loaded_modules(fixture_paths(tree))
+    mods, problems = found.modules, found.problems
     assert mods["nvidia"].loaded and not mods["nvidia_drm"].loaded
-    assert len(problems) == 2 and all("unexpected line" in p for p in problems)
+    assert len(problems) == 2 and all("unexpected line" in p.message for p in problems)
+    assert {p.path for p in problems} == {str(tree / "proc/modules")}
     (tree / "proc/driver/nvidia/version").write_text("garbage\n")
     state = inspect_host(fixture_paths(tree), Settings())
     assert state.nvidia_version is None
     assert any("driver/nvidia/version" in f.message for f in check(state) if f.code == "HOST_FILE_UNREADABLE")
+    assert Problem(str(tree / "proc/driver/nvidia/version"), "no 'NVRM version: NVIDIA UNIX ... Kernel Module "
+                   "<version>' line (first line: 'garbage')") in state.problems  # fmt: skip
 
 
 def test_unreadable_and_looping_sysfs_files(tree: Path) -> None:
@@ -59,10 +63,11 @@ def test_unreadable_and_looping_sysfs_files(tree: Path) -> None:
     os.symlink("srcversion", tree / "sys/module/nvidia/srcversion.tmp")
     (tree / "sys/module/nvidia/srcversion").unlink()
     os.rename(tree / "sys/module/nvidia/srcversion.tmp", tree / "sys/module/nvidia/srcversion")  # self-loop
-    problems: list[str] = []
-    nvidia = read_loaded_modules(fixture_paths(tree), problems)["nvidia"]
+    found = read_loaded_modules(fixture_paths(tree))
+    nvidia = found.modules["nvidia"]
     assert nvidia.loaded and nvidia.version is None and nvidia.srcversion is None
-    assert any("not a regular file" in p for p in problems) and any("too many levels" in p for p in problems)
+    assert Problem(str(version), "not a regular file") in found.problems
+    assert Problem(str(tree / "sys/module/nvidia/srcversion"), "too many levels of symbolic links") in found.problems
     assert "HOST_FILE_UNREADABLE" in codes(tree)
 
 
@@ -174,7 +179,7 @@ def test_read_loaded_modules_is_cheap() -> None:
         "from driver_container.paths import HostPaths; from pathlib import Path; "
         f"t = Path({str(HOSTS / 'talos-1.13-open-595')!r}); "
         "m = read_loaded_modules(HostPaths(procfs_root=t / 'proc', sysfs_root=t / 'sys')); "
-        "assert m['nvidia'].loaded; "
+        "assert m.modules['nvidia'].loaded; "
         "heavy = ('elftools', 'zstandard', 'requests', 'driver_container.formats.kmod'); "
         "print(sorted(x for x in sys.modules if x.startswith(heavy)))"
     )

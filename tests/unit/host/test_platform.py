@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from support import FIXTURES, fixture_paths
 
+from driver_container.errors import Problem
 from driver_container.inspect.platform import detect_platform, parse_os_release
 
 HOSTS = FIXTURES / "hosts"
@@ -85,17 +86,19 @@ def test_bad_os_release_falls_back_to_kernel_evidence(talos_copy: Path, content:
     (talos_copy / "host/etc/os-release").write_bytes(content)
     info = detect_platform(fixture_paths(talos_copy))
     assert info.name == "talos" and info.evidence.startswith("kernel release")
-    assert any(problem in p for p in info.problems), info.problems
+    assert any(problem in p.message for p in info.problems), info.problems
+    assert {p.path for p in info.problems} == {str(talos_copy / "host/etc/os-release")}
 
 
 def test_os_release_directory_symlink_loop_and_escape(talos_copy: Path, tmp_path: Path) -> None:
     os_release = talos_copy / "host/etc/os-release"
     os_release.unlink()
     os_release.mkdir()  # unreadable as a file
-    assert any("not a regular file" in p for p in detect_platform(fixture_paths(talos_copy)).problems)
+    where = str(os_release)
+    assert Problem(where, "not a regular file") in detect_platform(fixture_paths(talos_copy)).problems
     os_release.rmdir()
     os.symlink("os-release", os_release)  # a link to itself: ELOOP
-    assert any("too many levels" in p for p in detect_platform(fixture_paths(talos_copy)).problems)
+    assert Problem(where, "too many levels of symbolic links") in detect_platform(fixture_paths(talos_copy)).problems
     os_release.unlink()
     outside = tmp_path / "outside-os-release"
     outside.write_text("ID=ubuntu\n")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from driver_container.errors import DriverContainerError
+from driver_container.errors import DriverContainerError, Problem
 from driver_container.findings import values_equal
 from driver_container.formats import numbers
 from driver_container.formats.kernel.devices import parse_mig_minors, parse_proc_devices
@@ -82,7 +82,7 @@ def test_sysfs_refcnt_with_unicode_digit_is_a_problem(tmp_path: Path) -> None:
     (tmp_path / "module/nvidia/refcnt").write_text("١\n")
     module = read_sysfs_module(Root(tmp_path), "nvidia")
     assert module.refcnt is None
-    assert any("not a number" in p for p in module.problems)
+    assert module.problems == (Problem(str(tmp_path / "module/nvidia/refcnt"), "not a number: '١'"),)
 
 
 def test_lock_holder_pid_with_unicode_digit(tmp_path: Path) -> None:

@@ -47,8 +47,11 @@ def test_missing_tree_and_name(tmp_path: Path) -> None:
     with pytest.raises(ModuleNotFoundInTreeError, match="the directory does not exist"):
         find_module("nvidia", "0.0.0", tmp_path)
     _tree(tmp_path, with_dep=False)
-    with pytest.raises(ModuleNotFoundInTreeError, match=r"module nvidia_peermem not found for kernel 6.18.24-talos"):
+    missing = r"module nvidia_peermem not found for kernel 6.18.24-talos"
+    with pytest.raises(ModuleNotFoundInTreeError, match=missing) as info:
         find_module("nvidia_peermem", KVER, tmp_path)
+    assert (info.value.module, info.value.kernel) == ("nvidia_peermem", KVER)
+    assert info.value.tree == f"{tmp_path}/lib/modules/{KVER}"
 
 
 def test_links_cannot_leave_the_base_directory(tmp_path: Path) -> None:

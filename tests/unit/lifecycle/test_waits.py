@@ -64,6 +64,7 @@ def test_timeout_names_missing_modules_and_the_fix(tmp_path: Path) -> None:
         wait_for_modules(_paths("talos-1.13-uvm-missing", tmp_path), settings, Shutdown(), talos=True, poll_s=0.05)
     assert 0.3 <= time.monotonic() - started < 2.0
     assert "still not loaded: nvidia_uvm" in caught.value.message
+    assert (caught.value.modules, caught.value.timeout) == (("nvidia_uvm",), 0.3)
     assert caught.value.fix is not None and "      - name: nvidia_uvm" in caught.value.fix
 
 

@@ -140,6 +140,7 @@ def test_invalid_or_hostile_yaml_is_refused_naming_the_line(text: str, what: str
     with pytest.raises(KubernetesError) as caught:
         parse_kubeconfig(text)
     assert caught.value.message.startswith(f"<kubeconfig>: {what}"), caught.value.message
+    assert caught.value.path == "<kubeconfig>"
     assert caught.value.fix is not None and "kubectl config view" in caught.value.fix
 
 

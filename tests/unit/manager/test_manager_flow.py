@@ -150,6 +150,7 @@ def test_host_userspace_labels_pre_installed_waits_and_fails(node: Node) -> None
     assert slept == [60.0]
     assert caught.value.exit_code != 0
     assert "/usr/bin/nvidia-smi" in caught.value.message and "kmod extension" in (caught.value.fix or "")
+    assert caught.value.path == "/usr/bin/nvidia-smi"
 
 
 @pytest.mark.parametrize("node", ["talos-version-mismatch"], indirect=True)
@@ -159,6 +160,8 @@ def test_version_mismatch_names_both_versions_and_the_fix(node: Node) -> None:
         _run(node, api)
     assert caught.value.exit_code == 1
     assert "580.178.04" in caught.value.message and "595.91.07" in caught.value.message
+    assert (caught.value.loaded_version, caught.value.userspace_version) == ("580.178.04", "595.91.07")
+    assert caught.value.codes == ("VERSION_MISMATCH",)
     assert caught.value.fix is not None
     assert "580.178.04-talosv1.13.9" in caught.value.fix and "kmod extension of version 595.91.07" in caught.value.fix
     assert [c for c in api.calls if c[0] == "patch"] == []
