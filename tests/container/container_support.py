@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from support import require
+from helpers.support import require
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 

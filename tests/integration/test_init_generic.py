@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fakes import FakeHost, make_fake_host
+from helpers.fakes import FakeHost, make_fake_host
 from helpers.opened import CHILD_PRELUDE
+from helpers.support import FIXTURES
 from helpers.waits import wait_until
-from support import FIXTURES
 
 USERSPACE = FIXTURES / "userspace" / "debian-595.91.07"
 VERSION = "595.91.07"

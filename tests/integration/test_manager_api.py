@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from support import require
+from helpers.support import require
 
 from driver_container.errors import HostDriverPresentError, KubernetesError
 from driver_container.manager.endpoint import Endpoint, KubeConfig

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fakes import FakeHost, make_fake_host
+from helpers.fakes import FakeHost, make_fake_host
 
 __all__ = ["FakeHost", "fake_host"]
 

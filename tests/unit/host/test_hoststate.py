@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import FIXTURES, REPO, fixture_paths, require
+from helpers.support import FIXTURES, REPO, fixture_paths, require
 
 from driver_container.findings import check, has_errors, talos_module_snippet, values_equal
 from driver_container.inspect.hoststate import inspect_host, read_loaded_modules

@@ -7,7 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from support import FIXTURES
+from helpers.support import FIXTURES
 
 from driver_container.errors import ModuleWaitTimeout
 from driver_container.lifecycle.modwait import machine_config_snippet, required_modules, wait_for_modules

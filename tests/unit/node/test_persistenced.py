@@ -7,13 +7,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers.fakes import FAKE_PERSISTENCED
 
 from driver_container.errors import CommandError
 from driver_container.node import persistenced
 from driver_container.paths import HostPaths
 from driver_container.runtime.runner import Runner
 
-FAKE = Path(__file__).resolve().parent / "fake_persistenced.py"
+FAKE = FAKE_PERSISTENCED
 
 
 def _runner(tmp_path: Path, mode: str = "normal", *, with_binary: bool = True) -> Runner:
