@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from container_support import IMAGE_DRIVER_VERSION, Volumes, detached, run_to_end
+from container_support import IMAGE_DRIVER_VERSION, Volumes, detached, run_to_end, wait_for_log
 from helpers.support import FIXTURES, require
 from helpers.trees import snapshot
 
@@ -119,15 +119,7 @@ def driver(image: Any, node: TalosNode) -> Iterator[Any]:
 
 
 def _wait_ready(container: Any, count: int, timeout: float = 120) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        logs = container.logs().decode(errors="replace")
-        if logs.count(READY_LINE) >= count:
-            return logs
-        container.reload()
-        if container.status == "exited" or time.monotonic() > deadline:
-            raise AssertionError(f"{READY_LINE!r} x{count} not in the logs (status {container.status}):\n{logs}")
-        time.sleep(0.2)
+    return wait_for_log(container, READY_LINE, count=count, timeout=timeout)
 
 
 def _host_smi(root: Path, *, chroot: bool) -> subprocess.CompletedProcess[str]:

@@ -1,4 +1,4 @@
-"""Shared test helpers: where the real artefacts live, and how a missing prerequisite is reported.
+"""Where the real artefacts and the fixture trees live, and how a missing prerequisite is reported.
 
 Under CI=true a missing prerequisite is a test FAILURE, never a silent skip (DEVELOPERS.md); on a
 developer machine it is a skip that says which set-up step provides it.

@@ -1,6 +1,6 @@
 """``nvidia-driver init``/``load``/``unload`` end to end on generic (non-Talos) fixture hosts (issue 8).
 
-Each test runs the real CLI as a process, with the fake modprobe/rmmod/modinfo of tests/fakes.py first on
+Each test runs the real CLI as a process, with the fake modprobe/rmmod/modinfo of tests/helpers/fakes.py first on
 PATH: they record every argv and edit the copied fixture /proc and /sys as the kernel would, so what init
 reads back after its module commands is observable. The Talos tests of the same commands prove the fakes
 are never called there (their log file is never even created).

@@ -1,4 +1,4 @@
-"""The ``fake_host`` fixture: fake modprobe/rmmod/modinfo on a copy of a fixture host (tests/fakes.py)."""
+"""The ``fake_host`` fixture: fake modprobe/rmmod/modinfo on a copy of a fixture host (tests/helpers/fakes.py)."""
 
 from __future__ import annotations
 
