@@ -18,7 +18,6 @@ import pytest
 from helpers import trees
 from helpers.nvidia_sandbox import run_nvidia
 from helpers.support import require
-from helpers.trees import Entry
 
 from driver_container.errors import DriverContainerError, PublishError, UserspaceError
 from driver_container.formats.ldcache import lookup, parse_ld_cache
@@ -35,7 +34,7 @@ def host(userspace: Path, driver_root: Path, proc: Path | None = None) -> HostPa
     return HostPaths(userspace_root=userspace, driver_root_override=driver_root, procfs_root=proc)
 
 
-def snapshot(root: Path) -> dict[str, Entry]:
+def snapshot(root: Path) -> dict[str, trees.Entry]:
     """Every file and link below ``root``: mode, content or link target, mtime. Not directories: a publish
     stages inside the root, which changes their mtimes."""
     return trees.snapshot(root, dirs=False, nlink=False, mtime=True)
