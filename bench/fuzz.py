@@ -1,4 +1,4 @@
-"""Coverage-guided fuzzing of one parser (atheris), time-bounded; the targets are tests/property/fuzz_targets.py.
+"""Coverage-guided fuzzing of one parser (atheris), time-bounded; the targets are tests/helpers/fuzz_targets.py.
 
 Usage: .venv/bin/python bench/fuzz.py TARGET [libFuzzer flags...]     e.g. module -max_total_time=60
        .venv/bin/python bench/fuzz.py --list
@@ -19,7 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests" / "property"))
+# tests/helpers (helpers.fuzz_targets: the targets the property tests run too), importable as pytest's
+# ``pythonpath = ["tests"]`` makes it for the suite; appended, so it shadows no installed module.
+sys.path.append(str(REPO / "tests"))
 DEFAULTS = {"-max_total_time": "30", "-rss_limit_mb": "1024", "-max_len": "65536"}
 
 
@@ -33,7 +35,7 @@ def _seconds(flags: list[str]) -> float:
 
 
 def _one_input(name: str) -> Callable[[bytes], None]:
-    from fuzz_targets import TARGETS
+    from helpers.fuzz_targets import TARGETS
 
     from driver_container.errors import DriverContainerError
 
@@ -49,7 +51,7 @@ def _one_input(name: str) -> Callable[[bytes], None]:
 
 def _atheris(name: str, flags: list[str]) -> int:
     import atheris  # type: ignore[import-untyped,import-not-found,unused-ignore]
-    from fuzz_targets import TARGETS
+    from helpers.fuzz_targets import TARGETS
 
     test_one_input = _one_input(name)
 
@@ -63,8 +65,8 @@ def _atheris(name: str, flags: list[str]) -> int:
 
 def _fallback(name: str, flags: list[str]) -> int:
     """Random loop: hypothesis draws arbitrary and mutated inputs until the time bound."""
-    from fuzz_mutate import mutated
-    from fuzz_targets import TARGETS
+    from helpers.fuzz_mutate import mutated
+    from helpers.fuzz_targets import TARGETS
     from hypothesis import HealthCheck, given, settings
     from hypothesis import strategies as st
 
@@ -102,10 +104,10 @@ def main(argv: list[str]) -> int:
         import atheris as lib  # type: ignore[import-untyped,import-not-found,unused-ignore]
 
         # Instrument before anything imports the package: only first imports are instrumented.
-        with lib.instrument_imports(include=["driver_container", "fuzz_targets"]):
-            from fuzz_targets import TARGETS
+        with lib.instrument_imports(include=["driver_container", "helpers.fuzz_targets"]):
+            from helpers.fuzz_targets import TARGETS
     else:
-        from fuzz_targets import TARGETS
+        from helpers.fuzz_targets import TARGETS
 
     if not argv or argv[0] in ("-h", "--help", "--list"):
         print("targets: " + " ".join(sorted(TARGETS)))

@@ -136,8 +136,10 @@ def _status_kb(pid: int, key: str) -> float:
 
 def rss_rows(quick: bool) -> list[Row]:
     """RSS of ``init`` waiting after a publish on the fixture Talos host (fake persistenced on PATH)."""
-    sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "hostile")]
-    from hostenv import make_host
+    # The fixture host of the tests (tests/helpers, importable as pytest's ``pythonpath = ["tests"]`` makes it
+    # for the suite; appended, so it shadows no installed module).
+    sys.path.append(str(REPO / "tests"))
+    from helpers.hostenv import make_host
 
     with tempfile.TemporaryDirectory(prefix="bench-rss-") as tmp:
         h = make_host(Path(tmp) / "h")

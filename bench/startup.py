@@ -41,14 +41,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from publish import indexed_copy  # bench/publish.py (this script's directory is on sys.path)
-
 REPO = Path(__file__).resolve().parent.parent
 DEV_PY = sys.executable
 HOST = REPO / "tests/fixtures/hosts/talos-1.11-kmod-535"
 USERSPACE = REPO / ".cache/artefacts/debian-nvidia-535"
 VERSION = "535.309.01"
-PEERMEM_PROC = REPO / "tests/unit/node/fixtures/peermem-loaded/proc"
+PEERMEM_PROC = REPO / "tests/fixtures/node/peermem-loaded/proc"
 # pip's console script (the image's /opt/nvidia-driver/bin/nvidia-driver)
 CONSOLE_SCRIPT = (
     "#!{python}\nimport sys\nfrom driver_container.cli import main\n"
@@ -183,6 +181,10 @@ def paired(subject: Callable[[], Sample], floor: Callable[[], Sample], rounds: i
 
 
 def main() -> int:
+    # bench/publish.py, found through this script's directory on sys.path; imported here, not at the top,
+    # so that tests/helpers/bench.py can load this module from its file for its parsers' tests.
+    from publish import indexed_copy
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=int(os.environ.get("BENCH_ROUNDS", "11")))
     parser.add_argument("--json", action="store_true")

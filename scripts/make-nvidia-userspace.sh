@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build a Debian bookworm chroot holding Debian's non-free NVIDIA 535 userspace (no kernel modules).
 #
-# The result is the "real userspace" artefact of the test suite (tests/support.ARTEFACTS):
+# The result is the "real userspace" artefact of the test suite (tests/helpers/support.py ARTEFACTS):
 #   <artefacts>/debian-nvidia-535/            the chroot (USERSPACE_ROOT in tests)
 #   <artefacts>/debian-nvidia-535/.complete   written last: the tree is usable when this exists
 #   <artefacts>/debian-nvidia-535.building    exists (and is flock-ed) while a build runs
@@ -11,7 +11,7 @@
 # never sees a half-installed chroot.
 #
 # Environment:
-#   ARTEFACTS_DIR      where artefacts live (default <repo>/.cache/artefacts, same as tests/support.py)
+#   ARTEFACTS_DIR      where artefacts live (default <repo>/.cache/artefacts, same as tests/helpers/support.py)
 #   DEBIAN_MIRROR      archive URL (default http://deb.debian.org/debian)
 #   NVIDIA_EXPECTED    upstream version that must be installed (default 535.309.01)
 #   FORCE=1            rebuild even when a complete tree exists

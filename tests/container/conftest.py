@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from container_support import IMAGE
-from support import require, require_module
+from helpers.support import require, require_module
 
 
 @pytest.fixture(scope="session")

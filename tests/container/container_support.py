@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from support import require
+from helpers.support import require
 
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
@@ -146,16 +146,17 @@ def detached(
         wrapped.remove(force=True)
 
 
-def wait_for_log(container: Any, text: str, *, timeout: float = 60) -> str:
-    """Poll the container's logs until ``text`` shows up; fail with the logs when it exits or times out."""
+def wait_for_log(container: Any, text: str, *, count: int = 1, timeout: float = 60) -> str:
+    """Poll the container's logs until ``text`` shows up ``count`` times; fail with the logs when it exits or
+    times out."""
     deadline = time.monotonic() + timeout
     while True:
         logs = container.logs().decode(errors="replace")
-        if text in logs:
+        if logs.count(text) >= count:
             return logs
         container.reload()
         if container.status == "exited" or time.monotonic() > deadline:
-            raise AssertionError(f"{text!r} not in the logs (status {container.status}):\n{logs}")
+            raise AssertionError(f"{text!r} x{count} not in the logs (status {container.status}):\n{logs}")
         time.sleep(0.2)
 
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 from container_support import FixtureNode, detached, fixture_node, wait_for_log
-from fakes import FABRICMANAGER_CFG, FAKE_FABRIC, FAKE_NVIDIA_SMI
-from support import FIXTURES
+from helpers.fakes import FABRICMANAGER_CFG, FAKE_FABRIC, FAKE_NVIDIA_SMI
+from helpers.support import FIXTURES
 
 pytestmark = pytest.mark.container
 

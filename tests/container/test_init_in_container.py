@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from container_support import FixtureNode, fixture_node, run_to_end
-from support import FIXTURES
+from helpers.support import FIXTURES
 
 # Containers start in seconds, but a cold engine or image pull can take minutes: 10 minutes per test.
 pytestmark = [pytest.mark.container, pytest.mark.timeout(600)]

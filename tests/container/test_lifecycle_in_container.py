@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from container_support import IMAGE_DRIVER_VERSION, FixtureNode, detached, fixture_node, run_to_end, wait_for_log
-from support import FIXTURES, require
+from helpers.support import FIXTURES, require
 
 # Containers start in seconds, but a cold engine or image pull can take minutes: 10 minutes per test.
 pytestmark = [pytest.mark.container, pytest.mark.timeout(600)]

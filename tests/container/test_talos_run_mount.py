@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from container_support import IMAGE_DRIVER_VERSION, Volumes, detached, run_to_end
-from support import FIXTURES, require
+from container_support import IMAGE_DRIVER_VERSION, Volumes, detached, run_to_end, wait_for_log
+from helpers.support import FIXTURES, require
+from helpers.trees import snapshot
 
 from driver_container.formats.kernel.mountinfo import Mount, parse_mountinfo
 
@@ -118,15 +119,7 @@ def driver(image: Any, node: TalosNode) -> Iterator[Any]:
 
 
 def _wait_ready(container: Any, count: int, timeout: float = 120) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        logs = container.logs().decode(errors="replace")
-        if logs.count(READY_LINE) >= count:
-            return logs
-        container.reload()
-        if container.status == "exited" or time.monotonic() > deadline:
-            raise AssertionError(f"{READY_LINE!r} x{count} not in the logs (status {container.status}):\n{logs}")
-        time.sleep(0.2)
+    return wait_for_log(container, READY_LINE, count=count, timeout=timeout)
 
 
 def _host_smi(root: Path, *, chroot: bool) -> subprocess.CompletedProcess[str]:
@@ -214,12 +207,8 @@ def test_libraries_bind_mounted_as_cdi_does_can_be_loaded(image: Any, driver: An
     assert done.exit_code == 0 and "loaded" in done.stdout, done.stdout + done.stderr
 
 
-def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
-    return {str(p.relative_to(root)): (p.lstat().st_ino, p.lstat().st_mtime_ns) for p in root.rglob("*")}
-
-
 def test_restart_and_kill_keep_the_mount_and_rewrite_nothing(driver: Any, node: TalosNode) -> None:
-    before = _snapshot(node.driver_root)
+    before = snapshot(node.driver_root, content=False, nlink=False, mtime=True, inode=True)
     assert ".driver-container/manifest.json" in before and f"{LIBDIR}/libcuda.so.{IMAGE_DRIVER_VERSION}" in before
     driver.restart(timeout=10)  # SIGTERM, then the same container starts again
     logs = _wait_ready(driver, 2)
@@ -234,5 +223,5 @@ def test_restart_and_kill_keep_the_mount_and_rewrite_nothing(driver: Any, node: 
     # Both restarts recognised the root without the publisher (publish/unchanged.py: the image's index).
     assert logs.count("unchanged since its last publish") == 2, logs
     assert len(_ours(node)) == 1
-    assert _snapshot(node.driver_root) == before
+    assert snapshot(node.driver_root, content=False, nlink=False, mtime=True, inode=True) == before
     _assert_host_runs_it(node)

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from container_support import IMAGE_DRIVER_VERSION, FixtureNode, fixture_node, run_to_end
-from nvidia_sandbox import run_nvidia
-from support import FIXTURES, require
+from helpers.nvidia_sandbox import run_nvidia
+from helpers.support import FIXTURES, require
 
 pytestmark = [pytest.mark.container, pytest.mark.timeout(600)]
 

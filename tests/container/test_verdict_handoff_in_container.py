@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from container_support import Finished, FixtureNode, fixture_node
-from support import FIXTURES, require
+from helpers.support import FIXTURES, require
 
 pytestmark = pytest.mark.container
 

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hostenv import Host, make_host
+from helpers.hostenv import Host, make_host
 
 from driver_container.formats.userspace_layout import DIGEST_INDEX
 

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hostenv import Host, make_host
-from rootcmp import leftovers, root_state
-from support import require
+from helpers.hostenv import Host, make_host
+from helpers.rootcmp import leftovers, root_state
+from helpers.support import require
 
 FIRMWARE = "usr/lib/firmware/nvidia/595.91.07"
 

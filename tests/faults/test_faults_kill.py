@@ -18,8 +18,8 @@ import time
 from dataclasses import dataclass
 
 import pytest
-from hostenv import Host, make_host
-from rootcmp import MANIFEST, leftovers, root_state
+from helpers.hostenv import Host, make_host
+from helpers.rootcmp import MANIFEST, leftovers, root_state
 
 KILL_POINTS = int(os.environ.get("FAULT_KILL_POINTS", "32"))
 SEED = int(os.environ.get("FAULT_SEED", str(random.SystemRandom().randrange(1 << 30))))

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hostenv import make_host
-from rootcmp import MANIFEST
+from helpers.hostenv import make_host
+from helpers.rootcmp import MANIFEST
 
 
 def test_manifest_temporary_of_a_killed_write_is_removed(tmp_path: Path) -> None:

@@ -24,8 +24,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from hostenv import HOSTS, Host, make_host
-from rootcmp import leftovers, root_state
+from helpers.hostenv import HOSTS, Host, make_host
+from helpers.rootcmp import leftovers, root_state
 
 MANAGER = "import sys; from driver_container.cli.manager_cmd import main; main(sys.argv[1:])"
 NODE = {"kind": "Node", "metadata": {"name": "node-1", "labels": {}}}

@@ -13,9 +13,10 @@ import stat
 import subprocess
 from pathlib import Path
 
-from hostenv import Host, make_host, snapshot
-from rootcmp import leftovers
-from support import require
+from helpers.hostenv import Host, make_host
+from helpers.rootcmp import leftovers
+from helpers.support import require
+from helpers.trees import snapshot
 
 VERSION = "595.91.07"
 FIRMWARE = f"usr/lib/firmware/nvidia/{VERSION}"

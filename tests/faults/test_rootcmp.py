@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rootcmp import leftovers
+from helpers.rootcmp import leftovers
 
 
 def test_leftovers_sees_every_temporary_a_publish_makes(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support import FIXTURES, REPO, require
+from helpers.support import FIXTURES, REPO, require
 
 SCRIPT = REPO / "tests" / "gpu" / "check.sh"
 USERSPACE = FIXTURES / "userspace" / "debian-595.91.07"

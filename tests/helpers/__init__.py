@@ -1,2 +1,22 @@
-"""Shared test helpers, imported as ``helpers.<module>`` (pytest puts tests/ on sys.path: pyproject
-``pythonpath``)."""
+"""Shared test helpers, imported as ``helpers.<module>``: pyproject's pytest ``pythonpath = ["tests"]``
+puts tests/ on sys.path, and no conftest or test changes sys.path.
+
+- ``support``: repository, fixture and artefact paths; ``require``/``require_module`` (a skip locally, a
+  failure under CI=true); ``fixture_paths`` (HostPaths of a fixture tree).
+- ``fakes``: fake modprobe/rmmod/modinfo acting on a fixture copy, recording module tools, the fake
+  daemons' environment; ``fake_persistenced.py``, ``fake_fabric.py``, ``fake_nvidia_smi.py`` are the fake
+  programs themselves (copied onto PATH as scripts, never imported).
+- ``hostenv``: ``Host``, a disposable fixture host plus image userspace with ``nvidia-driver`` run on it as
+  a process (``make_host``).
+- ``trees``: ``snapshot``, the one tree snapshot (mode, content, link counts, mtimes, inodes as asked).
+- ``rootcmp``: two published driver roots compared; what a killed publish may leave.
+- ``waits``: ``wait_until``, the bounded poll. ``opened``: the files a block (or a child) opens.
+- ``nvidia_sandbox``: NVIDIA's real binaries in a private mount namespace with a throw-away /dev.
+- ``toolkit_rules``: the container toolkit's library rules, for checking a published file list.
+- ``fuzz_targets``, ``fuzz_mutate``: every untrusted-input parser with its samples, and the mutation
+  strategy (the property tests and bench/fuzz.py).
+- ``bench``: bench/ scripts loaded from their files for the tests of their parsers.
+
+A helper used by one directory's tests only stays beside them (e.g. tests/container/container_support.py,
+tests/unit/kmod/elfbuild.py): pytest's default import mode puts a test's own directory on sys.path.
+"""

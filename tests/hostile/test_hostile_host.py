@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-from hostenv import Host, make_host, snapshot
+from helpers.hostenv import Host, make_host
+from helpers.trees import snapshot
 
 from driver_container.formats.modconf import parse_module_conf
 from driver_container.modprobe.generic import build_modprobe_argv

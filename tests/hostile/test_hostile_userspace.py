@@ -15,18 +15,16 @@ import shutil
 import signal
 import socket
 import stat
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from elfdyn import build_dynamic_elf
-from hostenv import Host, make_host, snapshot
-from support import require
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "faults"))
-from rootcmp import root_state
+from helpers.hostenv import Host, make_host
+from helpers.rootcmp import root_state
+from helpers.support import require
+from helpers.trees import snapshot
 
 VERSION = "595.91.07"
 SECRET = b"SECRET: must never be read into the driver root\n"

@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support import FIXTURES, SYNTHETIC_VERSION, require
+from helpers.support import FIXTURES, SYNTHETIC_VERSION, require
 
 SYNTHETIC_USERSPACE = FIXTURES / "userspace" / f"debian-{SYNTHETIC_VERSION}"
 

@@ -1,75 +1,26 @@
 """``nvidia-driver init`` on NVSwitch / NVLink5 fixture hosts, as a real process, with recording fake
-nvidia-persistenced, nv-fabricmanager, nvlsm and nvidia-smi (tests/unit/node/fake_*.py)."""
+nvidia-persistenced, nv-fabricmanager, nvlsm and nvidia-smi (tests/helpers/fake_*.py)."""
 
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
-import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fakes import (
+from helpers.fakes import (
     add_fabric_to_image,
     fabric_env,
-    fixture_host_env,
     install_fake_nvidia_smi,
-    install_recording_tools,
     recorded_calls,
 )
+from helpers.hostenv import Host, make_host
 from helpers.waits import wait_until
-from support import FIXTURES
 
-HOSTS = FIXTURES / "hosts"
-USERSPACE = FIXTURES / "userspace" / "debian-595.91.07"
 H100 = "talos-1.13-hgx-h100-nvswitch"
 B200 = "talos-1.13-hgx-b200-nvlink5"
-
-
-@dataclass
-class Host:
-    root: Path
-    env: dict[str, str]
-    calls: Path
-
-    @property
-    def run(self) -> Path:
-        return Path(self.env["RUN_DIR"])
-
-    @property
-    def fabric_run(self) -> Path:
-        return Path(self.env["FABRICMANAGER_RUN_DIR"])
-
-    @property
-    def fake(self) -> Path:
-        return Path(self.env["FAKE_DIR"])
-
-    def log(self) -> list[str]:
-        path = Path(self.env["FAKE_LOG"])
-        return path.read_text().splitlines() if path.exists() else []
-
-    def daemon_lines(self) -> list[str]:
-        return [line for line in self.log() if not line.startswith("nvidia-smi")]
-
-    def status(self) -> str | None:
-        path = self.run / "validations/.driver-daemons-status"
-        return path.read_text() if path.exists() else None
-
-    def start(self, **extra: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [sys.executable, "-m", "driver_container", "init"], env={**self.env, **extra}, cwd=self.root,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-
-    def init(self, timeout: float = 60, **extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "driver_container", "init"], env={**self.env, **extra}, cwd=self.root,
-            capture_output=True, text=True, timeout=timeout, check=False,
-        )
 
 
 @pytest.fixture
@@ -77,18 +28,12 @@ def host(tmp_path: Path) -> Callable[..., Host]:
     count = iter(range(100))
 
     def make(scenario: str, *, fm: bool = True, nvlsm: bool = True) -> Host:
-        base = tmp_path / f"h{next(count)}"
-        root = base / scenario
-        shutil.copytree(HOSTS / scenario, root, symlinks=True)
-        image = base / "image"
-        shutil.copytree(USERSPACE, image, symlinks=True)
+        h = make_host(tmp_path / f"h{next(count)}", scenario)
         if fm:
-            add_fabric_to_image(image, nvlsm=nvlsm)
-        calls = base / "calls.log"
-        install_recording_tools(base / "bin", calls)
-        install_fake_nvidia_smi(base / "bin")
-        env = {**fixture_host_env(root, base, image), **fabric_env(base), "FABRIC_WAIT_TIMEOUT": "20"}
-        return Host(root, env, calls)
+            add_fabric_to_image(h.userspace, nvlsm=nvlsm)
+        install_fake_nvidia_smi(h.base / "bin")
+        h.env.update(fabric_env(h.base), FABRIC_WAIT_TIMEOUT="20")
+        return h
 
     return make
 
@@ -101,7 +46,7 @@ def _terminate(proc: subprocess.Popen[str]) -> tuple[int, str]:
 
 def test_nvswitch_fm_after_persistenced_ready_only_after_fabric(host: Callable[..., Host]) -> None:
     h = host(H100)
-    proc = h.start(FAKE_FABRIC_DELAY="2", NVFM_CONFIG_LOG_LEVEL="3", NVFM_CONFIG_NEW_FIELD="x|&y")
+    proc = h.start("init", FAKE_FABRIC_DELAY="2", NVFM_CONFIG_LOG_LEVEL="3", NVFM_CONFIG_NEW_FIELD="x|&y")
     try:
         wait_until(lambda: any("/nv-fabricmanager -c" in line for line in h.log()), "Fabric Manager")
         assert h.status() == "NotReady"  # FM runs, the fabric is still training
@@ -112,7 +57,7 @@ def test_nvswitch_fm_after_persistenced_ready_only_after_fabric(host: Callable[.
         assert lines[0] == "nvidia-persistenced --persistence-mode --foreground"
         assert lines[1] == f"{h.env['USERSPACE_ROOT']}/usr/bin/nv-fabricmanager -c {config}"
         seen = (h.fake / "fm-config-seen.cfg").read_text().splitlines()
-        socket = h.run / "driver/run/nvidia-fabricmanager/socket"
+        socket = h.run_dir / "driver/run/nvidia-fabricmanager/socket"
         assert "LOG_LEVEL=3" in seen and "DAEMONIZE=0" in seen and "NEW_FIELD=x|&y" in seen
         assert f"FM_CMD_UNIX_SOCKET_PATH={socket}" in seen
         assert socket.exists()  # where the container toolkit looks
@@ -131,7 +76,7 @@ def test_nvswitch_fm_after_persistenced_ready_only_after_fabric(host: Callable[.
 
 def test_nvlink5_nvlsm_then_fm_with_port_guid_then_sigterm_stops_both(host: Callable[..., Host]) -> None:
     h = host(B200)
-    proc = h.start(NVFM_CONFIG_FABRIC_MODE="1")
+    proc = h.start("init", NVFM_CONFIG_FABRIC_MODE="1")
     try:
         wait_until(lambda: h.status() == "Ready", "Ready")
         run = h.fabric_run
@@ -157,7 +102,7 @@ def test_nvlink5_nvlsm_then_fm_with_port_guid_then_sigterm_stops_both(host: Call
 
 def test_fm_failing_to_start_fails_init_with_its_log(host: Callable[..., Host]) -> None:
     h = host(H100)
-    done = h.init(FAKE_FM_MODE="die")
+    done = h.run("init", FAKE_FM_MODE="die")
     assert done.returncode == 1
     assert "nv-fabricmanager (pid" in done.stderr and "exited with status 3" in done.stderr
     assert "fatal: cannot open the NVSwitch devices" in done.stderr  # the log tail
@@ -167,7 +112,7 @@ def test_fm_failing_to_start_fails_init_with_its_log(host: Callable[..., Host]) 
 
 def test_fm_dying_after_ready_fails_init(host: Callable[..., Host]) -> None:
     h = host(H100)
-    done = h.init(FAKE_FM_MODE="die-later", timeout=60)
+    done = h.run("init", FAKE_FM_MODE="die-later", timeout=60)
     assert done.returncode == 1, done.stderr
     assert "exited with status 4" in done.stderr and "lost the fabric" in done.stderr
     assert h.status() == "NotReady"
@@ -176,7 +121,7 @@ def test_fm_dying_after_ready_fails_init(host: Callable[..., Host]) -> None:
 
 def test_fabric_never_completing_times_out(host: Callable[..., Host]) -> None:
     h = host(H100)
-    done = h.init(FAKE_FABRIC_DELAY="30", FABRIC_WAIT_TIMEOUT="2")
+    done = h.run("init", FAKE_FABRIC_DELAY="30", FABRIC_WAIT_TIMEOUT="2")
     assert done.returncode == 1
     assert "not completed after 2 s (8 Not Started)" in done.stderr
     assert "FABRIC_WAIT_TIMEOUT" in done.stderr
@@ -185,7 +130,7 @@ def test_fabric_never_completing_times_out(host: Callable[..., Host]) -> None:
 
 def test_fabric_registration_error_fails_init(host: Callable[..., Host]) -> None:
     h = host(H100)
-    done = h.init(FAKE_FABRIC_STATUS="Timeout")
+    done = h.run("init", FAKE_FABRIC_STATUS="Timeout")
     assert done.returncode == 1
     assert "fabric registration failed: 00000000:18:00.0 status Timeout" in done.stderr
 
@@ -198,7 +143,7 @@ def test_host_run_fm_is_not_duplicated(host: Callable[..., Host]) -> None:
     (Path(h.env["PROCFS_ROOT"]) / str(pid) / "comm").write_text("nv-fabricmanage\n")
     (h.fabric_run / "nv-fabricmanager.pid").write_text(f"{pid}\n")
     (h.fake / "fabric-state").write_text("Completed")  # its fabric is trained
-    proc = h.start()
+    proc = h.start("init")
     try:
         wait_until(lambda: h.status() == "Ready", "Ready")
     finally:
@@ -211,16 +156,16 @@ def test_host_run_fm_is_not_duplicated(host: Callable[..., Host]) -> None:
 
 def test_nvswitch_image_without_fm_is_not_ready(host: Callable[..., Host]) -> None:
     h = host(H100, fm=False)
-    done = h.init()
+    done = h.run("init")
     assert done.returncode == 1
     assert "FABRIC_MANAGER_MISSING" in done.stderr
     assert h.status() == "NotReady"
-    assert not (h.run / "driver/.driver-container/manifest.json").exists()
+    assert not (h.run_dir / "driver/.driver-container/manifest.json").exists()
 
 
 def test_ordinary_node_starts_no_fabric_daemon_and_runs_no_nvidia_smi(host: Callable[..., Host]) -> None:
     h = host("talos-1.13-open-595")
-    proc = h.start()
+    proc = h.start("init")
     try:
         wait_until(lambda: h.status() == "Ready", "Ready")
     finally:

@@ -1,6 +1,6 @@
 """``nvidia-driver init``/``load``/``unload`` end to end on generic (non-Talos) fixture hosts (issue 8).
 
-Each test runs the real CLI as a process, with the fake modprobe/rmmod/modinfo of tests/fakes.py first on
+Each test runs the real CLI as a process, with the fake modprobe/rmmod/modinfo of tests/helpers/fakes.py first on
 PATH: they record every argv and edit the copied fixture /proc and /sys as the kernel would, so what init
 reads back after its module commands is observable. The Talos tests of the same commands prove the fakes
 are never called there (their log file is never even created).
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fakes import FakeHost, make_fake_host
+from helpers.fakes import FakeHost, make_fake_host
 from helpers.opened import CHILD_PRELUDE
+from helpers.support import FIXTURES
 from helpers.waits import wait_until
-from support import FIXTURES
 
 USERSPACE = FIXTURES / "userspace" / "debian-595.91.07"
 VERSION = "595.91.07"

@@ -10,50 +10,15 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fakes import fixture_host_env, install_recording_tools, recorded_calls
+from helpers.hostenv import HOSTS, USERSPACE, Host, make_host
+from helpers.support import NODE_FIXTURES
+from helpers.trees import snapshot
 from helpers.waits import wait_until
-from support import FIXTURES, REPO
-
-HOSTS = FIXTURES / "hosts"
-USERSPACE = FIXTURES / "userspace" / "debian-595.91.07"
-MODULE_TOOLS = ("modprobe", "rmmod", "insmod")
-
-
-@dataclass
-class Host:
-    root: Path
-    env: dict[str, str]
-    calls: Path
-
-    @property
-    def run(self) -> Path:
-        return Path(self.env["RUN_DIR"])
-
-    @property
-    def driver_root(self) -> Path:
-        return self.run / "driver"
-
-    def module_tool_calls(self) -> list[list[str]]:
-        return recorded_calls(self.calls)
-
-    def start(self, *args: str, **extra: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [sys.executable, "-m", "driver_container", *args], env={**self.env, **extra}, cwd=self.root,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-
-    def init(self, *args: str, timeout: float = 120, **extra: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "driver_container", *args], env={**self.env, **extra}, cwd=self.root,
-            capture_output=True, text=True, timeout=timeout, check=False,
-        )
 
 
 @pytest.fixture
@@ -62,51 +27,45 @@ def host(tmp_path: Path) -> Callable[..., Host]:
     count = iter(range(1000))
 
     def make(scenario: str = "talos-1.13-open-595", userspace: Path | None = USERSPACE) -> Host:
-        base = tmp_path / f"h{next(count)}"
-        root = base / scenario
-        shutil.copytree(HOSTS / scenario, root, symlinks=True)
-        calls = base / "calls.log"
-        install_recording_tools(base / "bin", calls)
-        env = fixture_host_env(root, base, userspace or root / "userspace")
-        return Host(root, env, calls)
+        return make_host(tmp_path / f"h{next(count)}", scenario, userspace or HOSTS / scenario / "userspace")
 
     return make
 
 
 def _pid_file_names(h: Host, proc: subprocess.Popen[str]) -> Callable[[], bool]:
-    pid_file = h.run / "nvidia-driver.pid"
+    pid_file = h.run_dir / "nvidia-driver.pid"
     return lambda: pid_file.exists() and pid_file.read_text().strip() == str(proc.pid)
 
 
 def _status(h: Host) -> str:
     """The status file's word, "" until init has written it (it takes the lock first, then writes it)."""
     try:
-        return (h.run / "validations/.driver-daemons-status").read_text()
+        return (h.run_dir / "validations/.driver-daemons-status").read_text()
     except FileNotFoundError:
         return ""
 
 
 def test_no_wait_publishes_and_writes_state(host: Callable[..., Host]) -> None:
     h = host()
-    done = h.init("init", "--no-wait", DRIVER_CONFIG_DIGEST="sha256-abc")
+    done = h.run("init", "--no-wait", DRIVER_CONFIG_DIGEST="sha256-abc")
     assert done.returncode == 0, done.stderr
-    assert (h.run / "nvidia-driver.state").read_text() == "sha256-abc"
+    assert (h.run_dir / "nvidia-driver.state").read_text() == "sha256-abc"
     assert _status(h) == "Ready"
-    assert not (h.run / "nvidia-driver.pid").exists()
+    assert not (h.run_dir / "nvidia-driver.pid").exists()
     assert (h.driver_root / ".driver-container/manifest.json").is_file()
     assert (h.driver_root / "usr/lib/x86_64-linux-gnu/libcuda.so.595.91.07").is_file()
     assert "starting no daemon" in done.stderr
-    assert not (h.run.parent / "persistenced.log").exists()  # --no-wait leaves no process behind
-    assert h.module_tool_calls() == []
+    assert not (h.run_dir.parent / "persistenced.log").exists()  # --no-wait leaves no process behind
+    assert h.tool_calls() == []
 
 
 def test_nvidia_compat_flags_are_ignored_and_unknown_ones_refused(host: Callable[..., Host]) -> None:
     h = host()
-    bad = h.init("init", "--bogus-flag")
+    bad = h.run("init", "--bogus-flag")
     assert bad.returncode == 2
     assert "--bogus-flag" in bad.stderr
-    assert not h.run.exists()  # refused before anything is written
-    done = h.init("init", "-a", "--max-threads", "8", "--no-wait")
+    assert not h.run_dir.exists()  # refused before anything is written
+    done = h.run("init", "-a", "--max-threads", "8", "--no-wait")
     assert done.returncode == 0, done.stderr
     assert "--accept-license: ignored" in done.stderr and "--max-threads 8: ignored" in done.stderr
 
@@ -123,24 +82,24 @@ def test_sigterm_while_waiting_for_modules(host: Callable[..., Host]) -> None:
     assert proc.returncode == 0, stderr
     assert time.monotonic() - sent < 2.0
     assert "SIGTERM received" in stderr
-    assert not (h.run / "nvidia-driver.pid").exists()
+    assert not (h.run_dir / "nvidia-driver.pid").exists()
     assert not h.driver_root.exists()
-    assert h.module_tool_calls() == []
+    assert h.tool_calls() == []
 
 
 def test_module_wait_timeout_gives_machine_config(host: Callable[..., Host]) -> None:
     h = host("talos-1.13-uvm-missing")
-    done = h.init("init", MODULE_WAIT_TIMEOUT="1")
+    done = h.run("init", MODULE_WAIT_TIMEOUT="1")
     assert done.returncode == 1
     assert "still not loaded: nvidia_uvm" in done.stderr
     assert "machine:\n  kernel:\n    modules:\n      - name: nvidia\n      - name: nvidia_uvm" in done.stderr
-    assert not h.driver_root.exists() and not (h.run / "nvidia-driver.pid").exists()
-    assert h.module_tool_calls() == []
+    assert not h.driver_root.exists() and not (h.run_dir / "nvidia-driver.pid").exists()
+    assert h.tool_calls() == []
 
 
 def test_version_mismatch_stops_before_driver_root(host: Callable[..., Host]) -> None:
     h = host("talos-1.13-lts-580-vs-595", userspace=None)
-    done = h.init("init", "--no-wait")
+    done = h.run("init", "--no-wait")
     assert done.returncode == 1
     assert "verification failed" in done.stderr and "580.178.04" in done.stderr
     assert not h.driver_root.exists()
@@ -149,19 +108,19 @@ def test_version_mismatch_stops_before_driver_root(host: Callable[..., Host]) ->
 
 def test_mismatch_keeps_previous_root_intact(host: Callable[..., Host]) -> None:
     good = host()
-    assert good.init("init", "--no-wait").returncode == 0
-    before = _tree(good.driver_root)
+    assert good.run("init", "--no-wait").returncode == 0
+    before = snapshot(good.driver_root, nlink=False)
     bad = host("talos-1.13-lts-580-vs-595", userspace=None)
-    done = bad.init("init", "--no-wait", RUN_DIR=good.env["RUN_DIR"])
+    done = bad.run("init", "--no-wait", RUN_DIR=good.env["RUN_DIR"])
     assert done.returncode == 1
-    assert _tree(good.driver_root) == before
+    assert snapshot(good.driver_root, nlink=False) == before
 
 
 def test_two_concurrent_inits_exactly_one_proceeds(host: Callable[..., Host]) -> None:
     h = host("talos-1.13-uvm-missing")
     first = h.start("init")
     wait_until(_pid_file_names(h, first), "the first pid file")
-    second = h.init("init", "--no-wait")
+    second = h.run("init", "--no-wait")
     assert second.returncode == 1
     assert f"already running (pid {first.pid})" in second.stderr
     first.send_signal(signal.SIGTERM)
@@ -171,19 +130,19 @@ def test_two_concurrent_inits_exactly_one_proceeds(host: Callable[..., Host]) ->
 
 def test_stale_pid_file_does_not_block(host: Callable[..., Host]) -> None:
     h = host()
-    h.run.mkdir(parents=True)
-    (h.run / "nvidia-driver.pid").write_text("999999\n")  # left by a SIGKILLed instance
-    done = h.init("init", "--no-wait")
+    h.run_dir.mkdir(parents=True)
+    (h.run_dir / "nvidia-driver.pid").write_text("999999\n")  # left by a SIGKILLed instance
+    done = h.run("init", "--no-wait")
     assert done.returncode == 0, done.stderr
 
 
 def test_waits_with_persistenced_then_stops_it_on_sigterm(host: Callable[..., Host]) -> None:
     h = host()
     proc = h.start("init", DRIVER_CONFIG_DIGEST="d1")
-    wait_until(lambda: (h.run / "validations/.driver-daemons-status").exists() and _status(h) == "Ready", "Ready")
+    wait_until(lambda: (h.run_dir / "validations/.driver-daemons-status").exists() and _status(h) == "Ready", "Ready")
     socket = h.driver_root / "run/nvidia-persistenced/socket"
     assert socket.exists()  # where the toolkit looks, through the runtime-dir link
-    log = h.run.parent / "persistenced.log"
+    log = h.run_dir.parent / "persistenced.log"
     assert log.read_text() == "nvidia-persistenced --persistence-mode --foreground\n"
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=10)
@@ -191,54 +150,39 @@ def test_waits_with_persistenced_then_stops_it_on_sigterm(host: Callable[..., Ho
     assert "Done, now waiting for signal" in stderr
     assert "nvidia-persistenced stopped" in stderr
     assert not socket.exists()  # the daemon removed it on SIGTERM: it was running until then
-    assert not (h.run / "nvidia-driver.pid").exists()
+    assert not (h.run_dir / "nvidia-driver.pid").exists()
     assert (h.driver_root / ".driver-container/manifest.json").is_file()  # root kept
-    assert h.module_tool_calls() == []
+    assert h.tool_calls() == []
 
 
 def test_persistenced_death_exits_non_zero(host: Callable[..., Host]) -> None:
     h = host()
-    done = h.init("init", FAKE_PERSISTENCED_MODE="die-later", timeout=60)
+    done = h.run("init", FAKE_PERSISTENCED_MODE="die-later", timeout=60)
     assert done.returncode == 1
     assert "nvidia-persistenced (pid" in done.stderr and "exited with status 4" in done.stderr
     assert _status(h) == "NotReady"
-    assert not (h.run / "nvidia-driver.pid").exists()
+    assert not (h.run_dir / "nvidia-driver.pid").exists()
 
 
 def test_persistenced_false_starts_nothing(host: Callable[..., Host]) -> None:
     h = host()
     proc = h.start("init", NVIDIA_PERSISTENCED="false")
-    wait_until(lambda: (h.run / "validations/.driver-daemons-status").exists() and _status(h) == "Ready", "Ready")
+    wait_until(lambda: (h.run_dir / "validations/.driver-daemons-status").exists() and _status(h) == "Ready", "Ready")
     proc.send_signal(signal.SIGINT)
     proc.communicate(timeout=10)
     assert proc.returncode == 0
-    assert not (h.run.parent / "persistenced.log").exists()
+    assert not (h.run_dir.parent / "persistenced.log").exists()
 
 
 def test_load_and_unload_on_talos(host: Callable[..., Host]) -> None:
     h = host()
-    load = h.init("load")
+    load = h.run("load")
     assert load.returncode == 0, load.stderr
     assert "595.91.07 loaded and matching" in load.stdout
-    unload = h.init("unload")
+    unload = h.run("unload")
     assert unload.returncode == 0
     assert "Talos owns the NVIDIA kernel modules" in unload.stdout
-    assert h.module_tool_calls() == []
-
-
-def _tree(root: Path) -> dict[str, tuple[str, int, bytes]]:
-    """Every entry below root: kind, mode and content (or link target)."""
-    result: dict[str, tuple[str, int, bytes]] = {}
-    for path in sorted(root.rglob("*")):
-        st = path.lstat()
-        rel = str(path.relative_to(root))
-        if path.is_symlink():
-            result[rel] = ("link", st.st_mode, os.readlink(path).encode())
-        elif path.is_dir():
-            result[rel] = ("dir", st.st_mode, b"")
-        else:
-            result[rel] = ("file", st.st_mode, path.read_bytes())
-    return result
+    assert h.tool_calls() == []
 
 
 def _kill_inside_publish(h: Host) -> bool:
@@ -256,25 +200,26 @@ def _kill_inside_publish(h: Host) -> bool:
 
 def test_sigkill_during_publish_then_rerun_gives_a_clean_root(host: Callable[..., Host], tmp_path: Path) -> None:
     clean = host()
-    assert clean.init("init", "--no-wait").returncode == 0
+    assert clean.run("init", "--no-wait").returncode == 0
     for _attempt in range(5):  # the publish takes ~0.2 s; the kill almost always lands inside it
         h = host()
         if _kill_inside_publish(h):
             break
     else:
         pytest.fail("could not SIGKILL init inside the publish step in 5 attempts")
-    assert (h.run / "nvidia-driver.pid").exists()  # left behind by the kill: must not block the rerun
-    rerun = h.init("init", "--no-wait")
+    assert (h.run_dir / "nvidia-driver.pid").exists()  # left behind by the kill: must not block the rerun
+    rerun = h.run("init", "--no-wait")
     assert rerun.returncode == 0, rerun.stderr
     manifest = ".driver-container/manifest.json"
-    rerun_tree, clean_tree = _tree(h.driver_root), _tree(clean.driver_root)
+    rerun_tree, clean_tree = snapshot(h.driver_root, nlink=False), snapshot(clean.driver_root, nlink=False)
     # The manifest records write times of generated files (etc/ld.so.conf): compare what it says instead.
-    assert _manifest_identity(rerun_tree.pop(manifest)[2]) == _manifest_identity(clean_tree.pop(manifest)[2])
+    del rerun_tree[manifest], clean_tree[manifest]
+    assert _manifest_identity(h.driver_root / manifest) == _manifest_identity(clean.driver_root / manifest)
     assert rerun_tree == clean_tree
 
 
-def _manifest_identity(text: bytes) -> list[tuple[object, ...]]:
-    entries = json.loads(text)["files"]
+def _manifest_identity(path: Path) -> list[tuple[object, ...]]:
+    entries = json.loads(path.read_bytes())["files"]
     return [tuple(e.get(k) for k in ("path", "type", "mode", "size", "sha256", "target")) for e in entries]
 
 
@@ -286,7 +231,7 @@ def test_reload_peermem_on_talos_waits_then_exits_on_signal(host: Callable[..., 
     proc = h.start("reload_nvidia_peermem", MODULE_WAIT_TIMEOUT="30")
     time.sleep(1.0)
     assert proc.poll() is None  # still waiting for .driver-ctr-ready
-    ready = h.run / "validations/.driver-ctr-ready"
+    ready = h.run_dir / "validations/.driver-ctr-ready"
     ready.parent.mkdir(parents=True, exist_ok=True)
     ready.write_text("GPU_DIRECT_RDMA_ENABLED: true\n")
     time.sleep(1.5)
@@ -295,14 +240,14 @@ def test_reload_peermem_on_talos_waits_then_exits_on_signal(host: Callable[..., 
     _, stderr = proc.communicate(timeout=10)
     assert proc.returncode == 0, stderr
     assert "nvidia_peermem loaded; waiting for a signal" in stderr
-    assert h.module_tool_calls() == []
+    assert h.tool_calls() == []
 
 
 def test_reload_peermem_on_talos_never_modprobes_nor_waits_for_it(host: Callable[..., Host]) -> None:
     # nvidia_peermem cannot load on Talos (no MOFED): the sidecar must neither load it, nor time out
     # (a crash-looping sidecar), nor print a machine-config snippet for it.
     h = host()
-    ready = h.run / "validations/.driver-ctr-ready"
+    ready = h.run_dir / "validations/.driver-ctr-ready"
     ready.parent.mkdir(parents=True)
     ready.write_text("GPU_DIRECT_RDMA_ENABLED: true\n")
     proc = h.start("reload_nvidia_peermem", MODULE_WAIT_TIMEOUT="1")
@@ -313,19 +258,19 @@ def test_reload_peermem_on_talos_never_modprobes_nor_waits_for_it(host: Callable
     assert proc.returncode == 0, stderr
     assert "nvidia_peermem cannot load on Talos" in stderr and "DMA-BUF" in stderr
     assert "- name: nvidia_peermem" not in stderr and "kind: KernelModuleConfig" not in stderr
-    assert h.module_tool_calls() == []
+    assert h.tool_calls() == []
 
 
 def test_node_steps_when_the_kernel_files_exist(host: Callable[..., Host]) -> None:
     """The same host plus the two kernel files every real Talos node has and the fixture omits:
     /proc/devices (majors of a two-GPU MIG node) and an empty firmware_class.path parameter."""
     h = host()
-    node_fixtures = REPO / "tests/unit/node/fixtures"
+    node_fixtures = NODE_FIXTURES
     shutil.copy(node_fixtures / "h100x2-mig/proc/devices", h.root / "proc/devices")
     param = h.root / "sys/module/firmware_class/parameters/path"
     param.parent.mkdir(parents=True)
     param.write_text("")
-    done = h.init("init", "--no-wait", HOST_DRIVER_ROOT="/run/nvidia/driver")
+    done = h.run("init", "--no-wait", HOST_DRIVER_ROOT="/run/nvidia/driver")
     assert done.returncode == 0, done.stderr
     assert param.read_text() == "/run/nvidia/driver/lib/firmware"
     if os.geteuid() == 0:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fakes import node_env
-from support import ARTEFACTS, FIXTURES, REPO, require
+from helpers.fakes import node_env
+from helpers.support import ARTEFACTS, FIXTURES, REPO, require
 
 from driver_container.formats.kernel.mountinfo import Mount, parse_mountinfo
 

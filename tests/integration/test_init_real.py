@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fakes import node_env
-from nvidia_sandbox import run_nvidia
-from support import ARTEFACTS, FIXTURES, REPO, require
+from helpers.fakes import node_env
+from helpers.nvidia_sandbox import run_nvidia
+from helpers.support import ARTEFACTS, FIXTURES, REPO, require
 
 V = "535.309.01"
 HOST = FIXTURES / "hosts" / "talos-1.11-kmod-535"

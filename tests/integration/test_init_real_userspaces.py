@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from fakes import node_env
-from nvidia_sandbox import run_nvidia
-from support import ARTEFACTS, FIXTURES, REPO, require
-from toolkit_rules import toolkit_problems
+from helpers.fakes import node_env
+from helpers.nvidia_sandbox import run_nvidia
+from helpers.support import ARTEFACTS, FIXTURES, REPO, require
+from helpers.toolkit_rules import toolkit_problems
 
 HOST = FIXTURES / "hosts" / "talos-1.11-kmod-535"
 HOST_VERSION = "535.309.01"

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import ARTEFACTS, require
+from helpers.support import ARTEFACTS, require
 
 from driver_container.formats.kmod import format_modinfo, read_module
 
@@ -153,7 +153,7 @@ def test_foreign_architecture_trees_equal_kmod(arch: str, ident: bytes) -> None:
 )  # fmt: skip
 def test_filename_is_printed_as_given_like_kmod(arg: str) -> None:
     """Issue 14 item 10: ``./`` and ``//`` were normalised away; kmod keeps the argument's text."""
-    from support import FIXTURES
+    from helpers.support import FIXTURES
 
     require(Path(MODINFO).exists(), "kmod's modinfo", how="apt-get install kmod")
     arg = arg.replace("FIXTURES", str(FIXTURES))

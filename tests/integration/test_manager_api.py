@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from support import FIXTURES, fixture_paths, require
+from helpers.support import FIXTURES, fixture_paths, require
 
 from driver_container.errors import HostDriverPresentError, KubernetesError
 from driver_container.inspect.hoststate import inspect_host

@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 
 import pytest
-from nvidia_sandbox import run_nvidia
-from support import require
+from helpers import trees
+from helpers.nvidia_sandbox import run_nvidia
+from helpers.support import require
 
 from driver_container.errors import DriverContainerError, PublishError, UserspaceError
 from driver_container.formats.ldcache import lookup, parse_ld_cache
@@ -33,23 +34,17 @@ def host(userspace: Path, driver_root: Path, proc: Path | None = None) -> HostPa
     return HostPaths(userspace_root=userspace, driver_root_override=driver_root, procfs_root=proc)
 
 
-def snapshot(root: Path) -> dict[str, tuple[str, int, int]]:
-    """path -> (content hash or link target, mode, mtime_ns) for everything below ``root``."""
-    out = {}
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            p = Path(dirpath) / name
-            st = p.lstat()
-            what = os.readlink(p) if p.is_symlink() else hashlib.sha256(p.read_bytes()).hexdigest()
-            out[str(p.relative_to(root))] = (what, stat.S_IMODE(st.st_mode), st.st_mtime_ns)
-    return out
+def snapshot(root: Path) -> dict[str, trees.Entry]:
+    """Every file and link below ``root``: mode, content or link target, mtime. Not directories: a publish
+    stages inside the root, which changes their mtimes."""
+    return trees.snapshot(root, dirs=False, nlink=False, mtime=True)
 
 
 def same_as_clean(root: Path, clean: Path) -> None:
     """Identical content, modes and manifest (manifest times aside: they record when files were written)."""
     skip = {"etc/ld.so.cache", ".driver-container/manifest.json"}
 
-    def content(r: Path) -> dict[str, tuple[str, int]]:
+    def content(r: Path) -> dict[str, tuple[str, str]]:
         return {k: v[:2] for k, v in snapshot(r).items() if k not in skip}
 
     def manifest(r: Path) -> list[dict[str, object]]:

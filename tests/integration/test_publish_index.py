@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import SYNTHETIC_VERSION, require
+from helpers.support import SYNTHETIC_VERSION, require
 
 from driver_container.formats.userspace_layout import DIGEST_INDEX
 from driver_container.paths import HostPaths

@@ -10,9 +10,9 @@ import os
 from pathlib import Path
 
 import pytest
-from nvidia_sandbox import run_nvidia
-from support import ARTEFACTS, require
-from toolkit_rules import toolkit_problems
+from helpers.nvidia_sandbox import run_nvidia
+from helpers.support import ARTEFACTS, require
+from helpers.toolkit_rules import toolkit_problems
 
 from driver_container.paths import HostPaths
 from driver_container.publish.publisher import publish_driver_root

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from toolkit_rules import toolkit_problems
+from helpers.toolkit_rules import toolkit_problems
 
 from driver_container.errors import DriverContainerError
 from driver_container.paths import HostPaths

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support import FIXTURES, REPO
+from helpers.support import FIXTURES, REPO
 
 from driver_container.publish.manifest import Manifest, format_manifest
 

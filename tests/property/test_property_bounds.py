@@ -9,7 +9,7 @@ import tracemalloc
 from collections.abc import Callable
 
 import pytest
-from fuzz_targets import MODULE_CAP
+from helpers.fuzz_targets import MODULE_CAP
 
 from driver_container.errors import HostReadError, ModuleFormatError
 from driver_container.formats.kmod import read_module

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hostenv import Host, make_host
+from helpers.hostenv import Host, make_host
 
 from driver_container.node.persistenced import HOST_PID_FILE
 

@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from fuzz_targets import TARGETS
-from support import REPO, require
+from helpers.fuzz_targets import TARGETS
+from helpers.support import REPO, require
 
 FUZZ = REPO / "bench" / "fuzz.py"
 # Run the script with atheris made unimportable, as on a Python without its wheel.

@@ -7,8 +7,8 @@ The longer, coverage-guided run of the same targets is bench/fuzz.py.
 from __future__ import annotations
 
 import pytest
-from fuzz_mutate import mutated
-from fuzz_targets import TARGETS, Target
+from helpers.fuzz_mutate import mutated
+from helpers.fuzz_targets import TARGETS, Target
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

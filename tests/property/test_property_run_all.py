@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-from support import REPO
+from helpers.bench import bench_script
 
-sys.path.insert(0, str(REPO / "bench"))
-import run_all
+run_all = bench_script("run_all")
 
 MODINFO = """tree: 1234 modules (best of 5; wall / CPU)
   kmod modinfo, one process        300.0 /   290.0 ms
@@ -57,7 +55,7 @@ def test_peak_rss_is_the_publishing_childs_line() -> None:
 
 def test_init_logs_its_childs_peak_rss(tmp_path: Path) -> None:
     """The line bench/run_all.py parses is really printed by init (its child's ru_maxrss, not the parent's)."""
-    from hostenv import make_host
+    from helpers.hostenv import make_host
 
     h = make_host(tmp_path / "h")
     done = h.run("init", "--no-wait")
@@ -68,7 +66,7 @@ def test_init_logs_its_childs_peak_rss(tmp_path: Path) -> None:
 
 def test_parses_the_startup_rows_that_bench_startup_prints() -> None:
     """The keys come from bench/startup.py's own ``paired`` (fed fixed samples), so a renamed field fails here."""
-    import startup
+    startup = bench_script("startup")
 
     samples = iter([(0.10, 0.09), (0.20, 0.18)] * 3)  # (subject, floor) alternate as paired runs them
     one = startup.paired(lambda: next(samples), lambda: next(samples), rounds=2)

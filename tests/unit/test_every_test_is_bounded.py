@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from support import REPO
+from helpers.support import REPO
 
 
 def test_default_timeout_is_configured() -> None:

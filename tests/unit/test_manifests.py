@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import typer
-from support import REPO, require_module
+from helpers.support import REPO, require_module
 
 from driver_container.cli import _register_commands, manager_cmd
 from driver_container.cli.app import app as driver_app

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-import support
+from helpers import support
 
 
 def test_missing_module_fails_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""The ``fake_host`` fixture: fake modprobe/rmmod/modinfo on a copy of a fixture host (tests/fakes.py)."""
+"""The ``fake_host`` fixture: fake modprobe/rmmod/modinfo on a copy of a fixture host (tests/helpers/fakes.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fakes import FakeHost, make_fake_host
+from helpers.fakes import FakeHost, make_fake_host
 
 __all__ = ["FakeHost", "fake_host"]
 

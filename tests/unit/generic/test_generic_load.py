@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from fakes import FakeHost
+from helpers.fakes import FakeHost
 
 from driver_container.errors import ModuleLoadError, Problem, UsageError, VerificationError
 from driver_container.inspect.hoststate import LoadedModule, read_loaded_modules

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from fakes import FakeHost
+from helpers.fakes import FakeHost
 from helpers.opened import opened_paths
 
 from driver_container.errors import DriverInUseError, ForbiddenCommandError

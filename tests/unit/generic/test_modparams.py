@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from helpers.support import FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import FIXTURES
 
 from driver_container.errors import HostReadError, UsageError
 from driver_container.formats.modconf import (

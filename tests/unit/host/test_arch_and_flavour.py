@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path, PurePosixPath
 
-from support import FIXTURES, fixture_paths
+from helpers.support import FIXTURES, fixture_paths
 
 from driver_container.findings import check
 from driver_container.formats.elfarch import elf_machine, machine_name

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support import FIXTURES, fixture_paths
+from helpers.support import FIXTURES, fixture_paths
 
 from driver_container.cli.status_render import render_text, status_json
 from driver_container.findings import check

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support import FIXTURES
+from helpers.support import FIXTURES
 
 from driver_container.formats.kmod import read_module
 from driver_container.inspect.platform import parse_os_release

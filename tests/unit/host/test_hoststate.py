@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import FIXTURES, REPO, fixture_paths, require
+from helpers.support import FIXTURES, REPO, fixture_paths, require
 
 from driver_container.errors import Problem
 from driver_container.findings import check, has_errors, talos_module_snippet, values_equal

@@ -7,9 +7,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers.support import FIXTURES, fixture_paths
 from hypothesis import given
 from hypothesis import strategies as st
-from support import FIXTURES, fixture_paths
 
 from driver_container.errors import Problem
 from driver_container.inspect.platform import detect_platform, parse_os_release

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support import FIXTURES, REPO, fixture_paths
+from helpers.support import FIXTURES, REPO, fixture_paths
 
 from driver_container.errors import ModuleWaitTimeout
 from driver_container.findings import check, talos_module_snippet

@@ -2,14 +2,10 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from support import require
+from helpers.support import require
 
 
 @pytest.fixture

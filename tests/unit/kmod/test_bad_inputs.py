@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from elfbuild import build_elf
-from support import MODULES
+from helpers.support import MODULES
 
 from driver_container.errors import ModuleFormatError
 from driver_container.formats.kmod import read_module

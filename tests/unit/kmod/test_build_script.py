@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from support import MODULES, require
+from helpers.support import MODULES, require
 
 from driver_container.formats.kmod import ModuleParameter, read_module
 

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support import MODULES
+from helpers.support import MODULES
 
 from driver_container.cli import main
 

@@ -6,7 +6,7 @@ import io
 from pathlib import Path
 
 import pytest
-from support import MODULES
+from helpers.support import MODULES
 
 from driver_container.formats.kmod import ModuleParameter, format_modinfo, read_module
 

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support import MODULES
+from helpers.support import MODULES
 
 from driver_container.errors import ModuleNotFoundInTreeError
 from driver_container.formats.kmod import find_module, read_module

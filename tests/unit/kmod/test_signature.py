@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from support import MODULES, require
+from helpers.support import MODULES, require
 from test_bad_inputs import ELF_PART
 
 from driver_container.errors import ModuleFormatError

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from unit.node.conftest import NODE_FIXTURES
+from helpers.support import NODE_FIXTURES
 
 from driver_container.lifecycle.peermem import probe
 from driver_container.paths import HostPaths

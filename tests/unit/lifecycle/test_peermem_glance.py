@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.support import NODE_FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from unit.node.conftest import NODE_FIXTURES
 
 from driver_container.lifecycle.peermem import probe
 from driver_container.lifecycle.peermem_glance import PROCFS_DEFAULT, PROCFS_ENV, passes_at_a_glance, procfs_root

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support import FIXTURES, fixture_paths
+from helpers.support import FIXTURES, fixture_paths
 
 from driver_container.lifecycle import init as lifecycle
 from driver_container.lifecycle import publishing

@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
-from support import FIXTURES
+from helpers.support import FIXTURES
 
 from driver_container.errors import ModuleWaitTimeout
 from driver_container.lifecycle.modwait import machine_config_snippet, required_modules, wait_for_modules

@@ -4,8 +4,8 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers.support import fixture_paths
 from manager_support import FIXTURES, Node
-from support import fixture_paths
 
 from driver_container.runtime.runner import Runner
 

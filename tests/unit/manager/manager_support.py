@@ -7,10 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from helpers.support import MANAGER_FIXTURES
+
 from driver_container.paths import HostPaths
 from driver_container.runtime.runner import Runner
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = MANAGER_FIXTURES
 
 
 @dataclass

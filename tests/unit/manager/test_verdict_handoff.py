@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from support import FIXTURES, fixture_paths
+from helpers.support import FIXTURES, fixture_paths
 
 from driver_container.cli.status_render import status_json
 from driver_container.errors import VerdictFormatError

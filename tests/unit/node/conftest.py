@@ -5,10 +5,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers.support import NODE_FIXTURES
 
 from driver_container.paths import HostPaths
-
-NODE_FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support import require
+from helpers.support import require
 
 from driver_container.errors import HostReadError
 from driver_container.node.devices import DeviceNode, create_device_nodes, plan_device_nodes

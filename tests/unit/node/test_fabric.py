@@ -7,8 +7,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from fakes import add_fabric_to_image
-from support import FIXTURES, fixture_paths
+from helpers.fakes import add_fabric_to_image
+from helpers.support import FIXTURES, fixture_paths
 
 from driver_container.cli.status_render import status_json
 from driver_container.findings import check

@@ -66,7 +66,7 @@ def test_read_only_parameter_warns_and_continues(node_host: Callable[[str], Host
 def test_read_only_sysfs_names_selinux_and_the_kernel_argument(node_host: Callable[[str], HostPaths]) -> None:
     # SELinux-enforcing Talos gives pods a read-only /sys/module: the write fails with EROFS. A read-only
     # bind mount in a private mount namespace reproduces it (gone when the subprocess exits).
-    from support import require
+    from helpers.support import require
 
     require(os.geteuid() == 0 and shutil.which("unshare"), "root and unshare (util-linux)", how="run as root")
     paths = node_host("fw-empty")

@@ -1,8 +1,8 @@
 from __future__ import annotations
 
+from helpers.support import NODE_FIXTURES
 from hypothesis import given
 from hypothesis import strategies as st
-from unit.node.conftest import NODE_FIXTURES
 
 from driver_container.formats.kernel.devices import CharDevices, MigMinor, parse_mig_minors, parse_proc_devices
 

@@ -7,13 +7,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers.fakes import FAKE_PERSISTENCED
+from helpers.waits import wait_until
 
 from driver_container.errors import CommandError
 from driver_container.node import persistenced
 from driver_container.paths import HostPaths
 from driver_container.runtime.runner import Runner
 
-FAKE = Path(__file__).resolve().parent / "fake_persistenced.py"
+FAKE = FAKE_PERSISTENCED
 
 
 def _runner(tmp_path: Path, mode: str = "normal", *, with_binary: bool = True) -> Runner:
@@ -29,13 +31,6 @@ def _runner(tmp_path: Path, mode: str = "normal", *, with_binary: bool = True) -
         "FAKE_PERSISTENCED_DIR": str(tmp_path / "container/var/run/nvidia-persistenced"),
         "FAKE_PERSISTENCED_MODE": mode,
     })
-
-
-def _wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def test_mode_false_never_starts(node_host: Callable[[str], HostPaths], tmp_path: Path) -> None:
@@ -72,7 +67,7 @@ def test_start_socket_visible_in_driver_root_then_stop(node_host: Callable[[str]
     assert os.readlink(runtime) == str(paths.driver_root / "run/nvidia-persistenced")
     assert persistenced.link_runtime_dir(paths.driver_root, runtime) == socket  # idempotent
     daemon = persistenced.start(_runner(tmp_path))
-    _wait_for(socket.exists)
+    wait_until(socket.exists, "the fake daemon's socket", timeout=10)
     assert (tmp_path / "calls.log").read_text() == "nvidia-persistenced --persistence-mode --foreground\n"
     assert daemon.exited() is None
     assert persistenced.stop(daemon) == 0
@@ -83,7 +78,7 @@ def test_stop_kills_a_daemon_ignoring_sigterm(node_host: Callable[[str], HostPat
     paths = node_host("no-nvidia")
     socket = persistenced.link_runtime_dir(paths.driver_root, tmp_path / "container/var/run/nvidia-persistenced")
     daemon = persistenced.start(_runner(tmp_path, "ignore-term"))
-    _wait_for(socket.exists)
+    wait_until(socket.exists, "the fake daemon's socket", timeout=10)
     started = time.monotonic()
     assert persistenced.stop(daemon, grace_s=0.5) == -9
     assert time.monotonic() - started < 3
@@ -93,7 +88,7 @@ def test_death_is_seen(node_host: Callable[[str], HostPaths], tmp_path: Path) ->
     paths = node_host("no-nvidia")
     persistenced.link_runtime_dir(paths.driver_root, tmp_path / "container/var/run/nvidia-persistenced")
     daemon = persistenced.start(_runner(tmp_path, "die"))
-    _wait_for(lambda: daemon.exited() is not None)
+    wait_until(lambda: daemon.exited() is not None, "the fake daemon's exit", timeout=10)
     assert daemon.exited() == 3
     assert persistenced.stop(daemon) == 3  # stopping a dead daemon is harmless
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support import FIXTURES, require
+from helpers.support import FIXTURES, require
 
 from driver_container.formats.elfdeps import ElfDeps, ElfFormatError, read_elf_deps
 from driver_container.publish.sources import ElfFacts

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from support import ARTEFACTS, FIXTURES, require
+from helpers.support import ARTEFACTS, FIXTURES, require
 
 from driver_container.formats.elfdeps import read_elf_deps
 

@@ -12,9 +12,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.support import require
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from support import require
 
 from driver_container.errors import HostReadError
 from driver_container.formats.ldcache import (

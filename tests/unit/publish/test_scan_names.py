@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 
 import pytest
-from support import ARTEFACTS, FIXTURES, require
+from helpers.support import ARTEFACTS, FIXTURES, require
 
 from driver_container.paths import Root
 from driver_container.publish.scan import _final_name, read_cache

@@ -1,5 +1,5 @@
 """A disposable copy of a fixture host plus the image userspace, and ``nvidia-driver`` run on it as a
-real process. Shared by tests/hostile and tests/faults.
+real process (tests/hostile, tests/faults, tests/property, tests/integration, bench/run_all.py).
 
 The module tools on PATH are fakes that record their argv NUL-separated (so a value with spaces or
 newlines is recorded exactly as the kernel would receive it) and never run a shell on the values.
@@ -7,17 +7,14 @@ newlines is recorded exactly as the kernel would receive it) and never run a she
 
 from __future__ import annotations
 
-import hashlib
-import os
 import shutil
-import stat
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fakes import fixture_host_env, install_recording_tools, recorded_calls
-from support import FIXTURES
+from helpers.fakes import fixture_host_env, install_recording_tools, recorded_calls
+from helpers.support import FIXTURES
 
 HOSTS = FIXTURES / "hosts"
 USERSPACE = FIXTURES / "userspace" / "debian-595.91.07"
@@ -28,6 +25,9 @@ MODULE_TOOLS = ("modprobe", "rmmod", "insmod")
 
 @dataclass
 class Host:
+    """A copy of a fixture host (``root``) and of an image userspace (``userspace``, USERSPACE_ROOT) under
+    ``base``, with the recording module tools and the fake daemons of helpers.fakes first on PATH."""
+
     base: Path
     root: Path
     userspace: Path
@@ -48,6 +48,28 @@ class Host:
     def tool_calls(self) -> list[list[str]]:
         """argv of every module-tool call, exactly as received."""
         return recorded_calls(self.calls)
+
+    def status(self) -> str | None:
+        """The status file's word (Ready, NotReady), None until init has written it."""
+        path = self.run_dir / "validations/.driver-daemons-status"
+        return path.read_text() if path.exists() else None
+
+    # The fabric fakes' view (helpers.fakes.fabric_env, add_fabric_to_image), on the hosts given them.
+    @property
+    def fabric_run(self) -> Path:
+        return Path(self.env["FABRICMANAGER_RUN_DIR"])
+
+    @property
+    def fake(self) -> Path:
+        return Path(self.env["FAKE_DIR"])
+
+    def log(self) -> list[str]:
+        """The fake daemons' and nvidia-smi's log lines (their argv), in order."""
+        path = Path(self.env["FAKE_LOG"])
+        return path.read_text().splitlines() if path.exists() else []
+
+    def daemon_lines(self) -> list[str]:
+        return [line for line in self.log() if not line.startswith("nvidia-smi")]
 
     def argv(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "driver_container", *args]
@@ -78,28 +100,3 @@ def make_host(base: Path, scenario: str = SCENARIO, userspace: Path = USERSPACE)
     host.env = env
     return host
 
-
-Entry = tuple[str, int, int, str]  # (kind, mode, nlink, content digest or link target)
-
-
-def snapshot(top: Path, *, skip: tuple[Path, ...] = (), nlink: bool = True) -> dict[str, Entry]:
-    """Every entry below ``top`` (not following links): type, mode, link count and content."""
-    found: dict[str, Entry] = {}
-    for dirpath, dirnames, filenames in os.walk(top):
-        here = Path(dirpath)
-        dirnames[:] = [d for d in dirnames if here / d not in skip]
-        for name in [*dirnames, *filenames]:
-            path = here / name
-            if path in skip:
-                continue
-            st = os.lstat(path)
-            if stat.S_ISREG(st.st_mode):
-                content = hashlib.sha256(path.read_bytes()).hexdigest()
-            elif stat.S_ISLNK(st.st_mode):
-                content = os.readlink(path)
-            else:
-                content = ""
-            kind = stat.S_IFMT(st.st_mode)
-            links = st.st_nlink if nlink and not stat.S_ISDIR(st.st_mode) else 0
-            found[str(path.relative_to(top))] = (oct(kind), stat.S_IMODE(st.st_mode), links, content)
-    return found

@@ -1,6 +1,6 @@
 """Every parser of untrusted input, as one callable per name, with real samples to mutate.
 
-Shared by the property tests (tests/property/test_property_parsers.py) and the fuzz script
+Shared by the property tests (tests/property) and the fuzz script
 (bench/fuzz.py): a target takes arbitrary bytes and may raise only ``DriverContainerError``
 subclasses (the issue-9 contract).
 The samples come from the fixture trees (real files or exact copies of real kernel output).
@@ -32,11 +32,11 @@ from driver_container.manager.kube import _retry_after
 from driver_container.manager.kubeconfig import parse_kubeconfig
 from driver_container.publish.manifest import parse_manifest
 from driver_container.settings import parse_seconds
+from helpers.support import FIXTURES
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 HOST = FIXTURES / "hosts" / "talos-1.13-open-595"
 USERSPACE = FIXTURES / "userspace" / "debian-595.91.07"
-SAMPLES = Path(__file__).resolve().parent / "samples"
+SAMPLES = FIXTURES / "samples"
 # Small cap so a decompression bomb or a huge claimed size must hit it, never allocate for real.
 MODULE_CAP = 1 << 20
 

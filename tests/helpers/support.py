@@ -1,4 +1,4 @@
-"""Shared test helpers: where the real artefacts live, and how a missing prerequisite is reported.
+"""Where the real artefacts and the fixture trees live, and how a missing prerequisite is reported.
 
 Under CI=true a missing prerequisite is a test FAILURE, never a silent skip (DEVELOPERS.md); on a
 developer machine it is a skip that says which set-up step provides it.
@@ -17,10 +17,12 @@ import pytest
 if TYPE_CHECKING:
     from driver_container.paths import HostPaths
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
 SYNTHETIC_VERSION = "595.91.07"  # tests/fixtures/userspace/debian-595.91.07 (build.sh)
 MODULES = FIXTURES / "modules"  # the kbuild-built module fixtures and the script that made them
+NODE_FIXTURES = FIXTURES / "node"  # /proc, /sys and host trees of GPU nodes (device nodes, firmware, peermem)
+MANAGER_FIXTURES = FIXTURES / "manager"  # driver-manager scenarios (README.md there)
 ARTEFACTS = Path(os.environ.get("ARTEFACTS_DIR", REPO / ".cache" / "artefacts"))
 IN_CI = os.environ.get("CI", "").lower() == "true"
 

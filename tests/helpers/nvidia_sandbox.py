@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Sequence
 from typing import Any
 
-from support import require
+from helpers.support import require
 
 # Character devices (major, minor) of a minimal /dev (Documentation/admin-guide/devices.txt).
 _BASIC_NODES = {"null": (1, 3), "zero": (1, 5), "urandom": (1, 9), "tty": (5, 0)}

@@ -1,5 +1,5 @@
 """Fake modprobe/rmmod/modinfo, first on PATH, acting on a copy of a fixture host (shared by
-tests/unit/generic and tests/integration/test_init_generic.py; import as ``fakes``: tests/ is on sys.path).
+tests/unit/generic and tests/integration/test_init_generic.py).
 
 Each fake appends one line per call to ``calls.log`` (tool name and arguments, tab-separated), then
 changes the copy the way the kernel would: modprobe adds a /proc/modules line and /sys/module/<m>/
@@ -16,10 +16,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from support import FIXTURES, fixture_paths
-
 from driver_container.paths import HostPaths
 from driver_container.runtime.runner import Runner
+from helpers.support import FIXTURES, fixture_paths
 
 LOG = """printf "%s" "${0##*/}" >>"$FAKE_LOG"
 for a in "$@"; do printf "\\t%s" "$a" >>"$FAKE_LOG"; done
@@ -126,7 +125,7 @@ def make_fake_host(
     return FakeHost(root, paths, Runner(forbidden=forbidden, env=env), log, fake_dir, env)
 
 
-FAKE_PERSISTENCED = Path(__file__).resolve().parent / "unit" / "node" / "fake_persistenced.py"
+FAKE_PERSISTENCED = Path(__file__).resolve().parent / "fake_persistenced.py"
 
 
 def install_recording_tools(bindir: Path, calls: Path) -> None:
@@ -186,8 +185,8 @@ def node_env(host: Path, userspace: Path, run_dir: Path, path: str | None = None
     }  # fmt: skip
 
 
-FAKE_FABRIC = Path(__file__).resolve().parent / "unit" / "node" / "fake_fabric.py"
-FAKE_NVIDIA_SMI = Path(__file__).resolve().parent / "unit" / "node" / "fake_nvidia_smi.py"
+FAKE_FABRIC = Path(__file__).resolve().parent / "fake_fabric.py"
+FAKE_NVIDIA_SMI = Path(__file__).resolve().parent / "fake_nvidia_smi.py"
 # The fields of NVIDIA's fabricmanager.cfg that matter here, with the packages' defaults (not its text).
 FABRICMANAGER_CFG = """# fabricmanager.cfg (test image)
 LOG_LEVEL=4

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hostenv import snapshot
+from helpers.trees import snapshot
 
 MANIFEST = ".driver-container/manifest.json"
 
