@@ -51,6 +51,7 @@ def init(
     try:
         run_init(host_paths(ctx), settings, Runner(), options)
     except DriverContainerError as exc:
+        # Lazy, hot path: only a refusal reports from here (the Ready report is the publishing child's).
         from driver_container.manager.nodereport import REFUSED, NodeVerdict, report
 
         report(NodeVerdict(REFUSED, reason=exc.message))  # the Node shows why; never masks ``exc``

@@ -87,7 +87,7 @@ def run_reload(paths: HostPaths, settings: Settings, runner: Runner) -> None:
                         TALOS_NO_PEERMEM)
         else:
             if not talos and modwait.missing_modules(paths, (PEERMEM,)):
-                from driver_container.modprobe import generic
+                from driver_container.modprobe import generic  # lazy, hot path: never on Talos
 
                 params = generic.read_module_params(paths, "nvidia-peermem")
                 runner.run(generic.build_modprobe_argv("nvidia-peermem", params, settings.driver_version))
