@@ -13,7 +13,6 @@ import contextlib
 import gc
 import logging
 import os
-import pickle
 import select
 import signal
 import time
@@ -22,6 +21,7 @@ from types import FrameType
 from typing import TypeVar, cast, overload
 
 from driver_container.errors import DriverContainerError
+from driver_container.runtime.childresult import decode_result, encode_result
 
 log = logging.getLogger(__name__)
 
@@ -140,10 +140,7 @@ def run_in_child(func: Callable[[], T], stop: Shutdown | None = None, grace_s: f
     log.info("verify-and-publish process (pid %d): peak RSS %.1f MB", pid, usage.ru_maxrss / 1024)
     if data is None:  # killed after a signal: what it left half done is the caller's to undo
         return None
-    try:
-        kind, value = pickle.loads(data) if data else ("died", None)
-    except (pickle.UnpicklingError, EOFError, AttributeError, TypeError):
-        kind, value = "died", None
+    kind, value = decode_result(data)
     if kind == "ok":
         return cast(T, value)
     if kind == "error" and isinstance(value, DriverContainerError):
@@ -219,10 +216,7 @@ class BackgroundChild:
             self._chunks.append(chunk)
             return False
         self._reap()
-        try:
-            kind, value = pickle.loads(b"".join(self._chunks))
-        except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ValueError):
-            kind, value = "died", None
+        kind, value = decode_result(b"".join(self._chunks))
         if kind == "error":
             log.warning("%s failed: %s", self.what, value.message if isinstance(value, DriverContainerError) else value)
         elif kind != "ok":
@@ -259,9 +253,9 @@ def _child_main(func: Callable[[], object], write_fd: int, parent: int) -> None:
         log.exception("unexpected error while verifying and publishing")
         payload, code = ("error", DriverContainerError(f"internal error: {exc!r}")), 70
     try:
-        data = pickle.dumps(payload)
-    except (pickle.PicklingError, TypeError, AttributeError):
-        data = pickle.dumps(("error", DriverContainerError(str(payload[1]))))
+        data = encode_result(payload)
+    except Exception:
+        data = encode_result(("error", DriverContainerError(str(payload[1]))))
     with contextlib.suppress(OSError):
         _write_all(write_fd, data)
     os._exit(code)
