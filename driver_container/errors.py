@@ -108,14 +108,21 @@ class UsageError(DriverContainerError):
         self.name, self.value = name, value
 
 
-class HostReadError(DriverContainerError):
+class PathError(DriverContainerError):
+    """A failure about one file or directory: ``path`` (None where no single path is at fault)."""
+
+    def __init__(self, message: str, *, path: _PathLike | None = None, fix: str | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.path = None if path is None else os.fspath(path)
+
+
+class HostReadError(PathError):
     """A host, procfs or sysfs file (``path``) cannot be read or is malformed (at ``line``, from 1)."""
 
     def __init__(
         self, message: str, *, path: _PathLike | None = None, line: int | None = None, fix: str | None = None
     ) -> None:
-        super().__init__(message, fix=fix)
-        self.path = None if path is None else os.fspath(path)
+        super().__init__(message, path=path, fix=fix)
         self.line = line
 
 
@@ -131,12 +138,8 @@ class SymlinkLoopError(HostReadError):
     """Too many symlinks while resolving a path (``path``) inside a root (ELOOP)."""
 
 
-class ModuleFormatError(DriverContainerError):
+class ModuleFormatError(PathError):
     """A kernel module file (``path``) is not a readable module (bad ELF, compression, signature...)."""
-
-    def __init__(self, message: str, *, path: _PathLike | None = None, fix: str | None = None) -> None:
-        super().__init__(message, fix=fix)
-        self.path = None if path is None else os.fspath(path)
 
 
 class ModuleNotFoundInTreeError(DriverContainerError):
@@ -164,12 +167,8 @@ class VerificationError(DriverContainerError):
         self.loaded_version, self.file_version, self.userspace_version = loaded_version, file_version, userspace_version
 
 
-class UserspaceError(DriverContainerError):
+class UserspaceError(PathError):
     """The image's NVIDIA userspace (at ``path``) is missing, inconsistent or unsafe to publish."""
-
-    def __init__(self, message: str, *, path: _PathLike | None = None, fix: str | None = None) -> None:
-        super().__init__(message, fix=fix)
-        self.path = None if path is None else os.fspath(path)
 
 
 class ElfFormatError(UserspaceError):
@@ -186,22 +185,18 @@ class DerError(ValueError):
         self.message, self.offset = message, offset
 
 
-class PublishError(DriverContainerError):
+class PublishError(PathError):
     """Writing the driver root (at ``path``) failed; the previous root is left intact."""
 
-    def __init__(self, message: str, *, path: _PathLike | None = None, fix: str | None = None) -> None:
-        super().__init__(message, fix=fix)
-        self.path = None if path is None else os.fspath(path)
 
-
-class LockError(DriverContainerError):
+class LockError(PathError):
     """Another instance holds the pid-file lock. ``path``: the pid file; ``holder``: its pid, when known."""
 
     def __init__(
         self, message: str, *, path: _PathLike | None = None, holder: int | None = None, fix: str | None = None
     ) -> None:
-        super().__init__(message, fix=fix)
-        self.path, self.holder = None if path is None else os.fspath(path), holder
+        super().__init__(message, path=path, fix=fix)
+        self.holder = holder
 
 
 class ModuleWaitTimeout(DriverContainerError):
@@ -252,7 +247,7 @@ class ModuleLoadError(CommandError):
         self.modules = modules
 
 
-class KubernetesError(DriverContainerError):
+class KubernetesError(PathError):
     """The Kubernetes API refused or failed a request: its ``method`` and ``resource`` (the API path, or
     the kind waited for), ``status`` (the HTTP status; None: no answer); or its configuration is unusable:
     ``path`` (the kubeconfig or credential file)."""
@@ -261,9 +256,8 @@ class KubernetesError(DriverContainerError):
         self, message: str, *, method: str | None = None, resource: str | None = None, status: int | None = None,
         path: _PathLike | None = None, fix: str | None = None,
     ) -> None:  # fmt: skip
-        super().__init__(message, fix=fix)
+        super().__init__(message, path=path, fix=fix)
         self.method, self.resource, self.status = method, resource, status
-        self.path = None if path is None else os.fspath(path)
 
 
 class DaemonError(DriverContainerError):
@@ -281,12 +275,8 @@ class FabricError(DaemonError):
     """Fabric Manager or NVLSM could not start, died, or the GPUs' fabric did not complete in time."""
 
 
-class HostDriverPresentError(DriverContainerError):
+class HostDriverPresentError(PathError):
     """The host provides the NVIDIA userspace (``path``: its nvidia-smi); the driver container must not run."""
-
-    def __init__(self, message: str, *, path: _PathLike | None = None, fix: str | None = None) -> None:
-        super().__init__(message, fix=fix)
-        self.path = None if path is None else os.fspath(path)
 
 
 class VerdictFormatError(DriverContainerError):

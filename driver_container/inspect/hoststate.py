@@ -99,11 +99,7 @@ def read_loaded_modules(paths: HostPaths) -> LoadedModules:
     """Loaded state of every NVIDIA module from /proc/modules and /sys/module (cheap; polled by init)."""
     problems: list[Problem] = []
     proc: dict[str, ProcModule] = {}
-    try:
-        text = paths.proc.read_text_or_none("modules", limit=4 << 20)
-    except HostReadError as exc:
-        problems.append(Problem.of(exc))
-        text = None
+    text = noted(problems, lambda: paths.proc.read_text_or_none("modules", limit=4 << 20), None)
     if text is not None:  # absent on kernels without module support; sysfs initstate decides then
         rejects: list[str] = []
         proc = {m.name: m for m in parse_proc_modules(text, rejects=rejects)}
@@ -115,10 +111,7 @@ def read_loaded_modules(paths: HostPaths) -> LoadedModules:
         problems.extend(sysfs.problems)
         params = sysfs.parameters
         if name == "nvidia" and (name in proc or sysfs.present):
-            try:
-                params = {**params, **read_nvidia_params(paths)}
-            except HostReadError as exc:
-                problems.append(Problem.of(exc))
+            params = {**params, **noted(problems, lambda: read_nvidia_params(paths), {})}
         result[name] = _merge(name, proc.get(name), sysfs, params)
     return LoadedModules(result, tuple(problems))
 
@@ -210,12 +203,8 @@ class FirmwareFound(NamedTuple):
 
 def locate_firmware(paths: HostPaths, names: list[str], kver: str | None) -> FirmwareFound:
     problems: list[Problem] = []
-    try:
-        custom = (paths.sys.read_text_or_none(str(FIRMWARE_PATH_PARAM), limit=4096) or "").strip()
-    except HostReadError as exc:
-        problems.append(Problem.of(exc))
-        custom = ""
-    places = _firmware_roots(paths, kver, custom)
+    custom = noted(problems, lambda: paths.sys.read_text_or_none(str(FIRMWARE_PATH_PARAM), limit=4096), None)
+    places = _firmware_roots(paths, kver, (custom or "").strip())
     result: dict[str, str | None] = {}
     for name in names:
         result[name] = None

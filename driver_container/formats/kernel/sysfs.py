@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from driver_container.errors import HostReadError, Problem
+from driver_container.errors import HostReadError, Problem, noted
 from driver_container.formats.numbers import parse_int
 from driver_container.paths import Root
 
@@ -48,19 +48,11 @@ class _ModuleDir:
         self.problems: list[Problem] = []
 
     def attr(self, name: str) -> str | None:
-        try:
-            text = self.root.read_text_or_none(f"{self.base}/{name}", limit=SMALL)
-        except HostReadError as exc:
-            self.problems.append(Problem.of(exc))
-            return None
+        text = noted(self.problems, lambda: self.root.read_text_or_none(f"{self.base}/{name}", limit=SMALL), None)
         return None if text is None else text.strip()
 
     def entries(self, name: str) -> list[str]:
-        try:
-            return self.root.listdir(f"{self.base}/{name}")
-        except HostReadError as exc:
-            self.problems.append(Problem.of(exc))
-            return []
+        return noted(self.problems, lambda: self.root.listdir(f"{self.base}/{name}"), [])
 
     def number(self, name: str) -> int | None:
         text = self.attr(name)
