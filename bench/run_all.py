@@ -166,8 +166,8 @@ def rss_rows(quick: bool) -> list[Row]:
 
 
 def publishing_child_peak_mb(stderr: str) -> float | None:
-    """The child's ru_maxrss that init logs after verify-and-publish (supervise.run_in_child)."""
-    match = re.search(r"verify-and-publish process \(pid \d+\): peak RSS ([\d.]+) MB", stderr)
+    """The child's ru_maxrss that init logs after publishing (supervise.run_in_child)."""
+    match = re.search(r"publishing process \(pid \d+\): peak RSS ([\d.]+) MB", stderr)
     return float(match[1]) if match else None
 
 

@@ -13,9 +13,9 @@ import stat
 from collections import deque
 from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
-from typing import NamedTuple
 
 from driver_container.errors import HostFileNotFound, HostReadError, SymlinkLoopError
+from driver_container.records import NamedRecord
 
 MAX_SYMLINKS = 40  # Linux MAXSYMLINKS: ELOOP after 40 links in one lookup (fs/namei.c)
 DEFAULT_READ_LIMIT = 1 << 20  # kernel text files and os-release are far below 1 MiB
@@ -25,12 +25,12 @@ def _split(inner: str | PurePosixPath) -> list[str]:
     return [p for p in str(inner).split("/") if p not in ("", ".")]
 
 
-class Root(NamedTuple):
+class Root(NamedRecord):
     """A directory seen as ``/`` by the code that reads below it.
 
-    The records on the start-up path are NamedTuples, not frozen dataclasses: on CPython 3.11 creating a
-    frozen dataclass compiles six methods (~1 ms each class, ~40 ms of an unchanged restart for 38
-    classes); a NamedTuple compiles one (bench/startup.py, issue 18)."""
+    The records on the start-up path are NamedRecords (records.py), not frozen dataclasses: on CPython 3.11
+    creating a frozen dataclass compiles six methods (~1 ms each class, ~40 ms of an unchanged restart for
+    38 classes); a namedtuple compiles one (bench/startup.py, issue 18)."""
 
     path: Path
     # lstat answers remembered for the lifetime of this object (see ``snapshot``): None = not remembered.
@@ -170,7 +170,7 @@ class Root(NamedTuple):
                 yield self.inner_path(Path(dirpath) / name)
 
 
-class HostRootOption(NamedTuple):
+class HostRootOption(NamedRecord):
     """One host root: its environment variable (the CLI option is ``--<env lowercased, dashed>``), the
     ``HostPaths`` field it sets and the option's help. Adding a root: a field and a row here."""
 
@@ -204,7 +204,7 @@ ENV_NAMES: tuple[str, ...] = tuple(r.env for r in HOST_ROOTS)
 OPERATOR_OS_RELEASE = Path("/host-etc/os-release")
 
 
-class HostPaths(NamedTuple):
+class HostPaths(NamedRecord):
     """Where everything is. Defaults are the production layout inside the driver pod."""
 
     host_root: Path = Path("/host")

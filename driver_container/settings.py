@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Literal, NamedTuple, TypeVar, get_args
+from typing import Literal, TypeVar, get_args
 
 from driver_container.errors import UsageError
-from driver_container.formats.kernel.fabric import overrides_from_env
 from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
 from driver_container.formats.numbers import parse_decimal_seconds
+from driver_container.records import NamedRecord
 
 # Fixed-choice knobs as Literal types, so mypy checks every comparison with them.
 PlatformChoice = Literal["auto", "talos", "generic"]  # DRIVER_PLATFORM
@@ -60,7 +60,7 @@ def parse_seconds(name: str, value: str | None, default: float) -> float:
     return seconds
 
 
-class Settings(NamedTuple):
+class Settings(NamedRecord):
     driver_platform: PlatformChoice = "auto"  # DRIVER_PLATFORM
     driver_version: str | None = None  # DRIVER_VERSION: the version the image claims to ship
     kernel_module_type: ModuleTypeChoice = "auto"  # KERNEL_MODULE_TYPE (operator)
@@ -124,5 +124,21 @@ class Settings(NamedTuple):
                 "NVIDIA_FABRICMANAGER", e.get("NVIDIA_FABRICMANAGER"), DAEMON_CHOICES, "auto"
             ),
             fabric_wait_timeout=parse_seconds("FABRIC_WAIT_TIMEOUT", e.get("FABRIC_WAIT_TIMEOUT"), 600.0),
-            fabric_overrides=overrides_from_env(e),
+            fabric_overrides=fabric_overrides_from_env(e),
         )
+
+
+FABRIC_OVERRIDE_PREFIX = "NVFM_CONFIG_"  # NVIDIA's driver container: NVFM_CONFIG_<FIELD> sets fabricmanager.cfg's FIELD
+
+
+def fabric_overrides_from_env(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """``NVFM_CONFIG_<FIELD>`` pairs, sorted by field; empty or malformed field names are dropped. Here, not
+    in formats/kernel/fabric.py: every start reads the environment, only NVSwitch nodes need the fabric's
+    parsers (their import was ~0.5 ms of every start, bench/startup.py)."""
+    pairs = []
+    for name, value in env.items():
+        field = name[len(FABRIC_OVERRIDE_PREFIX):] if name.startswith(FABRIC_OVERRIDE_PREFIX) else ""
+        if field.isascii() and field.isidentifier():  # [A-Za-z_][A-Za-z0-9_]*, as fabricmanager.cfg's names
+            # One line per field: a newline in a value would inject another setting.
+            pairs.append((field, value.replace("\r", " ").replace("\n", " ")))
+    return tuple(sorted(pairs))

@@ -13,10 +13,11 @@ import os
 import stat
 import struct
 from pathlib import Path
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, BinaryIO
 
 from driver_container.errors import ElfFormatError
 from driver_container.formats.elffacts import ElfDeps
+from driver_container.records import NamedRecord
 
 __all__ = ["ELF_MAGIC", "ElfDeps", "ElfFormatError", "read_elf_deps"]
 
@@ -31,14 +32,14 @@ MAX_TABLE = 16 << 20  # program header table and .dynstr: real ones are KiB (lib
 _SEGMENT_TYPES = {1: "PT_LOAD", 2: "PT_DYNAMIC", 3: "PT_INTERP"}  # the only p_type values used here
 
 
-class _Segment(NamedTuple):
+class _Segment(NamedRecord):
     kind: str
     offset: int
     vaddr: int
     filesz: int
 
 
-class _Header(NamedTuple):
+class _Header(NamedRecord):
     machine: str
     elf_class: int
     elf_type: str
@@ -135,7 +136,7 @@ def _dynamic_strings(elf: _Header, segments: list[_Segment], dynamic: _Segment, 
     return ElfStrings(needed, soname, paths)
 
 
-class ElfStrings(NamedTuple):
+class ElfStrings(NamedRecord):
     needed: list[str]
     soname: str | None
     runpath: list[str]

@@ -6,10 +6,10 @@ these facts without importing the reader's structures (bench/startup.py, issue 1
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from driver_container.records import NamedRecord
 
 
-class ElfDeps(NamedTuple):
+class ElfDeps(NamedRecord):
     """PT_INTERP, DT_SONAME, DT_NEEDED and DT_RUNPATH of one ELF object, with its machine, class and type."""
 
     machine: str  # pyelftools e_machine name, e.g. "EM_X86_64", "EM_AARCH64"

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from driver_container.errors import LdCacheFormatError
+from driver_container.records import NamedRecord
 
 NEW_MAGIC = b"glibc-ld.so.cache1.1"
 OLD_MAGIC = b"ld.so-1.7.0"
@@ -44,7 +44,7 @@ LD_SO_CACHE_LIMIT = 64 << 20
 _ENDIAN = {0: "<", 2: "<", 3: ">"}
 
 
-class CacheEntry(NamedTuple):
+class CacheEntry(NamedRecord):
     flags: int
     key: str  # the SONAME
     value: str  # the library path, as seen inside the root the cache belongs to

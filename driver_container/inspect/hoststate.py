@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from driver_container.errors import HostReadError, Problem, noted
 from driver_container.formats.kernel.modules import (
@@ -33,11 +33,11 @@ from driver_container.formats.userspace_layout import IMAGE_FIRMWARE_DIRS
 from driver_container.inspect.modfiles import read_module_files
 from driver_container.inspect.platform import PlatformInfo, detect_platform
 from driver_container.inspect.userspace import UserspaceVersion, find_userspace
-from driver_container.inspect.verdict import adopt_verdict
 from driver_container.node.firmware import PARAM as FIRMWARE_PATH_PARAM
 from driver_container.node.rootmount import read_mounts
 from driver_container.paths import HostPaths, Root
 from driver_container.publish.status import read_publish_status
+from driver_container.records import NamedRecord
 from driver_container.settings import Settings
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ NVREG = "NVreg_"  # /proc/driver/nvidia/params drops this prefix of the modinfo 
 HOST_FIRMWARE_DIRS = ("/lib/firmware/updates/{kver}", "/lib/firmware/updates", "/lib/firmware/{kver}", "/lib/firmware")
 
 
-class LoadedModule(NamedTuple):
+class LoadedModule(NamedRecord):
     name: str
     loaded: bool
     builtin: bool
@@ -90,7 +90,7 @@ def read_nvidia_params(paths: HostPaths) -> dict[str, str]:
     return {NVREG + k: v for k, v in parse_nvidia_params(text or "").items()}
 
 
-class LoadedModules(NamedTuple):
+class LoadedModules(NamedRecord):
     modules: dict[str, LoadedModule]  # every name of NVIDIA_MODULES
     problems: tuple[Problem, ...] = ()  # unreadable or malformed /proc/modules, /sys/module files
 
@@ -116,7 +116,7 @@ def read_loaded_modules(paths: HostPaths) -> LoadedModules:
     return LoadedModules(result, tuple(problems))
 
 
-class HostState(NamedTuple):
+class HostState(NamedRecord):
     platform: PlatformInfo
     settings: Settings
     modules: dict[str, LoadedModule]
@@ -152,7 +152,7 @@ def read_nvidia_version(paths: HostPaths) -> NvidiaProcVersion | None:
         raise HostReadError(f"{where}: {exc.message}", path=where, fix=exc.fix) from exc
 
 
-class RequestedParams(NamedTuple):
+class RequestedParams(NamedRecord):
     params: dict[str, tuple[tuple[str, str], ...]]  # module -> ((NAME, VALUE), ...)
     problems: tuple[Problem, ...] = ()  # unreadable or malformed /drivers/<module>.conf
 
@@ -196,7 +196,7 @@ def _firmware_roots(paths: HostPaths, kver: str | None, custom: str) -> list[tup
     return places
 
 
-class FirmwareFound(NamedTuple):
+class FirmwareFound(NamedRecord):
     where: dict[str, str | None]  # firmware name -> where it was found (None: nowhere)
     problems: tuple[Problem, ...] = ()
 
@@ -233,11 +233,13 @@ def _fabric(paths: HostPaths) -> FabricInfo | None:
     return inspect_fabric(paths)
 
 
-def inspect_host(paths: HostPaths, settings: Settings, platform: PlatformInfo | None = None) -> HostState:
-    """Read the whole host picture (no checks: callers run ``findings.check`` on it). Reads module files
-    (pyelftools). ``platform``: the caller's detection, where it made one (detected once per process)."""
+def inspect_host(
+    paths: HostPaths, settings: Settings, platform: PlatformInfo | None = None, loaded: LoadedModules | None = None
+) -> HostState:
+    """Read the whole host picture (no checks: callers run ``findings.check`` on it), module files included.
+    ``platform``, ``loaded``: the caller's detection and module read, where it made them (once per process)."""
     platform = platform or detect_platform(paths, settings.driver_platform)
-    loaded = read_loaded_modules(paths)
+    loaded = loaded or read_loaded_modules(paths)
     problems: list[Problem] = [*platform.problems, *loaded.problems]
     modules, nvidia_loaded = loaded.modules, loaded.modules["nvidia"].loaded
     version = noted(problems, lambda: read_nvidia_version(paths), None) if nvidia_loaded else None
@@ -249,6 +251,8 @@ def inspect_host(paths: HostPaths, settings: Settings, platform: PlatformInfo | 
     userspace = find_userspace(paths)
     files_source = "host"
     if not files and kver:  # no host root here (the operator's main container): driver-manager's verdict
+        from driver_container.inspect.verdict import adopt_verdict  # lazy, hot path: only without a host root
+
         files, files_source = adopt_verdict(paths, settings.driver_config_digest, userspace.version, kver)
     firmware_names = sorted({fw for f in files.values() for fw in f.firmware})
     problems.extend(userspace.problems)

@@ -12,11 +12,11 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import PurePosixPath
-from typing import NamedTuple
 
 from driver_container.errors import DriverContainerError
 from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
 from driver_container.paths import HostPaths, Root
+from driver_container.records import NamedRecord
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ MAX_MODULE_SIZE = 512 << 20  # nvidia.ko with debug info is ~100 MiB; anything f
 MODULES_DEP_LIMIT = 16 << 20
 
 
-class ModuleFile(NamedTuple):
+class ModuleFile(NamedRecord):
     path: PurePosixPath  # inside the host root
     name: str
     version: str | None = None

@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal
 
 from driver_container.errors import HostReadError, Problem, noted
 from driver_container.paths import HostPaths, Root
+from driver_container.records import NamedRecord
 
 if TYPE_CHECKING:  # settings stays out of the peermem probe's imports (a hot path, bench/probe.py)
     from driver_container.settings import PlatformChoice
@@ -28,7 +29,7 @@ _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PROC_VERSION_TALOS = re.compile(r"^Linux version \S+-talos\s")
 
 
-class PlatformInfo(NamedTuple):
+class PlatformInfo(NamedRecord):
     name: PlatformKind
     talos_version: str | None
     evidence: str

@@ -14,13 +14,14 @@ import logging
 import os
 import stat
 from pathlib import Path, PurePosixPath
-from typing import Literal, NamedTuple
+from typing import Literal
 
 from driver_container.errors import HostReadError, Problem
 from driver_container.formats.elfarch import HEADER_BYTES, elf_machine
 from driver_container.formats.ldcache import FLAGS_BY_MACHINE, LD_SO_CACHE, LD_SO_CACHE_LIMIT, parse_ld_cache
 from driver_container.formats.userspace_layout import LIBRARY_DIRS, VERSION_LIBS, driver_versions, version_of
 from driver_container.paths import HostPaths, Root
+from driver_container.records import NamedRecord
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,7 @@ log = logging.getLogger(__name__)
 VersionSource = Literal["search-path", "ld.so.cache", "none"]
 
 
-class UserspaceVersion(NamedTuple):
+class UserspaceVersion(NamedRecord):
     """The image's driver version as the toolkit finds it, and where (the version finder's view; what a
     publish takes is ``publish.model.PublishSources``)."""
 

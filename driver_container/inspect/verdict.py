@@ -20,12 +20,13 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import PurePosixPath
-from typing import Any, NamedTuple, get_args
+from typing import Any, get_args
 
 from driver_container.errors import DriverContainerError, VerdictFormatError
 from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
 from driver_container.inspect.modfiles import ModuleFile
 from driver_container.paths import HostPaths
+from driver_container.records import NamedRecord
 from driver_container.runtime.fsutil import atomic_write_text
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ FILE_FINDINGS = ("MODULE_FILE_MISMATCH", "MODULE_FILE_UNREADABLE", "VERMAGIC_MIS
 _STR_FIELDS = ("version", "srcversion", "vermagic", "license", "signer", "error")
 
 
-class Binding(NamedTuple):
+class Binding(NamedRecord):
     """What a verdict is valid for; all four must match the reader's."""
 
     boot_id: str | None
@@ -49,7 +50,7 @@ class Binding(NamedTuple):
     kernel_release: str | None
 
 
-class Verdict(NamedTuple):
+class Verdict(NamedRecord):
     binding: Binding
     module_files: dict[str, ModuleFile]
     findings: tuple[str, ...]  # "CODE: message" of the writer's checks, for `status`

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from driver_container.errors import (
     DaemonError,
@@ -20,10 +20,11 @@ from driver_container.errors import (
 )
 from driver_container.formats.kernel.nvidia_proc import nvswitch_proc_present
 from driver_container.lifecycle.modwait import POLL_S, PROGRESS_S, required_modules, wait_for_modules
-from driver_container.lifecycle.publishing import check_published_root, publish_in_child
+from driver_container.lifecycle.publishing import after_ready, report_ready, verify_and_publish
 from driver_container.lifecycle.verify import detect
 from driver_container.node import devices, firmware
 from driver_container.paths import HostPaths
+from driver_container.records import NamedRecord
 from driver_container.runtime import statusfiles
 from driver_container.runtime.lock import PidLock
 from driver_container.runtime.runner import Runner
@@ -46,7 +47,7 @@ T = TypeVar("T")
 SOCKET_WAIT_S = 10.0
 
 
-class InitOptions(NamedTuple):
+class InitOptions(NamedRecord):
     no_wait: bool = False
     persistenced_runtime_dir: Path | None = None  # None: persistenced.CONTAINER_RUNTIME_DIR
     poll_s: float = POLL_S
@@ -113,12 +114,16 @@ def _init_stages(
         from driver_container.lifecycle.generic_host import prepare_generic  # lazy, hot path: not on Talos
 
         names = prepare_generic(paths, settings, runner, names, info)
-    if _interrupted(shutdown, "the module wait") or not wait_for_modules(
+    if _interrupted(shutdown, "the module wait"):
+        return
+    loaded = wait_for_modules(
         paths, settings, shutdown, talos=not started.generic_host, poll_s=opts.poll_s,
         progress_s=opts.progress_s, names=names, talos_version=info.talos_version,
-    ):  # fmt: skip
+    )  # fmt: skip
+    if loaded is None or _interrupted(shutdown, "verify and publish"):
         return
-    if _interrupted(shutdown, "verify and publish") or not publish_in_child(paths, settings, runner, shutdown, info):
+    published = verify_and_publish(paths, settings, runner, shutdown, info, loaded)
+    if published is None:
         return
     if _interrupted(shutdown, "the node steps"):
         return
@@ -138,12 +143,14 @@ def _init_stages(
     statusfiles.write_daemons_status(paths, ready=True)
     if opts.no_wait:
         log.info("Done (--no-wait): driver root published at %s", paths.driver_root)
+        report_ready(published)  # after Ready: the Node's annotations are not on its critical path
         return
     log.info("Done, now waiting for signal")
-    # Once, in a nice-19 SCHED_IDLE child: hash the published root against its manifest (whose digests
-    # may come from the image's index). Readiness stays Ready whatever it finds: flipping it would restart
-    # consumers over a file they may not even load; the error is logged and `status` reports it.
-    started.verify = BackgroundChild(lambda: check_published_root(paths), "check of the published root")
+    # Once, in a child: annotate the Node, then (nice 19, SCHED_IDLE) hash the published root against its
+    # manifest. Readiness stays Ready whatever it finds: flipping it would restart consumers over a file
+    # they may not even load; the error is logged and `status` reports it.
+    started.verify = BackgroundChild(lambda: after_ready(paths, published), "node report and check of the "
+                                     "published root", low_priority=False)  # fmt: skip
     _wait_for_signal(paths, shutdown, started.daemon, started.fabric, started.verify)
 
 

@@ -17,17 +17,19 @@ from driver_container.runtime.runner import MODULE_TOOLS, Runner
 from driver_container.settings import Settings
 
 if TYPE_CHECKING:
-    from driver_container.inspect.hoststate import HostState
+    from driver_container.inspect.hoststate import HostState, LoadedModules
     from driver_container.inspect.platform import PlatformInfo
 
 log = logging.getLogger(__name__)
 
 
-def verify(paths: HostPaths, settings: Settings, platform: PlatformInfo | None = None) -> HostState:
-    """Host-inspection findings; any error stops here, before DRIVER_ROOT is touched. ``platform``: what
-    ``detect`` found (passed down so one process detects once)."""
+def verify(
+    paths: HostPaths, settings: Settings, platform: PlatformInfo | None = None, loaded: LoadedModules | None = None
+) -> HostState:
+    """Host-inspection findings; any error stops here, before DRIVER_ROOT is touched. ``platform``, ``loaded``:
+    what ``detect`` and the module wait found (passed down so one process reads them once)."""
 
-    state = inspect_host(paths, settings, platform)
+    state = inspect_host(paths, settings, platform, loaded)
     found = check(state)
     # Not reasons to stop: the outcome of an earlier publish (this init redoes it) and what init itself
     # remedies before publishing (DRIVER_ROOT's own mount).

@@ -20,9 +20,10 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 from driver_container.errors import DriverContainerError
+from driver_container.records import NamedRecord
 
 if TYPE_CHECKING:
     import datetime
@@ -41,7 +42,7 @@ MAX_MESSAGE = 1024  # what the events API keeps of a message (events.k8s.io/v1 n
 COMPONENT = "nvidia-driver"
 
 
-class NodeVerdict(NamedTuple):
+class NodeVerdict(NamedRecord):
     result: VerdictResult
     version: str | None = None  # loaded nvidia module version
     flavour: ModuleFlavour | None = None

@@ -15,12 +15,12 @@ import logging
 import os
 import stat
 from pathlib import Path
-from typing import NamedTuple
 
 from driver_container.errors import HostReadError, PublishError
 from driver_container.formats.kernel.devices import parse_mig_minors, parse_proc_devices
 from driver_container.formats.kernel.nvidia_proc import read_gpus
 from driver_container.paths import HostPaths
+from driver_container.records import NamedRecord
 from driver_container.runtime.fsutil import contained
 
 log = logging.getLogger(__name__)
@@ -31,14 +31,14 @@ MODESET_MINOR = 254  # NV_MODESET_MINOR_DEVICE_NUM (nvidia-modeset)
 NVIDIA_MAJOR_NAMES = ("nvidia", "nvidia-frontend", "nvidiactl")  # frontend: drivers before ~550
 
 
-class DeviceNode(NamedTuple):
+class DeviceNode(NamedRecord):
     name: str  # relative to DRIVER_ROOT/dev, e.g. "nvidia0" or "nvidia-caps/nvidia-cap1"
     major: int
     minor: int
     mode: int = NODE_MODE
 
 
-class NodeReport(NamedTuple):
+class NodeReport(NamedRecord):
     created: tuple[str, ...]
     unchanged: tuple[str, ...]
     not_permitted: tuple[str, ...]

@@ -16,10 +16,10 @@ import errno
 import logging
 import os
 from pathlib import PurePosixPath
-from typing import NamedTuple
 
 from driver_container.errors import HostReadError
 from driver_container.paths import HostPaths
+from driver_container.records import NamedRecord
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +37,7 @@ class FirmwarePathResult(enum.Enum):
     TOO_LONG = "too-long"
 
 
-class FirmwarePathReport(NamedTuple):
+class FirmwarePathReport(NamedRecord):
     result: FirmwarePathResult
     wanted: str
     found: str | None

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal
 
 from driver_container.errors import CommandError, PublishError
 from driver_container.formats.kernel.mountinfo import Mount, mount_containing, parse_mountinfo, top_mount_at
 from driver_container.paths import HostPaths
+from driver_container.records import NamedRecord
 
 if TYPE_CHECKING:  # status reads mounts through this module too: no subprocess import for it
     from driver_container.runtime.runner import Runner
@@ -60,7 +61,7 @@ def describe(mount: Mount) -> str:
 RootMountAction = Literal["keep", "mount", "none"]
 
 
-class RootMountDecision(NamedTuple):
+class RootMountDecision(NamedRecord):
     """What to do at DRIVER_ROOT; ``holder`` is the mount that holds it now (None: unknown)."""
 
     action: RootMountAction

@@ -22,13 +22,14 @@ import re
 import threading
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from driver_container.errors import HostFileNotFound, HostReadError, PublishError
 from driver_container.formats.elffacts import ElfDeps
 from driver_container.formats.userspace_layout import DIGEST_INDEX
 from driver_container.paths import Root
 from driver_container.publish.manifest import elf_from_json, elf_to_json
+from driver_container.records import NamedRecord
 from driver_container.runtime.fsutil import check_relative
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 NS = 1_000_000_000
 
 
-class IndexEntry(NamedTuple):
+class IndexEntry(NamedRecord):
     path: str  # real path relative to USERSPACE_ROOT (no link in it)
     size: int
     mtime_ns: int

@@ -25,9 +25,10 @@ import logging
 import os
 import stat
 from pathlib import Path, PurePosixPath
-from typing import Literal, NamedTuple, get_args
+from typing import Literal, get_args
 
 from driver_container.errors import PublishError
+from driver_container.records import NamedRecord
 from driver_container.runtime.fsutil import (
     atomic_write_text,
     check_relative,
@@ -50,7 +51,7 @@ MAX_JOURNAL = 16 << 20  # ~100 bytes a step; a publish has ~50 steps
 JournalAction = Literal["mkdir", "put", "remove"]  # what one step of a commit does at its path
 
 
-class Step(NamedTuple):
+class Step(NamedRecord):
     action: JournalAction
     path: str  # relative to DRIVER_ROOT
     existed: bool  # something was at ``path`` before the step (kept aside while the commit runs)

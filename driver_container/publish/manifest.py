@@ -19,10 +19,11 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal, NamedTuple, get_args
+from typing import Any, Literal, get_args
 
 from driver_container.errors import PublishError
 from driver_container.formats.elffacts import ElfDeps
+from driver_container.records import NamedRecord
 from driver_container.runtime.fsutil import check_relative, open_regular, opened_dir
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ RecordType = Literal["file", "link"]
 RECORD_TYPES: tuple[RecordType, ...] = get_args(RecordType)
 
 
-class Record(NamedTuple):
+class Record(NamedRecord):
     path: str
     type: RecordType
     mode: int
@@ -54,7 +55,7 @@ class Record(NamedTuple):
 SourceKey = tuple[str, int, int]  # (real source path, size, mtime_ns)
 
 
-class Manifest(NamedTuple):
+class Manifest(NamedRecord):
     """What the last commit published. ``inputs`` and ``cache`` let a restart recognise an unchanged root
     without planning (``publish.unchanged``): what the plan was computed from, and the (size, mtime_ns)
     of the ld.so.cache the commit put in place; "" and None where that is not known."""

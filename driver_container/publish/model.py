@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
-from typing import Literal, NamedTuple
+from typing import Literal
 
 from driver_container.formats.elffacts import ElfDeps
 from driver_container.publish.manifest import RecordType
+from driver_container.records import NamedRecord
 
 
-class SourceFile(NamedTuple):
+class SourceFile(NamedRecord):
     """A regular file to publish: where it really is and what it is."""
 
     real: Path  # resolved host path (inside USERSPACE_ROOT, or the ldconfig found on PATH)
@@ -20,7 +21,7 @@ class SourceFile(NamedTuple):
     elf: ElfDeps | None = None
 
 
-class PublishSources(NamedTuple):
+class PublishSources(NamedRecord):
     """Every file of the image's userspace that a publish of ``version`` takes, resolved and read (the
     input of the pure planner). Not ``inspect.userspace.UserspaceVersion``, which is only what the version
     finder saw; both look through ``formats.userspace_layout.LIBRARY_DIRS``."""
@@ -46,7 +47,7 @@ class PublishSources(NamedTuple):
 EntryKind = Literal[RecordType, "text"]
 
 
-class PlannedEntry(NamedTuple):
+class PlannedEntry(NamedRecord):
     path: PurePosixPath  # relative to DRIVER_ROOT
     kind: EntryKind
     mode: int = 0o644
@@ -55,7 +56,7 @@ class PlannedEntry(NamedTuple):
     target: str | None = None  # relative link target
 
 
-class PublishPlan(NamedTuple):
+class PublishPlan(NamedRecord):
     version: str
     triplet: str
     entries: tuple[PlannedEntry, ...]
@@ -70,7 +71,7 @@ class PublishPlan(NamedTuple):
         return PurePosixPath("usr/lib") / self.triplet
 
 
-class PublishReport(NamedTuple):
+class PublishReport(NamedRecord):
     written: int
     unchanged: int
     removed: int

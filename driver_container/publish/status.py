@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from driver_container.paths import HostPaths
 from driver_container.publish.journal import interrupted
 from driver_container.publish.manifest import read_manifest
+from driver_container.records import NamedRecord
 from driver_container.runtime.statusfiles import read_publish_failure
 
 
-class PublishStatus(NamedTuple):
+class PublishStatus(NamedRecord):
     """What ``status`` says about DRIVER_ROOT: the published version (from its manifest, read bounded and
     without following links), the last failed publish, and whether one was interrupted (journal left)."""
 

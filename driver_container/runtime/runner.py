@@ -13,9 +13,9 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
 
 from driver_container.errors import CommandError, ForbiddenCommandError
+from driver_container.records import NamedRecord
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 MODULE_TOOLS = frozenset({"modprobe", "rmmod", "insmod"})
 
 
-class CompletedCommand(NamedTuple):
+class CompletedCommand(NamedRecord):
     argv: tuple[str, ...]
     returncode: int
     stdout: str

@@ -11,9 +11,9 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
 
 from driver_container.errors import PublishError
+from driver_container.records import NamedRecord
 from driver_container.runtime.fsutil import (
     create_temporary,
     open_regular,
@@ -34,7 +34,7 @@ KERNEL_CHUNK = 1 << 30  # per copy_file_range/sendfile call (the kernel caps one
 NO_COPY_RANGE = frozenset({errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS, errno.EBADF})
 
 
-class StagedFile(NamedTuple):
+class StagedFile(NamedRecord):
     """New content under a temporary name on ``target``'s filesystem (beside it, or in the publish's
     staging directory); ``commit`` renames it into place through directory descriptors of ``root``."""
 

@@ -2,9 +2,9 @@
 
 ``Shutdown`` turns termination signals into a flag plus a wake-up pipe (``signal.set_wakeup_fd``), so a
 SIGTERM ends any wait at once and cleanup runs in ordinary code. ``run_in_child`` runs the heavy
-verify-and-publish step in a forked child, so the long-waiting parent keeps a small RSS;
-``BackgroundChild`` runs one at the lowest priority while the parent goes on waiting (the check of the
-published root after Ready).
+publish step in a forked child, so the long-waiting parent keeps a small RSS; ``BackgroundChild`` runs
+one while the parent goes on waiting (the Node's annotations and the check of the published root after
+Ready, the latter at the lowest priority).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def run_in_child(func: Callable[[], T], stop: Shutdown | None = None, grace_s: f
     (SIGKILL; it may be stuck in a read of a slow or hostile file) and None is returned; what it left half
     done is for the caller to undo (the publish journal). So SIGTERM is honoured within 2 s at every stage.
 
-    Verifying and publishing import pyelftools and hash every file; done in a child, none of that stays
+    Publishing imports the planner and the copier and may hash every file; done in a child, none of that stays
     in the parent that then waits for days (issue 4: waiting RSS <= 30 MB). The child ignores termination
     signals (the parent decides) and dies with its parent (PR_SET_PDEATHSIG), as it would with the
     container's PID namespace. Without the kill a child stuck on a hostile file would keep the pod from
@@ -137,7 +137,7 @@ def run_in_child(func: Callable[[], T], stop: Shutdown | None = None, grace_s: f
         os.close(read_fd)
     _, status, usage = os.wait4(pid, 0)
     # ru_maxrss of the child is in KiB on Linux (getrusage(2)); bench/run_all.py reads this line.
-    log.info("verify-and-publish process (pid %d): peak RSS %.1f MB", pid, usage.ru_maxrss / 1024)
+    log.info("publishing process (pid %d): peak RSS %.1f MB", pid, usage.ru_maxrss / 1024)
     if data is None:  # killed after a signal: what it left half done is the caller's to undo
         return None
     kind, value = decode_result(data)
@@ -147,7 +147,7 @@ def run_in_child(func: Callable[[], T], stop: Shutdown | None = None, grace_s: f
         raise value
     how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit {os.waitstatus_to_exitcode(status)}"
     raise DriverContainerError(
-        f"the verify-and-publish process (pid {pid}) ended without a result ({how})",
+        f"the publishing process (pid {pid}) ended without a result ({how})",
         fix="see the messages above; run init again (publishing is idempotent)",
     )
 
@@ -161,7 +161,7 @@ def _collect(read_fd: int, pid: int, stop: Shutdown | None, grace_s: float) -> b
             deadline = time.monotonic() + grace_s
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
-            log.warning("%s: stopping the verify-and-publish process (pid %d)", stop and stop.describe(), pid)
+            log.warning("%s: stopping the publishing process (pid %d)", stop and stop.describe(), pid)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             return None
@@ -173,7 +173,7 @@ def _collect(read_fd: int, pid: int, stop: Shutdown | None, grace_s: float) -> b
         chunks.append(chunk)
 
 
-def _lowest_priority() -> None:
+def lowest_priority() -> None:
     """nice 19 and SCHED_IDLE (sched(7)): the child runs only on CPU time nothing else wants."""
     os.nice(19)
     with contextlib.suppress(OSError, AttributeError):  # refused under some seccomp profiles: nice still holds
@@ -181,21 +181,23 @@ def _lowest_priority() -> None:
 
 
 class BackgroundChild:
-    """A forked child running ``func`` at the lowest priority while the parent goes on with its own waits.
+    """A forked child running ``func`` while the parent goes on with its own waits; at the lowest priority
+    from the start unless ``low_priority=False`` (``func`` may then call ``lowest_priority`` itself).
 
     The parent polls ``fileno`` (readable when the child wrote its result or died), then calls ``collect``;
     ``kill`` ends it at once (SIGKILL, reaped), for a termination signal. Errors of ``func`` are logged by
     ``collect``, never raised: what it checks is advisory.
     """
 
-    def __init__(self, func: Callable[[], object], what: str) -> None:
+    def __init__(self, func: Callable[[], object], what: str, *, low_priority: bool = True) -> None:
         self.what = what
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child; its result is asserted through the parent
             os.close(read_fd)
-            _lowest_priority()
+            if low_priority:
+                lowest_priority()
             _child_main(func, write_fd, parent)
         os.close(write_fd)
         self.pid: int | None = pid
@@ -250,7 +252,7 @@ def _child_main(func: Callable[[], object], write_fd: int, parent: int) -> None:
     except DriverContainerError as exc:
         payload, code = ("error", exc), exc.exit_code
     except BaseException as exc:  # an unexpected bug: report it, never continue in a forked copy
-        log.exception("unexpected error while verifying and publishing")
+        log.exception("unexpected error in a forked child of init")
         payload, code = ("error", DriverContainerError(f"internal error: {exc!r}")), 70
     try:
         data = encode_result(payload)

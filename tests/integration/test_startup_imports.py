@@ -1,10 +1,11 @@
 """What an unchanged restart imports (issue 18): each module on that path costs start-up time on every GPU
 node, every restart. ``PYTHONPROFILEIMPORTTIME`` lists every import of the process and of its forked
-publishing child (the flag is inherited), so this sees both sides of ``init``.
+publishing child, if there were one (the flag is inherited); an unchanged restart forks none.
 
 On CPython 3.11 creating a frozen dataclass costs ~1 ms (docs/development.md): the records on this path
 are NamedTuples, so ``dataclasses`` itself must not be imported. Neither may the publisher, pyelftools,
-the module loader, hashing or the thread pool: an unchanged root is recognised from its manifest.
+the module loader, hashing or the thread pool: an unchanged root is recognised from its manifest, in
+``init`` itself, so neither ``ctypes`` (PR_SET_PDEATHSIG of a child) nor ``pickle`` is needed either.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from helpers.hostenv import Host, make_host
 
 VERSION = "595.91.07"
 # Imported only when something is to be written, or never on Talos (modprobe/), or outside a cluster
-# (the Kubernetes client), or on NVSwitch nodes (Fabric Manager).
+# (the Kubernetes client), or on NVSwitch nodes (Fabric Manager), or in a forked child (ctypes, pickle).
 NOT_ON_AN_UNCHANGED_RESTART = (
-    "dataclasses", "hashlib", "concurrent.futures", "elftools", "requests", "yaml",
+    "dataclasses", "hashlib", "ctypes", "pickle", "concurrent.futures", "elftools", "requests", "yaml",
     "driver_container.publish.publisher", "driver_container.publish.copier", "driver_container.modprobe",
     "driver_container.node.fabric", "driver_container.node.fabricmanager", "driver_container.node.persistenced",
 )  # fmt: skip
@@ -40,6 +41,7 @@ def _restart(h: Host) -> set[str]:
     again = h.run("init", "--no-wait", PYTHONPROFILEIMPORTTIME="1")
     assert again.returncode == 0, again.stderr
     assert "unchanged since its last publish" in again.stderr, again.stderr[-2000:]
+    assert "publishing process" not in again.stderr, "an unchanged restart forked a publishing child"
     return _imported(again.stderr)
 
 

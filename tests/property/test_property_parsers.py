@@ -96,3 +96,26 @@ def test_random_unicode_digits(name: str, choice: st.DataObject) -> None:
     seed = choice.draw(st.sampled_from(TARGETS[name].seeds()))
     digit = st.characters(categories=["Nd", "No"]) | st.sampled_from(UNICODE_DIGITS)
     _survives(TARGETS[name], _with_unicode_digits(seed, choice.draw(digit), choice.draw(st.integers(1, 5))))
+
+
+# Plain lines, shell syntax and every whitespace Python knows but shlex does not (\x0b, \x1c, \xa0...).
+_CONF_CHARS = st.sampled_from(list("NVreg_=1a. \t'\"\\#\x0b\x0c\x1c\x85\xa0\u2028-"))
+
+
+@BOUNDED
+@given(line=st.text(_CONF_CHARS, max_size=40))
+def test_conf_word_split_is_shlex(line: str) -> None:
+    """modconf.shell_words skips importing shlex on plain lines: it must split exactly as shlex does."""
+    import shlex
+
+    from driver_container.formats.modconf import shell_words
+
+    try:
+        expected: list[str] | None = shlex.split(line, comments=True)
+    except ValueError:
+        expected = None
+    if expected is None:
+        with pytest.raises(ValueError):
+            shell_words(line)
+    else:
+        assert shell_words(line) == expected

@@ -48,7 +48,7 @@ def test_table_has_one_line_per_row_with_verdict() -> None:
 
 
 def test_peak_rss_is_the_publishing_childs_line() -> None:
-    err = "12:00:00 INFO    verify-and-publish process (pid 4242): peak RSS 61.5 MB\n"
+    err = "12:00:00 INFO    publishing process (pid 4242): peak RSS 61.5 MB\n"
     assert run_all.publishing_child_peak_mb(err) == 61.5
     assert run_all.publishing_child_peak_mb("no such line") is None
 

@@ -64,7 +64,7 @@ def test_waiting_turns_the_collector_back_on() -> None:
 
 
 def test_waiting_for_the_publishing_child_is_still_start_up() -> None:
-    """The parent collecting the verify-and-publish child must not run collections (still starting)."""
+    """The parent collecting the publishing child must not run collections (still starting)."""
     gc.disable()
     shutdown = Shutdown().install()
     try:

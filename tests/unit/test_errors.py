@@ -43,7 +43,7 @@ from driver_container.errors import (
 )
 from driver_container.formats.elfdeps import read_elf_deps
 from driver_container.formats.kmod import read_module
-from driver_container.formats.kmod.der import parse_one
+from driver_container.formats.kmod.der import element
 from driver_container.formats.ldcache import parse_ld_cache
 from driver_container.formats.modconf import driver_major, parse_module_conf
 from driver_container.inspect.verdict import parse_verdict
@@ -132,7 +132,7 @@ def test_format_errors_name_their_file(tmp_path: Path) -> None:
         read_elf_deps(tmp_path / "libcuda.so.1")
     assert elf.value.path == str(tmp_path / "libcuda.so.1")
     with pytest.raises(DerError) as der:
-        parse_one(b"\x30\x05\x02")  # a SEQUENCE of 5 bytes with 1 present
+        element(b"\x30\x05\x02")  # a SEQUENCE of 5 bytes with 1 present
     assert der.value.offset == 2
     with pytest.raises(VerdictFormatError) as verdict:
         parse_verdict('{"format": "something else"}')

@@ -10,9 +10,8 @@ Text in, frozen data out; lines that do not match are skipped, never guessed.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from driver_container.formats.numbers import parse_uint
+from driver_container.records import NamedRecord
 
 # Kernel char-device majors are 12 bits (include/linux/kdev_t.h MINORBITS=20 -> major < 4096).
 MAX_MAJOR = 4095
@@ -20,7 +19,7 @@ MAX_MAJOR = 4095
 MAX_MINOR = (1 << 20) - 1
 
 
-class CharDevices(NamedTuple):
+class CharDevices(NamedRecord):
     """Character-device majors by name (``/proc/devices``, first section only)."""
 
     majors: tuple[tuple[str, int], ...]
@@ -35,7 +34,7 @@ class CharDevices(NamedTuple):
         return tuple(name for name, _ in self.majors if name.startswith(prefix))
 
 
-class MigMinor(NamedTuple):
+class MigMinor(NamedRecord):
     capability: str  # e.g. "gpu0/gi1/access" or "config"
     minor: int
 

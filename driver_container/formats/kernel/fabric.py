@@ -20,12 +20,11 @@ Sources:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import NamedTuple
+
+from driver_container.records import NamedRecord
 
 NVLINK5_VPD_MARKER = b"SW_MNG"
 IS_SM_DISABLED = 0x00000400  # IB PortInfo CapabilityMask bit (IBTA vol. 1, 14.2.5.6)
-OVERRIDE_PREFIX = "NVFM_CONFIG_"
 
 _FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _GPU_HEADER = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
@@ -61,17 +60,6 @@ def usable_management_port(guid: int | None, cap_mask: int | None) -> bool:
     return bool(guid) and cap_mask is not None and not cap_mask & IS_SM_DISABLED
 
 
-def overrides_from_env(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """``NVFM_CONFIG_<FIELD>`` pairs, sorted by field; empty or malformed field names are dropped."""
-    pairs = []
-    for name, value in env.items():
-        field = name[len(OVERRIDE_PREFIX):] if name.startswith(OVERRIDE_PREFIX) else ""
-        if field and _FIELD.match(field):
-            # One line per field: a newline in a value would inject another setting.
-            pairs.append((field, value.replace("\r", " ").replace("\n", " ")))
-    return tuple(sorted(pairs))
-
-
 def parse_config(text: str) -> dict[str, str]:
     """``FIELD=value`` lines of fabricmanager.cfg (comments and blank lines skipped; last one wins)."""
     fields: dict[str, str] = {}
@@ -95,7 +83,7 @@ def apply_overrides(text: str, overrides: tuple[tuple[str, str], ...] | list[tup
     return "\n".join(lines) + "\n"
 
 
-class GpuFabric(NamedTuple):
+class GpuFabric(NamedRecord):
     pci_id: str
     state: str  # "Completed" | "In Progress" | "Not Started" | "Not Supported" | "N/A" | other text
     status: str | None  # "Success", an NVML error text, "N/A" or None when not printed

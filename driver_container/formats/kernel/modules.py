@@ -8,12 +8,11 @@ on a kernel built without ``CONFIG_MODULE_UNLOAD``.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from driver_container.formats.kernel.modules_line import parse_module_line
+from driver_container.records import NamedRecord
 
 
-class ProcModule(NamedTuple):
+class ProcModule(NamedRecord):
     name: str
     size: int
     refcnt: int | None  # None without CONFIG_MODULE_UNLOAD

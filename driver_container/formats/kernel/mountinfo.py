@@ -9,9 +9,9 @@ A line is ``ID PARENT MAJ:MIN ROOT MOUNT_POINT OPTIONS [OPTIONAL...] - FSTYPE SO
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
 
 from driver_container.formats.numbers import parse_uint
+from driver_container.records import NamedRecord
 
 # The kernel writes space, tab, newline and backslash in paths as \ooo (fs/proc_namespace.c, mangle()).
 _OCTAL = re.compile(r"\\([0-7]{3})")
@@ -21,7 +21,7 @@ def _unescape(field: str) -> str:
     return _OCTAL.sub(lambda m: chr(parse_uint(m.group(1), base=8) or 0), field) if "\\" in field else field
 
 
-class Mount(NamedTuple):
+class Mount(NamedRecord):
     """One mountinfo line."""
 
     mount_id: int

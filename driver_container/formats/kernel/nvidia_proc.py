@@ -11,11 +11,12 @@ so /sys/module/nvidia/parameters does not exist).
 from __future__ import annotations
 
 import re
-from typing import Literal, NamedTuple
+from typing import Literal
 
 from driver_container.errors import HostReadError, Problem
 from driver_container.formats.numbers import parse_uint
 from driver_container.paths import Root
+from driver_container.records import NamedRecord
 
 # Created by the nvidia module on NVSwitch and NVLink5 systems (node/fabric.py says how each is told apart).
 NVSWITCH_PROC_DIR = "driver/nvidia-nvswitch"
@@ -43,7 +44,7 @@ SMALL = 64 * 1024
 ModuleFlavour = Literal["open", "proprietary"]
 
 
-class NvidiaProcVersion(NamedTuple):
+class NvidiaProcVersion(NamedRecord):
     version: str
     flavour: ModuleFlavour
     arch: str
@@ -52,7 +53,7 @@ class NvidiaProcVersion(NamedTuple):
     nvrm_line: str
 
 
-class GpuInfo(NamedTuple):
+class GpuInfo(NamedRecord):
     pci_id: str
     model: str | None
     uuid: str | None
@@ -116,7 +117,7 @@ def gpu_from_information(pci_id: str, fields: dict[str, str]) -> GpuInfo:
     )
 
 
-class GpuList(NamedTuple):
+class GpuList(NamedRecord):
     gpus: tuple[GpuInfo, ...]  # sorted by PCI id
     problems: tuple[Problem, ...] = ()  # GPU directories or files that could not be read
 

@@ -9,16 +9,15 @@ non-zero permissions (NVIDIA's ``NVreg_*`` are 0, see nvidia_proc.py).
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from driver_container.errors import HostReadError, Problem, noted
 from driver_container.formats.numbers import parse_int
 from driver_container.paths import Root
+from driver_container.records import NamedRecord
 
 SMALL = 64 * 1024  # sysfs attributes are at most one page
 
 
-class SysfsModule(NamedTuple):
+class SysfsModule(NamedRecord):
     name: str
     present: bool  # /sys/module/<name> exists
     initstate: str | None

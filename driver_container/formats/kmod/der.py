@@ -6,26 +6,25 @@ against the enclosing buffer, so hostile input raises ``DerError`` instead of re
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from driver_container.errors import DerError
 from driver_container.formats.numbers import parse_uint
 
 _MAX_LENGTH_BYTES = 4  # lengths above 4 GiB cannot occur inside a module signature
 
-
-class Tlv(NamedTuple):
-    # A NamedTuple, not a frozen dataclass: ~20 are made per module and frozen __init__ is slow.
-    tag: int  # the identifier octet (class, constructed bit, low tag number)
-    value: bytes
-
-    @property
-    def constructed(self) -> bool:
-        return bool(self.tag & 0x20)
+# One element as offsets into the buffer it was read from: (identifier octet, start of its contents, end
+# of its contents). Offsets, not a record holding a slice: a module's signature is ~20 elements, a module
+# tree has thousands of modules, and a record plus a copy per element was ~a third of modinfo's library
+# time over the Debian tree (bench/modinfo.py, issue 18).
+Element = tuple[int, int, int]
 
 
-def _read(data: bytes, pos: int) -> tuple[Tlv, int]:
-    if pos + 2 > len(data):
+def element(data: bytes, pos: int = 0, end: int | None = None) -> Element:
+    """The element at ``pos``, which must end by ``end`` (default: the end of ``data``).
+
+    Trailing bytes after it are the caller's business (OpenSSL's d2i ignores them).
+    """
+    end = len(data) if end is None else end
+    if pos + 2 > end:
         raise DerError(f"truncated DER element at offset {pos}", offset=pos)
     tag = data[pos]
     if tag & 0x1F == 0x1F:
@@ -38,44 +37,44 @@ def _read(data: bytes, pos: int) -> tuple[Tlv, int]:
         count = first & 0x7F
         if count == 0 or count > _MAX_LENGTH_BYTES:
             raise DerError(f"unsupported DER length form 0x{first:02x}", offset=pos - 1)
-        if pos + count > len(data):
+        if pos + count > end:
             raise DerError("truncated DER length", offset=pos)
         length = int.from_bytes(data[pos : pos + count], "big")
         pos += count
-    if pos + length > len(data):
+    if pos + length > end:
         raise DerError(f"DER element of {length} bytes runs past the end of its container", offset=pos)
-    return Tlv(tag, data[pos : pos + length]), pos + length
+    return tag, pos, pos + length
 
 
-def parse_one(data: bytes) -> Tlv:
-    """The first element of ``data`` (trailing bytes are ignored, as OpenSSL's d2i does)."""
-    return _read(data, 0)[0]
-
-
-def children(tlv: Tlv) -> list[Tlv]:
-    """The elements inside a constructed element."""
-    if not tlv.constructed:
-        raise DerError(f"DER element with tag 0x{tlv.tag:02x} is not constructed")
-    out: list[Tlv] = []
-    pos = 0
-    while pos < len(tlv.value):
-        item, pos = _read(tlv.value, pos)
+def inside(data: bytes, outer: Element) -> list[Element]:
+    """The elements inside a constructed element, each checked to end within it."""
+    tag, pos, end = outer
+    if not tag & 0x20:
+        raise DerError(f"DER element with tag 0x{tag:02x} is not constructed", offset=pos)
+    out: list[Element] = []
+    while pos < end:
+        item = element(data, pos, end)
         out.append(item)
+        pos = item[2]
     return out
 
 
-def oid_text(tlv: Tlv) -> str:
-    """Dotted text of an OBJECT IDENTIFIER."""
-    if tlv.tag != 0x06 or not tlv.value:
-        raise DerError(f"expected an OBJECT IDENTIFIER, found tag 0x{tlv.tag:02x}")
+def contents(data: bytes, item: Element) -> bytes:
+    return data[item[1] : item[2]]
+
+
+def oid_text(value: bytes) -> str:
+    """Dotted text of an OBJECT IDENTIFIER's contents."""
+    if not value:
+        raise DerError("empty OBJECT IDENTIFIER")
     arcs: list[int] = []
-    value = 0
-    for byte in tlv.value:
-        value = (value << 7) | (byte & 0x7F)
+    arc = 0
+    for byte in value:
+        arc = (arc << 7) | (byte & 0x7F)
         if not byte & 0x80:
-            arcs.append(value)
-            value = 0
-    if tlv.value[-1] & 0x80:
+            arcs.append(arc)
+            arc = 0
+    if value[-1] & 0x80:
         raise DerError("truncated OBJECT IDENTIFIER")
     first = min(arcs[0] // 40, 2)
     return ".".join(str(a) for a in (first, arcs[0] - 40 * first, *arcs[1:]))

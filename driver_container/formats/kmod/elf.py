@@ -11,10 +11,10 @@ buffer before use, so a truncated or hostile file gives a ``ModuleFormatError`` 
 from __future__ import annotations
 
 import struct
-from typing import NamedTuple
 
 from driver_container.errors import ModuleFormatError
 from driver_container.formats.kmod.compression import Buffer
+from driver_container.records import NamedRecord
 
 ELF_MAGIC = b"\x7fELF"
 SHT_NOBITS = 8
@@ -30,7 +30,7 @@ _MODULE_NAME_LEN = {1: 60, 2: 56}  # 64 - sizeof(unsigned long)
 _WANTED = (b".modinfo", b".gnu.linkonce.this_module")
 
 
-class ElfSections(NamedTuple):
+class ElfSections(NamedRecord):
     modinfo: bytes | None
     this_module_name: bytes | None
     elfclass: int  # 32 or 64

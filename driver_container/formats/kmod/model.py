@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from driver_container.records import NamedRecord
 
 
-class ModuleParameter(NamedTuple):
+class ModuleParameter(NamedRecord):
     """One ``parm``/``parmtype`` pair merged by name, as kmod's modinfo merges them."""
 
     name: str
@@ -13,7 +13,7 @@ class ModuleParameter(NamedTuple):
     type: str | None
 
 
-class Signature(NamedTuple):
+class Signature(NamedRecord):
     """The appended module signature (kernel ``struct module_signature`` plus its payload).
 
     ``algo``, ``hash`` and ``id_type`` are the raw trailer bytes; for PKCS#7 (id_type 2) the other
@@ -31,7 +31,7 @@ class Signature(NamedTuple):
     id_type: int
 
 
-class ModuleInfo(NamedTuple):
+class ModuleInfo(NamedRecord):
     """Metadata of one module file. ``fields`` keeps every ``.modinfo`` entry in section order."""
 
     filename: str | None

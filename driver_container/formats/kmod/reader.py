@@ -14,7 +14,6 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
 
 from driver_container.errors import ModuleFormatError
 from driver_container.formats.elfarch import HEADER_BYTES, elf_machine
@@ -45,48 +44,61 @@ def absolute_name(path: str | Path) -> str:
     return text if text.startswith("/") else f"{os.getcwd()}/{text}"
 
 
-def _read_capped(stream: BinaryIO, max_size: int) -> bytes:
+def _read_capped(fd: int, max_size: int, first: int) -> bytes:
+    """Up to ``max_size + 1`` bytes to the end of the file; ``first`` sizes the first read (st_size + 1
+    reads a regular file in one call; a FIFO or device has no size to trust)."""
     chunks: list[bytes] = []
     total = 0
+    size = first
     while total <= max_size:
-        chunk = stream.read(min(1 << 20, max_size + 1 - total))
+        chunk = os.read(fd, min(size, max_size + 1 - total))
         if not chunk:
             break
         chunks.append(chunk)
         total += len(chunk)
-    return b"".join(chunks)
+        size = 1 << 20
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _too_big(label: str, size: int, max_size: int) -> ModuleFormatError:
     return ModuleFormatError(f"{label}: file of {size} bytes is over the {max_size}-byte cap", path=label)
 
 
+def _unreadable(label: str, exc: OSError) -> ModuleFormatError:
+    reason = exc.strerror or errno.errorcode.get(exc.errno or 0, "I/O error")
+    return ModuleFormatError(f"{label}: cannot read: {reason}", path=label)
+
+
 @contextmanager
-def _contents(path: Path, label: str, max_size: int) -> Iterator[Buffer]:
-    """The file's bytes; a large regular file is mapped instead of read (see MMAP_THRESHOLD)."""
+def _contents(path: str | Path, label: str, max_size: int) -> Iterator[Buffer]:
+    """The file's bytes; a large regular file is mapped instead of read (see MMAP_THRESHOLD).
+
+    A file descriptor and ``os.read``, not ``open()``: a buffered file object per module was ~10% of
+    modinfo over a module tree (bench/modinfo.py, issue 18)."""
     try:
-        with open(path, "rb") as stream:
-            info = os.fstat(stream.fileno())
-            if stat.S_ISDIR(info.st_mode):
-                raise ModuleFormatError(f"{label}: is a directory, not a module file", path=label)
-            if not stat.S_ISREG(info.st_mode):
-                data = _read_capped(stream, max_size)  # a FIFO or device: no size to trust
-                if len(data) > max_size:
-                    raise _too_big(label, len(data), max_size)
-            elif info.st_size > max_size:
-                raise _too_big(label, info.st_size, max_size)
-            elif info.st_size >= MMAP_THRESHOLD:
-                with mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-                    yield mapped
-                    return
-            else:
-                # read() sized from st_size: read(max_size + 1) would allocate the whole cap every time.
-                data = stream.read()
-    except IsADirectoryError as exc:
-        raise ModuleFormatError(f"{label}: is a directory, not a module file", path=label) from exc
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
-        reason = exc.strerror or errno.errorcode.get(exc.errno or 0, "I/O error")
-        raise ModuleFormatError(f"{label}: cannot read: {reason}", path=label) from exc
+        raise _unreadable(label, exc) from exc
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise ModuleFormatError(f"{label}: is a directory, not a module file", path=label)
+        if not stat.S_ISREG(info.st_mode):
+            data = _read_capped(fd, max_size, 1 << 20)
+            if len(data) > max_size:
+                raise _too_big(label, len(data), max_size)
+        elif info.st_size > max_size:
+            raise _too_big(label, info.st_size, max_size)
+        elif info.st_size >= MMAP_THRESHOLD:
+            with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as mapped:
+                yield mapped
+                return
+        else:
+            data = _read_capped(fd, max_size, info.st_size + 1)
+    except OSError as exc:
+        raise _unreadable(label, exc) from exc
+    finally:
+        os.close(fd)
     yield data
 
 
@@ -130,9 +142,8 @@ def read_module(
         if len(data) > max_size:
             raise ModuleFormatError(f"{label}: {len(data)} bytes is over the {max_size}-byte cap", path=label)
         return _parse(data, label, filename, max_size)
-    path = source if isinstance(source, Path) else Path(source)
     filename = filename or absolute_name(source)
-    with _contents(path, filename, max_size) as contents:
+    with _contents(source, filename, max_size) as contents:
         return _parse(contents, filename, filename, max_size)
 
 

@@ -14,7 +14,7 @@ import struct
 
 from driver_container.errors import DerError, ModuleFormatError
 from driver_container.formats.kmod.compression import Buffer
-from driver_container.formats.kmod.der import Tlv, children, encode_oid, oid_text, parse_one
+from driver_container.formats.kmod.der import Element, contents, element, encode_oid, inside, oid_text
 from driver_container.formats.kmod.model import Signature
 
 MAGIC = b"~Module signature appended~\n"
@@ -92,10 +92,9 @@ def _c_text(raw: bytes) -> str:
     return raw.split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
 
 
-def _integer_magnitude(tlv: Tlv) -> bytes:
+def _integer_magnitude(raw: bytes) -> bytes:
     # OpenSSL's ASN1_INTEGER keeps the magnitude: DER's sign-padding 0x00 is dropped, and a
     # negative serial (seen in old certificates) is stored as its absolute value.
-    raw = tlv.value
     if raw and raw[0] & 0x80:
         value = -int.from_bytes(raw, "big", signed=True)
         return value.to_bytes((value.bit_length() + 7) // 8, "big")
@@ -103,36 +102,43 @@ def _integer_magnitude(tlv: Tlv) -> bytes:
     return stripped or raw[-1:]
 
 
-def _common_name(issuer: Tlv) -> str:
+def _common_name(der: bytes, issuer: Element) -> str:
     """First commonName of the issuer; kmod falls back to the last attribute when there is none."""
     last: bytes | None = None
-    for rdn in children(issuer):
-        for attribute in children(rdn):
-            oid, value = children(attribute)[:2]
-            last = value.value
-            if oid.value == _OID_COMMON_NAME:
-                return _c_text(value.value)
+    for rdn in inside(der, issuer):
+        for attribute in inside(der, rdn):
+            oid, value = inside(der, attribute)[:2]
+            last = contents(der, value)
+            if contents(der, oid) == _OID_COMMON_NAME:
+                return _c_text(last)
     return "" if last is None else _c_text(last)
 
 
+def _oid(der: bytes, item: Element) -> bytes:
+    if item[0] != 0x06:
+        raise DerError(f"expected an OBJECT IDENTIFIER, found tag 0x{item[0]:02x}", offset=item[1])
+    return contents(der, item)
+
+
 def _pkcs7(der: bytes, label: str, algo: int, hash_: int) -> Signature:
+    # Walked as offsets into ``der`` (der.py); every element is checked to lie within its parent.
     try:
-        content_info = parse_one(der)
-        oid, explicit = children(content_info)[:2]
-        if oid.tag != 0x06 or oid.value != _OID_SIGNED_DATA:
-            raise DerError(f"content type {oid_text(oid)} is not signedData")
-        signed_data = children(explicit)[0]
-        signer_infos = children(signed_data)[-1]
-        signer_info = children(signer_infos)[0]
-        parts = children(signer_info)
+        oid, explicit = inside(der, element(der))[:2]
+        content_type = _oid(der, oid)
+        if content_type != _OID_SIGNED_DATA:
+            raise DerError(f"content type {oid_text(content_type)} is not signedData")
+        signed_data = inside(der, explicit)[0]
+        signer_infos = inside(der, signed_data)[-1]
+        signer_info = inside(der, signer_infos)[0]
+        parts = inside(der, signer_info)
         issuer_and_serial, digest_algorithm = parts[1], parts[2]
-        if issuer_and_serial.tag != 0x30:
+        if issuer_and_serial[0] != 0x30:
             raise DerError("SignerInfo identifies its key by subjectKeyIdentifier, not issuer and serial")
-        issuer, serial = children(issuer_and_serial)[:2]
-        digest_oid = children(digest_algorithm)[0]
-        hash_name = _RAW_HASH_OIDS.get(digest_oid.value) or oid_text(digest_oid)
-        encrypted = next(p for p in parts[3:] if p.tag == 0x04)
-        signer = _common_name(issuer)
+        issuer, serial = inside(der, issuer_and_serial)[:2]
+        digest_oid = _oid(der, inside(der, digest_algorithm)[0])
+        hash_name = _RAW_HASH_OIDS.get(digest_oid) or oid_text(digest_oid)
+        encrypted = next(p for p in parts[3:] if p[0] == 0x04)
+        signer = _common_name(der, issuer)
     except (DerError, IndexError, ValueError, StopIteration) as exc:
         raise ModuleFormatError(
             f"{label}: unreadable PKCS#7 module signature: {exc or 'missing field'}", path=label
@@ -140,9 +146,9 @@ def _pkcs7(der: bytes, label: str, algo: int, hash_: int) -> Signature:
     return Signature(
         sig_id=ID_TYPES[2],
         signer=signer,
-        sig_key=_integer_magnitude(serial),
+        sig_key=_integer_magnitude(contents(der, serial)),
         sig_hashalgo=hash_name,
-        signature=encrypted.value,
+        signature=contents(der, encrypted),
         algo=algo,
         hash=hash_,
         id_type=2,

@@ -6,13 +6,13 @@ from __future__ import annotations
 from driver_container.formats.kernel.fabric import (
     apply_overrides,
     is_nvlink5_vpd,
-    overrides_from_env,
     parse_cap_mask,
     parse_config,
     parse_fabric_states,
     parse_port_guid,
     usable_management_port,
 )
+from driver_container.settings import fabric_overrides_from_env
 
 # The layout of nvidia-smi -q around the Fabric block (Hopper, driver 550+): GPU header, 4-space blocks.
 SMI_Q = """
@@ -69,9 +69,10 @@ def test_port_guid_and_cap_mask() -> None:
 
 
 def test_overrides_from_env() -> None:
-    env = {"NVFM_CONFIG_FABRIC_MODE": "1", "NVFM_CONFIG_": "x", "NVFM_CONFIG_BAD-NAME": "y",
+    env = {"NVFM_CONFIG_FABRIC_MODE": "1", "NVFM_CONFIG_": "x", "NVFM_CONFIG_BAD-NAME": "y", "NVFM_CONFIG_É": "z",
+           "NVFM_CONFIG_1ST": "w",
            "NVFM_CONFIG_LOG_FILE_NAME": "a\nDAEMONIZE=1", "PATH": "/bin"}
-    assert overrides_from_env(env) == (("FABRIC_MODE", "1"), ("LOG_FILE_NAME", "a DAEMONIZE=1"))
+    assert fabric_overrides_from_env(env) == (("FABRIC_MODE", "1"), ("LOG_FILE_NAME", "a DAEMONIZE=1"))
 
 
 def test_apply_overrides_replaces_or_appends_and_keeps_the_rest() -> None:

@@ -83,7 +83,8 @@ def test_no_peermem_on_talos_init_does_not_wait_for_it(tmp_path: Path) -> None:
     assert "nvidia_peermem" in required_modules(rdma, talos=False)
     settings = rdma._replace(module_wait_timeout=0.2)
     paths = fixture_paths(_talos_tree(tmp_path))  # Talos host without nvidia_peermem
-    assert wait_for_modules(paths, settings, Shutdown(), talos=True, poll_s=0.05) is True
+    found = wait_for_modules(paths, settings, Shutdown(), talos=True, poll_s=0.05)
+    assert found is not None and not found.modules["nvidia_peermem"].loaded
 
 
 def test_rdma_on_talos_warns_and_points_at_dma_buf(tmp_path: Path) -> None:

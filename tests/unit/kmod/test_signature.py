@@ -14,7 +14,7 @@ from test_bad_inputs import ELF_PART
 
 from driver_container.errors import ModuleFormatError
 from driver_container.formats.kmod import format_modinfo, read_module
-from driver_container.formats.kmod.der import DerError, Tlv, oid_text
+from driver_container.formats.kmod.der import DerError, oid_text
 from driver_container.formats.kmod.signature import MAGIC, split_signature
 
 
@@ -101,10 +101,10 @@ def test_unreadable_pkcs7(der: bytes) -> None:
 
 
 def test_oid_text() -> None:
-    assert oid_text(Tlv(0x06, bytes.fromhex("608648016503040203"))) == "2.16.840.1.101.3.4.2.3"
-    assert oid_text(Tlv(0x06, bytes.fromhex("550403"))) == "2.5.4.3"
+    assert oid_text(bytes.fromhex("608648016503040203")) == "2.16.840.1.101.3.4.2.3"
+    assert oid_text(bytes.fromhex("550403")) == "2.5.4.3"
     with pytest.raises(DerError):
-        oid_text(Tlv(0x06, b"\x86"))
+        oid_text(b"\x86")
 
 
 def test_fixture_signature_is_parsed_from_the_decompressed_bytes() -> None:
@@ -116,7 +116,7 @@ def test_fixture_signature_is_parsed_from_the_decompressed_bytes() -> None:
 def test_encode_oid_round_trips(oid: str) -> None:
     from driver_container.formats.kmod.der import encode_oid
 
-    assert oid_text(Tlv(0x06, encode_oid(oid))) == oid
+    assert oid_text(encode_oid(oid)) == oid
 
 
 def _der(tag: int, *parts: bytes) -> bytes:

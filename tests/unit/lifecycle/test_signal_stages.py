@@ -58,16 +58,17 @@ def _record(calls: list[str], name: str, func: Callable[..., object]) -> Callabl
     return wrapped
 
 
-@pytest.mark.parametrize("stage", ["detect", "wait_for_modules", "_verify_and_publish", "_node_steps"])
+@pytest.mark.parametrize("stage", ["detect", "wait_for_modules", "verify", "_publish", "_node_steps"])
 def test_signal_after_a_stage_starts_nothing_later(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stage: str) -> None:
     paths = _host(tmp_path)
     calls: list[str] = []
-    owner = publishing if stage == "_verify_and_publish" else lifecycle  # the child's work is publishing's
+    owner = publishing if stage in ("verify", "_publish") else lifecycle  # verify and the child are publishing's
     monkeypatch.setattr(owner, stage, _sigterm_after(getattr(owner, stage)))
-    for later in ("_node_steps", "_start_daemons"):
+    for later in ("_node_steps", "_start_daemons", "_publish"):
         if later != stage:
-            monkeypatch.setattr(lifecycle, later, _record(calls, later, getattr(lifecycle, later)))
-    if stage == "_verify_and_publish":
+            where = publishing if later == "_publish" else lifecycle
+            monkeypatch.setattr(where, later, _record(calls, later, getattr(where, later)))
+    if stage == "_publish":
         # The signal is sent from the publishing child to the parent: the parent lets it finish or kills it.
         parent = os.getpid()
 
@@ -81,6 +82,8 @@ def test_signal_after_a_stage_starts_nothing_later(tmp_path: Path, monkeypatch: 
     assert "_start_daemons" not in calls, "a daemon was started after the signal"
     if stage != "_node_steps":
         assert "_node_steps" not in calls
+    if stage in ("detect", "wait_for_modules", "verify"):
+        assert "_publish" not in calls, "a publishing child was started after the signal"
     assert statusfiles.read_daemons_status(paths) == statusfiles.NOT_READY
     assert not paths.pid_file.exists()
 
@@ -96,7 +99,7 @@ def test_signal_during_the_daemon_start_writes_no_ready(tmp_path: Path, monkeypa
 def test_signal_ends_a_stuck_publishing_child_within_2_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The child ignores signals; one stuck (a FIFO, a hung filesystem) is killed after the grace."""
     paths = _host(tmp_path)
-    monkeypatch.setattr(publishing, "_verify_and_publish", lambda *a: time.sleep(30))
+    monkeypatch.setattr(publishing, "_publish", lambda *a: time.sleep(30))
     timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM))
     timer.start()
     try:

@@ -53,8 +53,14 @@ def test_shutdown_wait_returns_at_once_on_a_signal() -> None:
 
 
 def test_loaded_modules_return_at_once(tmp_path: Path) -> None:
+    """What the last poll read comes back, so that ``inspect_host`` need not read it again."""
     shutdown = Shutdown()  # not installed: wait() only sleeps
-    assert wait_for_modules(_paths("talos-1.13-open-595", tmp_path), Settings(), shutdown, talos=True) is True
+    started = time.monotonic()
+    found = wait_for_modules(_paths("talos-1.13-open-595", tmp_path), Settings(), shutdown, talos=True)
+    assert time.monotonic() - started < 0.5
+    assert found is not None
+    assert [n for n, m in found.modules.items() if m.loaded] == ["nvidia", "nvidia_uvm", "nvidia_modeset"]
+    assert found.modules["nvidia"].version == "595.91.07"
 
 
 def test_timeout_names_missing_modules_and_the_fix(tmp_path: Path) -> None:
@@ -84,5 +90,5 @@ def test_signal_ends_the_wait(tmp_path: Path) -> None:
         )
     finally:
         shutdown.restore()
-    assert result is False
+    assert result is None
     assert time.monotonic() - started < 1.0
