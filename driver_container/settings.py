@@ -11,7 +11,7 @@ from typing import Literal, TypeVar, get_args
 
 from driver_container.errors import UsageError
 from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
-from driver_container.formats.numbers import parse_decimal_seconds
+from driver_container.formats.numbers import is_ascii_name, parse_decimal_seconds
 from driver_container.records import NamedRecord
 
 # Fixed-choice knobs as Literal types, so mypy checks every comparison with them.
@@ -138,7 +138,7 @@ def fabric_overrides_from_env(env: Mapping[str, str]) -> tuple[tuple[str, str], 
     pairs = []
     for name, value in env.items():
         field = name[len(FABRIC_OVERRIDE_PREFIX):] if name.startswith(FABRIC_OVERRIDE_PREFIX) else ""
-        if field.isascii() and field.isidentifier():  # [A-Za-z_][A-Za-z0-9_]*, as fabricmanager.cfg's names
+        if is_ascii_name(field):  # as fabricmanager.cfg's names (formats/kernel/fabric.parse_config)
             # One line per field: a newline in a value would inject another setting.
             pairs.append((field, value.replace("\r", " ").replace("\n", " ")))
     return tuple(sorted(pairs))

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from driver_container.formats.numbers import parse_c_int
 from driver_container.records import NamedRecord
-
-if TYPE_CHECKING:
-    pass
-
 
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")  # most severe first

@@ -5,6 +5,8 @@ Python's ``str.isdigit`` is true for ``"²"`` (then ``int()`` raises) and ``int(
 writes. So every numeric field goes through here: ASCII digits only, a bounded length (a 4 KiB digit
 string must not become a 13 000-digit integer), no sign unless asked for, no blanks, no underscores.
 The parsers return None for anything else; the caller decides whether that is an error or a skip.
+``is_ascii_name`` is the same care for names (os-release keys, fabricmanager.cfg fields, NVFM_CONFIG_*):
+``str.isidentifier`` alone accepts ``"É"``.
 """
 
 from __future__ import annotations
@@ -56,3 +58,8 @@ def parse_decimal_seconds(text: str) -> float | None:
     if parse_uint(whole) is None or (dot and parse_uint(fraction, max_digits=MAX_FRACTION_DIGITS) is None):
         return None
     return float(text)
+
+
+def is_ascii_name(text: str) -> bool:
+    """``[A-Za-z_][A-Za-z0-9_]*``: a shell variable or config field name (no regex: read on every start)."""
+    return text.isascii() and text.isidentifier()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from driver_container.errors import HostReadError, Problem, noted
+from driver_container.formats.numbers import is_ascii_name
 from driver_container.paths import HostPaths, Root
 from driver_container.records import NamedRecord
 
@@ -25,7 +26,6 @@ PlatformKind = Literal["talos", "generic"]  # what detection decides
 log = logging.getLogger(__name__)
 
 OS_RELEASE_LIMIT = 1 << 20  # os-release(5) files are a few hundred bytes; more is not an os-release
-_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PROC_VERSION_TALOS = re.compile(r"^Linux version \S+-talos\s")
 
 
@@ -59,7 +59,7 @@ def parse_os_release(text: str) -> dict[str, str]:
             continue
         key, _, value = line.partition("=")
         key = key.strip()
-        if not _KEY.fullmatch(key):
+        if not is_ascii_name(key):
             continue
         result[key] = _unquote(value)
     return result

@@ -9,13 +9,10 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from driver_container.errors import KubernetesError
 from driver_container.manager.secretfile import read_small_file
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 

@@ -6,12 +6,8 @@ import logging
 import os
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from driver_container.errors import KubernetesError
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 

@@ -119,3 +119,18 @@ def test_conf_word_split_is_shlex(line: str) -> None:
             shell_words(line)
     else:
         assert shell_words(line) == expected
+
+
+# ASCII names and what str.isidentifier also accepts (letters and digits of other scripts, "ª", "ℕ").
+_NAME_CHARS = st.sampled_from(list("aZ_09.-= ÉªℕΣ٣\u0300"))
+
+
+@BOUNDED
+@given(text=st.text(_NAME_CHARS, max_size=8))
+def test_ascii_name_is_the_c_identifier_pattern(text: str) -> None:
+    """numbers.is_ascii_name replaced the regex in settings, fabricmanager.cfg and os-release parsing."""
+    import re
+
+    from driver_container.formats.numbers import is_ascii_name
+
+    assert is_ascii_name(text) == bool(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text))

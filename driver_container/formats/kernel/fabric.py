@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import re
 
+from driver_container.formats.numbers import is_ascii_name
 from driver_container.records import NamedRecord
 
 NVLINK5_VPD_MARKER = b"SW_MNG"
 IS_SM_DISABLED = 0x00000400  # IB PortInfo CapabilityMask bit (IBTA vol. 1, 14.2.5.6)
 
-_FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _GPU_HEADER = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
 _KEY_VALUE = re.compile(r"^(\s*)([^:]+?)\s*:\s*(.*?)\s*$")
 
@@ -65,7 +65,7 @@ def parse_config(text: str) -> dict[str, str]:
     fields: dict[str, str] = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")
-        if sep and not line.lstrip().startswith("#") and _FIELD.match(key.strip()):
+        if sep and not line.lstrip().startswith("#") and is_ascii_name(key.strip()):
             fields[key.strip()] = value.strip()
     return fields
 
