@@ -121,7 +121,7 @@ def test_conf_word_split_is_shlex(line: str) -> None:
         assert shell_words(line) == expected
 
 
-# ASCII names and what str.isidentifier also accepts (letters and digits of other scripts, "ª", "ℕ").
+# ASCII names and what str.isidentifier also accepts (letters and digits of other scripts, combining marks).
 _NAME_CHARS = st.sampled_from(list("aZ_09.-= ÉªℕΣ٣\u0300"))
 
 
