@@ -149,8 +149,7 @@ def _init_stages(
     # Once, in a child: annotate the Node, then (nice 19, SCHED_IDLE) hash the published root against its
     # manifest. Readiness stays Ready whatever it finds: flipping it would restart consumers over a file
     # they may not even load; the error is logged and `status` reports it.
-    started.verify = BackgroundChild(lambda: after_ready(paths, published), "node report and check of the "
-                                     "published root", low_priority=False)  # fmt: skip
+    started.verify = BackgroundChild(lambda: after_ready(paths, published), "Node report and root check")
     _wait_for_signal(paths, shutdown, started.daemon, started.fabric, started.verify)
 
 

@@ -181,23 +181,21 @@ def lowest_priority() -> None:
 
 
 class BackgroundChild:
-    """A forked child running ``func`` while the parent goes on with its own waits; at the lowest priority
-    from the start unless ``low_priority=False`` (``func`` may then call ``lowest_priority`` itself).
+    """A forked child running ``func`` while the parent goes on with its own waits, at the parent's priority:
+    ``func`` calls ``lowest_priority`` when its work may wait (after_ready: the Node first, then hashing).
 
     The parent polls ``fileno`` (readable when the child wrote its result or died), then calls ``collect``;
     ``kill`` ends it at once (SIGKILL, reaped), for a termination signal. Errors of ``func`` are logged by
     ``collect``, never raised: what it checks is advisory.
     """
 
-    def __init__(self, func: Callable[[], object], what: str, *, low_priority: bool = True) -> None:
+    def __init__(self, func: Callable[[], object], what: str) -> None:
         self.what = what
         read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
         parent = os.getpid()
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child; its result is asserted through the parent
             os.close(read_fd)
-            if low_priority:
-                lowest_priority()
             _child_main(func, write_fd, parent)
         os.close(write_fd)
         self.pid: int | None = pid

@@ -1,12 +1,16 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
+from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
 from driver_container.errors import DriverContainerError, PublishError
-from driver_container.runtime.supervise import run_in_child
+from driver_container.lifecycle import publishing
+from driver_container.runtime.supervise import BackgroundChild, run_in_child
 
 
 def test_result_comes_back_from_the_child() -> None:
@@ -39,3 +43,25 @@ def test_child_dying_without_a_result_is_an_error() -> None:
 
     with pytest.raises(DriverContainerError, match=r"ended without a result \(signal 9\)"):
         run_in_child(crash)
+
+
+def test_after_ready_reports_the_node_before_dropping_to_the_lowest_priority(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Node's annotations are looked for by people and consumers: only the hashing may wait for idle CPU."""
+    seen = tmp_path / "niceness"
+
+    def note(step: str) -> bool:
+        with open(seen, "a") as out:
+            out.write(f"{step} {os.nice(0)}\n")
+        return True
+
+    monkeypatch.setattr(publishing, "report_ready", lambda published: note("report"))
+    monkeypatch.setattr(publishing, "check_published_root", lambda paths: note("check"))
+    child = BackgroundChild(lambda: publishing.after_ready(cast(Any, None), cast(Any, None)), "after Ready")
+    for _ in range(100):  # bounded: 10 s at most
+        select.select([child], [], [], 0.1)
+        if child.collect():
+            break
+    base = os.nice(0)
+    assert seen.read_text().splitlines() == [f"report {base}", f"check {min(base + 19, 19)}"]
