@@ -183,7 +183,8 @@ class HostRootOption(NamedRecord):
 # names and the global CLI options (cli/app.py).
 HOST_ROOTS: tuple[HostRootOption, ...] = (
     HostRootOption("HOST_ROOT", "host_root", "host / (default /host)"),
-    HostRootOption("PROCFS_ROOT", "procfs_root", "(default /proc)"),
+    HostRootOption("PROCFS_ROOT", "procfs_root", "the host's view (default /proc)"),
+    HostRootOption("OWN_PROCFS_ROOT", "own_procfs_root", "this process's own /proc, for its mounts (default /proc)"),
     HostRootOption("SYSFS_ROOT", "sysfs_root", "(default /sys)"),
     HostRootOption("RUN_DIR", "run_dir", "(default /run/nvidia)"),
     HostRootOption("DRIVER_ROOT", "driver_root_override", "published root (default RUN_DIR/driver)"),
@@ -209,6 +210,7 @@ class HostPaths(NamedRecord):
 
     host_root: Path = Path("/host")
     procfs_root: Path = Path("/proc")
+    own_procfs_root: Path = Path("/proc")
     sysfs_root: Path = Path("/sys")
     run_dir: Path = Path("/run/nvidia")
     driver_root_override: Path | None = None
@@ -260,6 +262,10 @@ class HostPaths(NamedRecord):
     @property
     def proc(self) -> Root:
         return Root(self.procfs_root)
+
+    @property
+    def own_proc(self) -> Root:
+        return Root(self.own_procfs_root)
 
     @property
     def sys(self) -> Root:

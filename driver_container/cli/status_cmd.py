@@ -34,9 +34,11 @@ def status(
     from driver_container.findings.integrity import integrity_findings
     from driver_container.inspect.hoststate import inspect_host
     from driver_container.publish.integrity import last_verification, verify_published
+    from driver_container.runtime.runner import Runner
 
     paths = host_paths(ctx)
-    state = inspect_host(paths, Settings.from_env())
+    # The runner executes from the published root: DRIVER_ROOT_NOT_EXECUTABLE is init's own proof.
+    state = inspect_host(paths, Settings.from_env(), prove_with=Runner())
     findings = check(state)
     if verify:
         findings += integrity_findings(verify_published(paths.driver_root), paths.driver_root, when="now")

@@ -57,11 +57,15 @@ def status_json(state: HostState, findings: list[Finding]) -> dict[str, Any]:
     }
 
 def _mount_json(state: HostState) -> dict[str, Any]:
-    m = state.driver_root_mount
+    m, flags, proof = state.driver_root_mount, state.driver_root_flags, state.driver_root_proof
+    shown: dict[str, Any] = {
+        "flags": None if flags is None else {"path": flags.path, "noexec": flags.noexec, "nodev": flags.nodev},
+        "usable": None if proof is None else {"ok": proof.ok, "failures": list(proof.failures)},
+    }
     if m is None:
-        return {"mount": None}
+        return {"mount": None} | shown
     keys = {"mount_point": m.mount_point, "fstype": m.fstype, "source": m.source, "options": list(m.options)}
-    return {"mount": keys | {"ours": is_ours(m)}}
+    return {"mount": keys | {"ours": is_ours(m)}} | shown
 
 def _module_json(state: HostState, module: LoadedModule) -> dict[str, Any]:
     file = state.module_files.get(module.name)
@@ -133,6 +137,8 @@ def render_text(state: HostState, findings: list[Finding]) -> str:
     if root["mount"]:
         m = root["mount"]
         lines.append(f"  mount {m['mount_point']} {m['fstype']} {m['source']} {','.join(m['options'])}")
+    if root["usable"] is not None:
+        lines.append(f"  usable: {'yes (executed and mapped from it)' if root['usable']['ok'] else 'NO'}")
     if doc["fabric"] is not None:
         lines += _fabric_lines(doc["fabric"])
     lines.append("findings:" if doc["findings"] else "findings: none")

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING
 
 from driver_container.findings.host import (
     PUBLISH_OUTCOMES,
-    REMEDIED_BY_INIT,
-    driver_root_mount,
+    driver_root_usability,
     environment,
     fabric,
     parameters,
@@ -39,7 +38,6 @@ if TYPE_CHECKING:
 __all__ = [
     "PEERMEM_ON_TALOS_FIX",
     "PUBLISH_OUTCOMES",
-    "REMEDIED_BY_INIT",
     "SEVERITIES",
     "Finding",
     "check",
@@ -57,5 +55,5 @@ def check(state: HostState) -> list[Finding]:
     findings = module_presence(state) + versions(state) + flavour(state) + architecture(state)
     for name, module in state.modules.items():
         findings += file_checks(state, module, state.module_files.get(name))
-    findings += parameters(state) + environment(state) + fabric(state) + driver_root_mount(state)
+    findings += parameters(state) + environment(state) + fabric(state) + driver_root_usability(state)
     return sorted(findings, key=lambda f: SEVERITIES.index(f.severity))

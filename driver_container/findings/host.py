@@ -10,7 +10,7 @@ from driver_container.findings.model import (
     talos_module_snippet,
     values_equal,
 )
-from driver_container.node.rootmount import MOUNT_SOURCE, blocking_options
+from driver_container.node.rootmount import UNUSABLE_ROOT_FIX
 from driver_container.publish.manifest import MANIFEST_PATH
 
 if TYPE_CHECKING:
@@ -203,32 +203,21 @@ def fabric(state: HostState) -> list[Finding]:
     return out
 
 
-def driver_root_mount(state: HostState) -> list[Finding]:
-    """A published root on a noexec/nodev filesystem (node/rootmount.py): consumers cannot use it."""
-
-    mount = state.driver_root_mount
-    blocking = blocking_options(mount) if mount is not None and state.published else ()
-    if mount is None or not blocking:
+def driver_root_usability(state: HostState) -> list[Finding]:
+    """A published root that its consumers cannot execute or map from: ``status``'s run of the same proof
+    ``init`` makes before Ready (node/rootusable.py), not a reading of a mount table."""
+    proof = state.driver_root_proof
+    if proof is None or proof.ok:
         return []
-    effects = {
-        "noexec": "nothing in it can be run or mapped executable (validator, device plugin, CDI containers)",
-        "nodev": "its device nodes cannot be opened",
-    }
     return [
         Finding(
             "error",
             "DRIVER_ROOT_NOT_EXECUTABLE",
-            f"the published driver root {state.driver_root} is on {mount.fstype} {mount.source} at "
-            f"{mount.mount_point} mounted {','.join(mount.options)}: "
-            + "; ".join(f"{o}: {effects[o]}" for o in blocking),
-            f"restart the driver container with CAP_SYS_ADMIN (gpu-operator runs it privileged) and "
-            f"RUN_DIR shared (Bidirectional): `init` then mounts a tmpfs {MOUNT_SOURCE} at DRIVER_ROOT",
+            f"the published driver root {state.driver_root} cannot be used by its consumers (validator, device "
+            f"plugin, CDI containers): {'; '.join(proof.failures)}; {proof.flags.describe()}",
+            UNUSABLE_ROOT_FIX,
         )
     ]
-
-
-# Errors ``init`` itself remedies (it mounts DRIVER_ROOT before publishing): its verify step goes on.
-REMEDIED_BY_INIT = frozenset({"DRIVER_ROOT_NOT_EXECUTABLE"})
 
 
 # Findings about the outcome of the last publish: `status` reports them, `init` (which publishes again)

@@ -34,7 +34,7 @@ from driver_container.inspect.modfiles import read_module_files
 from driver_container.inspect.platform import PlatformInfo, detect_platform
 from driver_container.inspect.userspace import UserspaceVersion, find_userspace
 from driver_container.node.firmware import PARAM as FIRMWARE_PATH_PARAM
-from driver_container.node.rootmount import read_mounts
+from driver_container.node.rootmount import RootFlags, read_mounts, read_root_flags
 from driver_container.paths import HostPaths, Root
 from driver_container.publish.status import read_publish_status
 from driver_container.records import NamedRecord
@@ -43,6 +43,8 @@ from driver_container.settings import Settings
 if TYPE_CHECKING:
     from driver_container.inspect.modfiles import ModuleFile
     from driver_container.node.fabric import FabricInfo
+    from driver_container.node.rootusable import RootProof
+    from driver_container.runtime.runner import Runner
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +134,9 @@ class HostState(NamedRecord):
     param_errors: tuple[Problem, ...] = ()  # unreadable or malformed /drivers/*.conf
     fabric: FabricInfo | None = None  # NVSwitch / NVLink5 systems only (docs/fabric.md)
     module_files_source: str = "host"  # host | driver-manager verdict <file> | none (verdict.py)
-    driver_root_mount: Mount | None = None  # the mount holding DRIVER_ROOT (None: no mountinfo)
+    driver_root_mount: Mount | None = None  # the mount holding DRIVER_ROOT in our own mountinfo (None: unknown)
+    driver_root_flags: RootFlags | None = None  # statvfs at DRIVER_ROOT; the proof: status only (rootusable.py)
+    driver_root_proof: RootProof | None = None
     published_version: str | None = None  # from the manifest
     publish_failure: tuple[str, str] | None = None  # (version, error) of the last publish, when it failed
     publish_interrupted: bool = False  # a journal is left: the next start rolls that publish back
@@ -219,8 +223,8 @@ def locate_firmware(paths: HostPaths, names: list[str], kver: str | None) -> Fir
 
 
 def read_driver_root_mount(paths: HostPaths) -> Mount | None:
-    """The mount holding DRIVER_ROOT in PROCFS_ROOT/self/mountinfo; None where that file does not exist.
-    HostReadError where it cannot be read."""
+    """The mount holding DRIVER_ROOT in this process's own mountinfo (OWN_PROCFS_ROOT/self/mountinfo);
+    None where that file does not exist. HostReadError where it cannot be read."""
     mounts = read_mounts(paths)
     return None if mounts is None else mount_containing(mounts, str(paths.driver_root.resolve()))
 
@@ -233,11 +237,11 @@ def _fabric(paths: HostPaths) -> FabricInfo | None:
     return inspect_fabric(paths)
 
 
-def inspect_host(
-    paths: HostPaths, settings: Settings, platform: PlatformInfo | None = None, loaded: LoadedModules | None = None
-) -> HostState:
+def inspect_host(paths: HostPaths, settings: Settings, platform: PlatformInfo | None = None,
+                 loaded: LoadedModules | None = None, prove_with: Runner | None = None) -> HostState:  # fmt: skip
     """Read the whole host picture (no checks: callers run ``findings.check`` on it), module files included.
-    ``platform``, ``loaded``: the caller's detection and module read, where it made them (once per process)."""
+    ``platform``, ``loaded``: the caller's detection and module read, where it made them (once per process).
+    ``prove_with``: ``status``'s runner, to prove a published root usable (``init`` does after publishing)."""
     platform = platform or detect_platform(paths, settings.driver_platform)
     loaded = loaded or read_loaded_modules(paths)
     problems: list[Problem] = [*platform.problems, *loaded.problems]
@@ -260,6 +264,8 @@ def inspect_host(
     problems.extend(fabric.problems if fabric else ())
     publish = read_publish_status(paths)
     mount = noted(problems, lambda: read_driver_root_mount(paths), None)
+    flags = noted(problems, lambda: read_root_flags(paths.driver_root), None)
+    proof = _prove(paths, prove_with) if prove_with is not None and publish.version is not None else None
     firmware = locate_firmware(paths, firmware_names, kver)
     problems.extend(firmware.problems)
     return HostState(
@@ -282,4 +288,12 @@ def inspect_host(
         fabric=fabric,
         module_files_source=files_source,
         driver_root_mount=mount,
+        driver_root_flags=flags,
+        driver_root_proof=proof,
     )
+
+
+def _prove(paths: HostPaths, runner: Runner) -> RootProof:
+    from driver_container.node.rootusable import prove_root_usable  # lazy, hot path: `status` only
+
+    return prove_root_usable(paths.driver_root, runner)

@@ -20,7 +20,7 @@ from driver_container.errors import (
 )
 from driver_container.formats.kernel.nvidia_proc import nvswitch_proc_present
 from driver_container.lifecycle.modwait import POLL_S, PROGRESS_S, required_modules, wait_for_modules
-from driver_container.lifecycle.publishing import after_ready, report_ready, verify_and_publish
+from driver_container.lifecycle.publishing import after_ready, report_ready, require_usable_root, verify_and_publish
 from driver_container.lifecycle.verify import detect
 from driver_container.node import devices, firmware
 from driver_container.paths import HostPaths
@@ -125,6 +125,7 @@ def _init_stages(
     published = verify_and_publish(paths, settings, runner, shutdown, info, loaded)
     if published is None:
         return
+    require_usable_root(paths, runner)  # never Ready on a root its consumers cannot execute from
     if _interrupted(shutdown, "the node steps"):
         return
     _node_steps(paths)

@@ -20,8 +20,10 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from driver_container.errors import DriverContainerError
+from driver_container.errors import DriverContainerError, PublishError
 from driver_container.lifecycle.verify import loaded_version, verify
+from driver_container.node.rootmount import UNUSABLE_ROOT_FIX
+from driver_container.node.rootusable import PROOF_BINARY, prove_root_usable
 from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
 from driver_container.runtime.runner import Runner
@@ -88,6 +90,21 @@ def _undo_interrupted_publish(paths: HostPaths) -> None:
         recover(paths.driver_root)
     except (DriverContainerError, OSError) as exc:
         log.warning("the interrupted publish is rolled back at the next start: %s", exc)
+
+
+def require_usable_root(paths: HostPaths, runner: Runner) -> None:
+    """Before Ready: execute from and map from the published root for real (node/rootusable.py); a root
+    its consumers would fail on ends ``init`` here, with the flags found and the fix (issue 28)."""
+    proof = prove_root_usable(paths.driver_root, runner)
+    if proof.ok:
+        log.debug("DRIVER_ROOT %s: executed %s and mapped a library executable", paths.driver_root, PROOF_BINARY)
+        return
+    raise PublishError(
+        f"the published driver root {paths.driver_root} cannot be used by its consumers, not Ready: "
+        f"{'; '.join(proof.failures)}; {proof.flags.describe()}",
+        path=paths.driver_root,
+        fix=UNUSABLE_ROOT_FIX,
+    )
 
 
 def report_ready(published: Published) -> None:

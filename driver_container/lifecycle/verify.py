@@ -9,7 +9,7 @@ from driver_container import findings
 from driver_container.errors import (
     VerificationError,
 )
-from driver_container.findings import PUBLISH_OUTCOMES, REMEDIED_BY_INIT, check
+from driver_container.findings import PUBLISH_OUTCOMES, check
 from driver_container.inspect.hoststate import inspect_host
 from driver_container.inspect.platform import detect_platform
 from driver_container.paths import HostPaths
@@ -31,10 +31,9 @@ def verify(
 
     state = inspect_host(paths, settings, platform, loaded)
     found = check(state)
-    # Not reasons to stop: the outcome of an earlier publish (this init redoes it) and what init itself
-    # remedies before publishing (DRIVER_ROOT's own mount).
-    skipped = PUBLISH_OUTCOMES | REMEDIED_BY_INIT
-    errors = [f for f in found if f.severity == "error" and f.code not in skipped]
+    # Not a reason to stop: the outcome of an earlier publish (this init redoes it). Whether the root it
+    # publishes can be executed from is proven after publishing (publishing.require_usable_root).
+    errors = [f for f in found if f.severity == "error" and f.code not in PUBLISH_OUTCOMES]
     for finding in found:
         if finding not in errors:
             level = logging.INFO if finding.severity == "info" else logging.WARNING

@@ -19,15 +19,21 @@ hundred MB of the node's /run tmpfs) until the node reboots.
 The mount is made through the operator's Bidirectional ``/run/nvidia`` (rshared), so it propagates to
 the host and outlives the container; a restarted container finds it in its own mountinfo (the kubelet's
 rbind of /run/nvidia carries it) and keeps it.
+
+Who decides what (issue 28): whether a mount is needed comes from the kernel, ``statvfs`` of DRIVER_ROOT
+(the flags exec and mmap obey); this process's own mountinfo (OWN_PROCFS_ROOT, not the host view
+PROCFS_ROOT, which may have no ``self/``) only says whether ours is there and whether a new one would
+propagate. Whatever they said, ``node/rootusable.py`` then proves the published root usable before Ready.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from driver_container.errors import CommandError, PublishError
+from driver_container.errors import CommandError, HostReadError, PublishError
 from driver_container.formats.kernel.mountinfo import Mount, mount_containing, parse_mountinfo, top_mount_at
 from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
@@ -42,6 +48,12 @@ MOUNT_OPTIONS = "mode=0755,nosuid"  # no setuid file is ever published; exec and
 BLOCKING_OPTIONS = ("noexec", "nodev")  # noexec: no exec/mmap(PROT_EXEC); nodev: /dev/nvidia* unusable
 MOUNTINFO = "self/mountinfo"
 MOUNTINFO_LIMIT = 16 << 20
+# The remedy wherever a published root cannot be executed from (init before Ready, status: rootusable.py).
+UNUSABLE_ROOT_FIX = (
+    "restart the driver container privileged (CAP_SYS_ADMIN; gpu-operator's driver DaemonSet is) with RUN_DIR "
+    f"mounted shared (mountPropagation: Bidirectional): `init` then mounts a tmpfs {MOUNT_SOURCE} at "
+    "DRIVER_ROOT; or set RUN_DIR to a filesystem mounted without noexec and nodev"
+)
 
 
 def is_ours(mount: Mount) -> bool:
@@ -57,6 +69,39 @@ def describe(mount: Mount) -> str:
     return f"{mount.fstype} {mount.source} at {mount.mount_point} ({','.join(mount.options)})"
 
 
+class RootFlags(NamedRecord):
+    """What the kernel enforces at DRIVER_ROOT: statvfs(2)'s ``f_flag`` (ST_NOEXEC, ST_NODEV are the
+    mount's MNT_NOEXEC/MNT_NODEV, fs/statfs.c ``flags_by_mnt``). A mount table can be absent, unreadable
+    or another namespace's; these flags are the ones exec(2) and mmap(2) check (issue 28)."""
+
+    path: str  # where statvfs was asked: DRIVER_ROOT, or its nearest existing parent before it is made
+    noexec: bool
+    nodev: bool
+
+    @property
+    def blocking(self) -> tuple[str, ...]:
+        return tuple(name for name, on in zip(BLOCKING_OPTIONS, (self.noexec, self.nodev), strict=True) if on)
+
+    def describe(self) -> str:
+        return f"{self.path} is mounted {','.join(self.blocking) or 'exec,dev'} (statvfs)"
+
+
+def read_root_flags(driver_root: Path) -> RootFlags:
+    """statvfs of DRIVER_ROOT, or of its nearest existing parent (the mount it will be created on)."""
+    path = driver_root
+    while True:
+        try:
+            flags = os.statvfs(path).f_flag
+        except (FileNotFoundError, NotADirectoryError):
+            if path == path.parent:
+                raise
+            path = path.parent
+            continue
+        except OSError as exc:
+            raise HostReadError(f"{path}: statvfs: {exc.strerror}", path=path) from exc
+        return RootFlags(str(path), bool(flags & os.ST_NOEXEC), bool(flags & os.ST_NODEV))
+
+
 # "keep": ours is there; "mount": make ours; "none": the filesystem there allows exec.
 RootMountAction = Literal["keep", "mount", "none"]
 
@@ -69,19 +114,19 @@ class RootMountDecision(NamedRecord):
     reason: str
 
 
-def decide(mounts: list[Mount], driver_root: str) -> RootMountDecision:
-    """Pure: the decision for DRIVER_ROOT (resolved path) once leftovers are gone."""
-    top = top_mount_at(mounts, driver_root)
+def decide(flags: RootFlags, mounts: list[Mount] | None, driver_root: str) -> RootMountDecision:
+    """Pure: the decision for DRIVER_ROOT (resolved path) once leftovers are gone. ``flags`` (statvfs)
+    decide whether a mount is needed; ``mounts`` (this process's own mountinfo, None where it could not
+    be read) only say whether ours is there already and which mount a new one would propagate from."""
+    top = top_mount_at(mounts, driver_root) if mounts else None
     if top is not None and is_ours(top):
         return RootMountDecision("keep", top, f"{driver_root} is already our {describe(top)}")
-    holder = mount_containing(mounts, driver_root)
-    if holder is None:
-        return RootMountDecision("none", None, f"no mount holds {driver_root} in mountinfo")
-    blocking = blocking_options(holder)
-    if not blocking:
-        return RootMountDecision("none", holder, f"{driver_root} is on {describe(holder)}, which allows exec")
+    holder = mount_containing(mounts, driver_root) if mounts else None
+    shown = f" ({describe(holder)})" if holder is not None else ""
+    if not flags.blocking:
+        return RootMountDecision("none", holder, f"{flags.describe()}{shown}: no mount of ours is needed")
     return RootMountDecision(
-        "mount", holder, f"{driver_root} is on {describe(holder)}: {'/'.join(blocking)} would stop consumers"
+        "mount", holder, f"{flags.describe()}{shown}: {'/'.join(flags.blocking)} would stop consumers"
     )
 
 
@@ -98,8 +143,9 @@ def leftovers_at(mounts: list[Mount], driver_root: str) -> list[Mount]:
 
 
 def read_mounts(paths: HostPaths) -> list[Mount] | None:
-    """This process's mounts (PROCFS_ROOT/self/mountinfo); None where the file does not exist."""
-    text = paths.proc.read_text_or_none(MOUNTINFO, limit=MOUNTINFO_LIMIT)
+    """This process's own mounts (OWN_PROCFS_ROOT/self/mountinfo), not the host view's; None where the
+    file does not exist, HostReadError where it cannot be read."""
+    text = paths.own_proc.read_text_or_none(MOUNTINFO, limit=MOUNTINFO_LIMIT)
     return None if text is None else parse_mountinfo(text)
 
 
@@ -107,19 +153,32 @@ def mount_argv(driver_root: str) -> list[str]:
     return ["mount", "-t", "tmpfs", "-o", MOUNT_OPTIONS, MOUNT_SOURCE, driver_root]
 
 
-def ensure_exec_mount(paths: HostPaths, runner: Runner, mounts: list[Mount]) -> bool:
-    """Give DRIVER_ROOT an exec-capable mount of its own where needed; True when one was made now.
+def ensure_exec_mount(paths: HostPaths, runner: Runner, mounts: list[Mount] | None, unknown: str = "") -> bool:
+    """Give DRIVER_ROOT an exec-capable mount of its own where statvfs says it needs one; True when one was
+    made now.
 
-    ``mounts``: this namespace's, once leftovers are gone (``rootdir.prepare_driver_root``); runs before
-    anything is written into DRIVER_ROOT.
+    ``mounts``: this namespace's, once leftovers are gone (``rootdir.prepare_driver_root``), None where
+    they could not be read (``unknown`` says why); runs before anything is written into DRIVER_ROOT.
     """
     target = str(paths.driver_root.resolve())
-    decision = decide(mounts, target)
+    flags = read_root_flags(paths.driver_root)
+    decision = decide(flags, mounts, target)
     log.info("DRIVER_ROOT mount: %s", decision.reason)
+    holder = decision.holder
+    if holder is not None and decision.action != "keep" and blocking_options(holder) != flags.blocking:
+        log.warning("the mount table shows %s; statvfs, which exec and mmap obey, decides", describe(holder))
     if decision.action != "mount":
         return False
-    holder = decision.holder
-    assert holder is not None  # "mount" is only decided from a holder's flags
+    if holder is None:
+        # Without the mount table, a tmpfs mounted here might stay in this container (a private RUN_DIR):
+        # then the check before Ready would pass here and every consumer would still see the noexec one.
+        raise PublishError(
+            f"{decision.reason}, and whether a tmpfs mounted there would reach the host cannot be told: "
+            f"{unknown or 'no mount in this mount table holds it'}",
+            path=target,
+            fix="run the driver container with its own /proc (OWN_PROCFS_ROOT, default /proc) readable, or set "
+            "RUN_DIR to a filesystem mounted without noexec and nodev",
+        )
     if not holder.shared:
         raise PublishError(
             f"{decision.reason}, and a tmpfs mounted there would stay in this container: {holder.mount_point} "
@@ -129,23 +188,27 @@ def ensure_exec_mount(paths: HostPaths, runner: Runner, mounts: list[Mount]) -> 
             "(docker: -v /run/nvidia:/run/nvidia:rshared), as gpu-operator's driver DaemonSet does",
         )
     _log_hidden(target)
+    _mount_tmpfs(runner, target, decision.reason)
+    log.info("mounted tmpfs %s at %s (%s): published files can be executed and mapped", MOUNT_SOURCE, target,
+             MOUNT_OPTIONS)  # fmt: skip
+    return True
+
+
+def _mount_tmpfs(runner: Runner, target: str, reason: str) -> None:
     argv = mount_argv(target)
     try:
         done = runner.run(argv, check=False)
     except CommandError as exc:  # not found, timed out
-        raise PublishError(f"{decision.reason}; {exc.message}", path=target, fix=_mount_fix(exc.message)) from exc
+        raise PublishError(f"{reason}; {exc.message}", path=target, fix=_mount_fix(exc.message)) from exc
     if done.returncode != 0:
         # util-linux puts the reason first ("mount: <dir>: permission denied.") and a dmesg hint last.
         detail = " ".join(line.strip() for line in done.stderr.strip().splitlines()[:2])
         raise PublishError(
-            f"{decision.reason}; mounting an exec-capable tmpfs at {target} failed: {' '.join(argv)} exited "
+            f"{reason}; mounting an exec-capable tmpfs at {target} failed: {' '.join(argv)} exited "
             f"{done.returncode}: {detail}",
             path=target,
             fix=_mount_fix(detail),
         )
-    log.info("mounted tmpfs %s at %s (%s): published files can be executed and mapped", MOUNT_SOURCE, target,
-             MOUNT_OPTIONS)  # fmt: skip
-    return True
 
 
 def _log_hidden(target: str) -> None:

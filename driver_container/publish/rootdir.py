@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from driver_container.errors import CommandError, PublishError
+from driver_container.errors import CommandError, HostReadError, PublishError
 from driver_container.formats.kernel.mountinfo import Mount
-from driver_container.node.rootmount import describe, ensure_exec_mount, leftovers_at, read_mounts
+from driver_container.node.rootmount import MOUNTINFO, describe, ensure_exec_mount, leftovers_at, read_mounts
 from driver_container.paths import HostPaths
 from driver_container.runtime.runner import Runner
 
@@ -39,10 +39,15 @@ def create_driver_root(driver_root: Path) -> None:
 def prepare_driver_root(paths: HostPaths, runner: Runner) -> bool:
     """Leftover mounts off DRIVER_ROOT, then our exec-capable mount where its filesystem needs one
     (``rootmount``); True when DRIVER_ROOT shows other content than before (what was read is stale)."""
-    mounts = read_mounts(paths)
+    unknown = ""
+    try:
+        mounts = read_mounts(paths)
+    except HostReadError as exc:
+        mounts, unknown = None, exc.message
     if mounts is None:
-        log.debug("no self/mountinfo under %s; assuming DRIVER_ROOT is not a mount point", paths.proc.path)
-        return False
+        unknown = unknown or f"{paths.own_proc.path}/{MOUNTINFO} does not exist"
+        log.debug("%s: no leftover mounts can be found", unknown)
+        return ensure_exec_mount(paths, runner, None, unknown)
     removed = unmount_leftover(paths, runner, mounts)
     remaining = [m for m in mounts if m not in removed]  # their submounts are below DRIVER_ROOT: irrelevant
     return ensure_exec_mount(paths, runner, remaining) or bool(removed)
@@ -62,7 +67,7 @@ def unmount_leftover(paths: HostPaths, runner: Runner, mounts: list[Mount]) -> l
             runner.run(["umount", "-R", target])
         except CommandError as exc:
             raise PublishError(
-                f"DRIVER_ROOT {target} is still a mount point (found in {paths.proc.path}/self/mountinfo) "
+                f"DRIVER_ROOT {target} is still a mount point (found in {paths.own_proc.path}/{MOUNTINFO}) "
                 f"and unmounting it failed: {exc.message}",
                 path=target,
                 fix=f"unmount it on the host (umount -R {paths.host_driver_root}) or reboot the node, then restart",

@@ -45,6 +45,10 @@ class Runner:
                 argv=(name,),
                 fix="load modules through the Talos machine config (machine.kernel.modules)",
             )
+        if "/" in name:
+            # A path is run as given: the kernel says why it cannot (shutil.which would call a file on a
+            # noexec mount "not found", node/rootusable.py needs the EACCES).
+            return name
         found = shutil.which(name, path=self.env.get("PATH", os.defpath))
         if found is None:
             raise CommandError(f"{name}: not found on PATH ({self.env.get('PATH', '')})", argv=(name,))
@@ -77,6 +81,23 @@ class Runner:
                 returncode=proc.returncode,
             )
         return done
+
+    def exit_status(self, argv: Sequence[str], *, timeout: float = 120.0) -> int:
+        """Run with no input and output discarded; its exit status. The cheapest start there is: with an
+        absolute path and ``close_fds=False`` subprocess takes posix_spawn(3) (Lib/subprocess.py
+        ``_USE_POSIX_SPAWN``), not fork+exec: ~1 ms less on every ``init`` (node/rootusable.py). Nothing
+        leaks into the child: every descriptor Python opens is non-inheritable (PEP 446)."""
+        args = (self.which(argv[0]), *argv[1:])
+        log.debug("running %s", " ".join(argv))
+        quiet = subprocess.DEVNULL
+        try:
+            done = subprocess.run(args, stdin=quiet, stdout=quiet, stderr=quiet, close_fds=False, timeout=timeout,
+                                  env=self.env, check=False)  # fmt: skip
+        except subprocess.TimeoutExpired as exc:
+            raise CommandError(f"{argv[0]}: timed out after {timeout:g} s", argv=tuple(argv)) from exc
+        except OSError as exc:
+            raise CommandError(f"{argv[0]}: cannot run: {exc.strerror}", argv=tuple(argv)) from exc
+        return done.returncode
 
     def spawn(self, argv: Sequence[str], *, output: Path | None = None) -> subprocess.Popen[bytes]:
         """Start a long-running daemon; the caller owns its lifetime. ``output``: a file its stdout and

@@ -39,7 +39,8 @@ READY_LINE = "Done, now waiting for signal"
 NO_DRIVER = "couldn't communicate with the NVIDIA driver"
 LIBDIR = "usr/lib/x86_64-linux-gnu"
 SOURCE = "nvidia-driver-root"
-ENTRYPOINT = ["sh", "-c", 'mount --bind "/proc/$$" /fixture/proc/self && exec nvidia-driver "$@"', "sh"]
+# PROCFS_ROOT is the fixture's host view, without self/ (issue 28): init reads its own mounts from /proc.
+ENTRYPOINT = ["sh", "-c", 'exec nvidia-driver "$@"', "sh"]
 # nvidia-smi run as root creates /dev/nvidiactl: on the host only in a private mount namespace and /dev.
 PRIVATE_DEV = ["unshare", "-m", "sh", "-c", 'mount -t tmpfs private-dev /dev && exec "$@"', "sh"]
 CONSUMER = (
@@ -94,7 +95,7 @@ def node(image: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Talos
     require(shutil.which("unshare"), "unshare (util-linux)")
     base = tmp_path_factory.mktemp("talos-run")
     fixture = Path(shutil.copytree(HOST, base / "host-fixture", symlinks=True))
-    (fixture / "proc/self").mkdir()
+    assert not (fixture / "proc/self").exists()
     run_fs = base / "run"
     run_fs.mkdir()
     try:
@@ -158,6 +159,7 @@ def test_the_host_runs_the_published_nvidia_smi(driver: Any, node: TalosNode) ->
     out = status.output.decode(errors="replace")
     assert status.exit_code == 0, out
     assert f"mount /run/nvidia/driver tmpfs {SOURCE} rw,nosuid" in out and "DRIVER_ROOT_NOT_EXECUTABLE" not in out
+    assert "usable: yes (executed and mapped from it)" in out
 
 
 def test_the_first_publish_takes_every_digest_from_the_image_index(driver: Any, node: TalosNode) -> None:

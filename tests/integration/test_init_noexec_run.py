@@ -3,9 +3,10 @@
 Debian's real 535.309.01 userspace. Without DRIVER_ROOT's own mount the published nvidia-smi fails with
 EACCES (issue 13); with it, it reaches the driver check (exit 9).
 
-PROCFS_ROOT is the fixture's, whose ``self`` is bound to this process's /proc/<pid>: the CLI, our child
-in the same mount namespace, reads the mounts it really has, as the driver pod reads its own through the
-host's /proc (hostPID).
+PROCFS_ROOT is the fixture's and has no ``self/``, like any host view that lacks it (issue 28's
+reproduction): the decision comes from statvfs and the CLI's own /proc (OWN_PROCFS_ROOT). The scenarios
+below give init an own mount table that is absent, unreadable or lies, each on a fresh noexec tmpfs:
+either our tmpfs is mounted and nvidia-smi exits 9, or init exits 1 before Ready, never Ready with 126.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from helpers.fakes import node_env
+from helpers.mounts import tmpfs
 from helpers.support import ARTEFACTS, FIXTURES, REPO, require
 
 from driver_container.formats.kernel.mountinfo import Mount, parse_mountinfo
@@ -51,33 +53,31 @@ class Node:
         )
 
 
-def _mount(*argv: str) -> None:
-    subprocess.run(["mount", *argv], check=True, capture_output=True, timeout=30)
-
+def _host(base: Path) -> Path:
+    require((USERSPACE / "usr/bin/nvidia-smi").is_symlink(), f"Debian NVIDIA {V} chroot at {USERSPACE}")
+    require(os.geteuid() == 0, "root (mount, chroot, mknod)")
+    require(shutil.which("unshare"), "unshare (util-linux)")
+    host = Path(shutil.copytree(HOST, base / "host-fixture", symlinks=True))
+    assert not (host / "proc/self").exists()  # the reproduction: a host view without self/mountinfo
+    return host
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
-    require((USERSPACE / "usr/bin/nvidia-smi").is_symlink(), f"Debian NVIDIA {V} chroot at {USERSPACE}")
-    require(os.geteuid() == 0, "root (mount, chroot, mknod)")
-    require(shutil.which("unshare"), "unshare (util-linux)")
     base = tmp_path_factory.mktemp("noexec-run")
-    host = Path(shutil.copytree(HOST, base / "host-fixture", symlinks=True))
-    (host / "proc/self").mkdir()
-    run_fs = base / "run"
-    run_fs.mkdir()
-    mounted: list[Path] = []
-    try:
-        _mount("-t", "tmpfs", "-o", "noexec,nosuid,nodev,mode=0755", "talos-run", str(run_fs))
-        mounted.append(run_fs)
-        _mount("--make-shared", str(run_fs))
-        _mount("--bind", f"/proc/{os.getpid()}", str(host / "proc/self"))
-        mounted.append(host / "proc/self")
+    host = _host(base)
+    with tmpfs(base / "run") as run_fs:
         yield Node(node_env(host, USERSPACE, run_fs / "nvidia"), run_fs)
-    finally:
-        for path in reversed(mounted):
-            subprocess.run(["umount", "-R", str(path)], check=False, timeout=30)
     assert not [m for m in _mounts() if m.mount_point.startswith(str(base))], "mounts left behind"
+
+
+@pytest.fixture
+def fresh(tmp_path: Path) -> Iterator[Node]:
+    """A node of its own: a fresh Talos-like /run, for a scenario that leaves it in another state."""
+    host = _host(tmp_path)
+    with tmpfs(tmp_path / "run") as run_fs:
+        yield Node(node_env(host, USERSPACE, run_fs / "nvidia"), run_fs)
+    assert not [m for m in _mounts() if m.mount_point.startswith(str(tmp_path))], "mounts left behind"
 
 
 def _mounts() -> list[Mount]:
@@ -139,3 +139,82 @@ def test_second_init_keeps_the_mount_and_rewrites_nothing(node: Node) -> None:
     assert "mounted tmpfs" not in done.stderr and "is already our tmpfs" in done.stderr
     assert len(_ours(node)) == 1
     assert snapshot() == before
+
+
+# -- the own mount table absent, unreadable or lying (OWN_PROCFS_ROOT), each on a fresh noexec /run ---
+
+
+def _own_proc(node: Node, base: Path, mountinfo: str | None, *, unreadable: bool = False) -> None:
+    own = base / "own-proc"
+    (own / "self").mkdir(parents=True)
+    if unreadable:
+        (own / "self/mountinfo").mkdir()  # not a regular file
+    elif mountinfo is not None:
+        (own / "self/mountinfo").write_text(mountinfo)
+    node.env["OWN_PROCFS_ROOT"] = str(own)
+
+
+def _daemons_status(node: Node) -> str | None:
+    status = Path(node.env["RUN_DIR"]) / "validations/.driver-daemons-status"
+    return status.read_text() if status.exists() else None
+
+
+def _real_mountinfo() -> str:
+    return Path("/proc/self/mountinfo").read_text()
+
+
+@pytest.mark.parametrize("unreadable", [False, True], ids=["absent", "unreadable"])
+def test_without_our_mount_table_init_exits_1_before_ready(fresh: Node, tmp_path: Path, unreadable: bool) -> None:
+    _own_proc(fresh, tmp_path, None, unreadable=unreadable)
+    done = fresh.cli("init", "--no-wait")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "whether a tmpfs mounted there would reach the host cannot be told" in done.stderr
+    assert ("not a regular file" if unreadable else "self/mountinfo does not exist") in done.stderr
+    assert _daemons_status(fresh) == "NotReady" and _ours(fresh) == []
+
+
+def test_a_mount_table_claiming_our_mount_is_caught_by_the_proof(fresh: Node, tmp_path: Path) -> None:
+    run = next(m for m in _mounts() if m.mount_point == str(fresh.run_fs))
+    lie = f"99999 {run.mount_id} 0:999 / {fresh.driver_root} rw,nosuid shared:9999 - tmpfs nvidia-driver-root rw\n"
+    _own_proc(fresh, tmp_path, _real_mountinfo() + lie)
+    done = fresh.cli("init", "--no-wait")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "is already our tmpfs" in done.stderr  # it believed the table, mounted nothing, published...
+    assert "cannot be used by its consumers, not Ready" in done.stderr and "Permission denied" in done.stderr
+    assert _daemons_status(fresh) == "NotReady" and _ours(fresh) == []
+    assert _smi(fresh, chroot=False).returncode == 126  # what Ready would have handed to the validator
+    status = fresh.cli("status", "--json")
+    assert status.returncode == 1, status.stdout + status.stderr
+    [finding] = [f for f in json.loads(status.stdout)["findings"] if f["code"] == "DRIVER_ROOT_NOT_EXECUTABLE"]
+    assert "noexec,nodev (statvfs)" in finding["message"] and "Operation not permitted" in finding["message"]
+
+
+def test_a_mount_table_calling_run_exec_capable_is_overruled_by_statvfs(fresh: Node, tmp_path: Path) -> None:
+    lines = [
+        line.replace("nosuid,nodev,noexec", "nosuid") if f" {fresh.run_fs} " in line else line
+        for line in _real_mountinfo().splitlines(keepends=True)
+    ]
+    _own_proc(fresh, tmp_path, "".join(lines))
+    done = fresh.cli("init", "--no-wait")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "statvfs, which exec and mmap obey, decides" in done.stderr and "mounted tmpfs" in done.stderr
+    assert _daemons_status(fresh) == "Ready" and len(_ours(fresh)) == 1
+    assert _smi(fresh, chroot=True).returncode == 9
+
+
+@pytest.mark.parametrize("view", ["unreadable", "lies"])
+def test_whatever_the_host_view_says_our_tmpfs_is_mounted(fresh: Node, view: str) -> None:
+    # PROCFS_ROOT is a host view: its self/mountinfo, unreadable or claiming our tmpfs is there, is not read.
+    own = Path(fresh.env["PROCFS_ROOT"]) / "self"
+    own.mkdir()
+    if view == "unreadable":
+        (own / "mountinfo").mkdir()
+    else:
+        (own / "mountinfo").write_text(
+            f"1 0 0:1 / / rw - ext4 /dev/vda rw\n2 1 0:2 / {fresh.run_fs} rw shared:1 - tmpfs none rw\n"
+            f"3 2 0:3 / {fresh.driver_root} rw,nosuid shared:2 - tmpfs nvidia-driver-root rw\n"
+        )
+    done = fresh.cli("init", "--no-wait")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "mounted tmpfs nvidia-driver-root" in done.stderr and len(_ours(fresh)) == 1
+    assert _smi(fresh, chroot=True).returncode == 9

@@ -31,7 +31,7 @@ LIB = "usr/lib/x86_64-linux-gnu"
 
 def host(userspace: Path, driver_root: Path, proc: Path | None = None) -> HostPaths:
     proc = proc or Path("/nonexistent")
-    return HostPaths(userspace_root=userspace, driver_root_override=driver_root, procfs_root=proc)
+    return HostPaths(userspace_root=userspace, driver_root_override=driver_root, procfs_root=proc, own_procfs_root=proc)
 
 
 def snapshot(root: Path) -> dict[str, trees.Entry]:

@@ -96,10 +96,15 @@ def test_status_json_exit_code_and_findings(
     exit_code, errors, warnings = EXPECTED[name]
     assert (rc, codes(doc, "error"), codes(doc, "warning")) == (exit_code, errors, warnings)
     assert set(doc) >= {"platform", "modules", "userspace", "driver_root", "findings"}
-    assert doc["driver_root"] == {
+    root = doc["driver_root"]
+    # The mount and the flags are this machine's own (OWN_PROCFS_ROOT, statvfs), not the fixture's view.
+    mount, flags = root.pop("mount"), root.pop("flags")
+    assert root == {
         "path": str(tmp_path / "run" / "driver"), "published": False, "version": None,
-        "last_publish_failed": False, "interrupted": False, "mount": None,
+        "last_publish_failed": False, "interrupted": False, "usable": None,
     }  # fmt: skip
+    assert mount is None or str(tmp_path).startswith(mount["mount_point"])
+    assert str(tmp_path / "run" / "driver").startswith(flags["path"]) and set(flags) == {"path", "noexec", "nodev"}
     for entry in doc["modules"]:
         assert set(entry) >= {"name", "loaded", "version", "srcversion", "refcnt", "file", "file_version"}
     for finding in doc["findings"]:
@@ -132,8 +137,17 @@ def test_published_driver_root(
     manifest.parent.mkdir(parents=True)
     manifest.write_text(format_manifest(Manifest("595.91.07", "x86_64-linux-gnu", ())))
     _, doc = run_status(HOSTS / "talos-1.13-open-595", tmp_path, monkeypatch, capsys)
-    assert doc["driver_root"]["published"] is True and doc["findings"] == []
-    assert doc["driver_root"]["version"] == "595.91.07"
+    assert doc["driver_root"]["published"] is True and doc["driver_root"]["version"] == "595.91.07"
+    # A manifest alone is no usable root: the proof before Ready (node/rootusable.py) has nothing to run.
+    assert codes(doc) == {"DRIVER_ROOT_NOT_EXECUTABLE"}
+    assert doc["driver_root"]["usable"]["failures"][0].startswith("sbin/ldconfig.real is not a regular file")
+    root = manifest.parent.parent
+    (root / "sbin").mkdir()
+    shutil.copy2(shutil.which("ldconfig") or "/sbin/ldconfig", root / "sbin/ldconfig.real")
+    (root / "usr/lib/x86_64-linux-gnu").mkdir(parents=True)
+    shutil.copy2(root / "sbin/ldconfig.real", root / "usr/lib/x86_64-linux-gnu/libcuda.so.1")
+    _, doc = run_status(HOSTS / "talos-1.13-open-595", tmp_path, monkeypatch, capsys)
+    assert doc["findings"] == [] and doc["driver_root"]["usable"] == {"ok": True, "failures": []}
     manifest.write_text("{}")  # not a manifest this code wrote: nothing claims to be published
     _, doc = run_status(HOSTS / "talos-1.13-open-595", tmp_path, monkeypatch, capsys)
     assert doc["driver_root"]["published"] is False

@@ -1,72 +1,102 @@
-"""status and init's verify step on DRIVER_ROOT's mount: the mount in the JSON and the text, the
-DRIVER_ROOT_NOT_EXECUTABLE finding for a published root on a noexec/nodev filesystem."""
+"""status on DRIVER_ROOT: the mount (our own mountinfo), the flags (statvfs) and the proof in the JSON and
+the text; DRIVER_ROOT_NOT_EXECUTABLE comes from the proof init makes before Ready (node/rootusable.py),
+run for real on a tmpfs with Talos's /run flags (helpers/mounts.py), never from a mount table."""
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers.mounts import tmpfs
 from helpers.support import FIXTURES, fixture_paths
 
 from driver_container.cli.status_render import render_text, status_json
 from driver_container.findings import check
 from driver_container.inspect.hoststate import HostState, inspect_host
 from driver_container.lifecycle.verify import verify
+from driver_container.node.rootusable import PROOF_BINARY
 from driver_container.paths import HostPaths
 from driver_container.publish.manifest import Manifest, format_manifest
+from driver_container.runtime.runner import Runner
 from driver_container.settings import Settings
 
 HOST = FIXTURES / "hosts" / "talos-1.13-open-595"  # no finding of its own (tests/integration/test_status.py)
-TALOS_RUN = "30 1 0:26 / {run} rw,nosuid,nodev,noexec,relatime shared:18 - tmpfs none rw,mode=755\n"
-OURS = "40 30 0:52 / {run}/driver rw,nosuid,relatime shared:44 - tmpfs nvidia-driver-root rw,mode=755\n"
+LIBDIR = "usr/lib/x86_64-linux-gnu"
+# The host view's mount table, saying the opposite of the kernel: it must not matter.
+HOST_VIEW_LIE = "30 1 0:26 / {run} rw,nosuid,nodev,noexec,relatime shared:18 - tmpfs none rw,mode=755\n"
+
+
+def _tree(tmp_path: Path) -> HostPaths:
+    tree = Path(shutil.copytree(HOST, tmp_path / "tree", symlinks=True))
+    paths = fixture_paths(tree, run=tmp_path / "run")
+    (tree / "proc/self").mkdir()
+    (tree / "proc/self/mountinfo").write_text(HOST_VIEW_LIE.format(run=paths.run_dir))
+    return paths
 
 
 @pytest.fixture
-def paths(tmp_path: Path) -> HostPaths:
-    tree = Path(shutil.copytree(HOST, tmp_path / "tree", symlinks=True))
-    (tree / "proc/self").mkdir()
-    return fixture_paths(tree)
+def exec_paths(tmp_path: Path) -> HostPaths:
+    return _tree(tmp_path)
 
 
-def _state(paths: HostPaths, mountinfo: str, *, published: bool) -> HostState:
-    (paths.procfs_root / "self/mountinfo").write_text(mountinfo.format(run=paths.run_dir))
-    if published:
-        (paths.driver_root / ".driver-container").mkdir(parents=True)
-        manifest = format_manifest(Manifest("595.91.07", "x86_64-linux-gnu", ()))  # "{}" claims nothing
-        (paths.driver_root / ".driver-container/manifest.json").write_text(manifest)
-    return inspect_host(paths, Settings())
+@pytest.fixture
+def noexec_paths(tmp_path: Path) -> Iterator[HostPaths]:
+    with tmpfs(tmp_path / "run"):
+        yield _tree(tmp_path)
 
 
-def test_published_root_on_noexec_run_is_an_error_naming_the_flags(paths: HostPaths) -> None:
-    state = _state(paths, TALOS_RUN, published=True)
+def _publish(paths: HostPaths) -> None:
+    """A published root as far as status and the proof look: a manifest, the static ldconfig, NVML."""
+    root = paths.driver_root
+    (root / ".driver-container").mkdir(parents=True)
+    manifest = format_manifest(Manifest("595.91.07", "x86_64-linux-gnu", ()))  # "{}" claims nothing
+    (root / ".driver-container/manifest.json").write_text(manifest)
+    (root / "sbin").mkdir()
+    shutil.copy2(shutil.which("ldconfig") or "/sbin/ldconfig", root / PROOF_BINARY)
+    (root / LIBDIR).mkdir(parents=True)
+    shutil.copy2(root / PROOF_BINARY, root / LIBDIR / "libnvidia-ml.so.1")
+
+
+def _status(paths: HostPaths) -> HostState:
+    return inspect_host(paths, Settings(), prove_with=Runner())
+
+
+def test_published_root_on_noexec_run_is_an_error_with_what_the_kernel_said(noexec_paths: HostPaths) -> None:
+    _publish(noexec_paths)
+    state = _status(noexec_paths)
     found = [f for f in check(state) if f.code == "DRIVER_ROOT_NOT_EXECUTABLE"]
     assert len(found) == 1 and found[0].severity == "error"
-    assert "rw,nosuid,nodev,noexec,relatime" in found[0].message
-    assert "noexec: nothing in it can be run" in found[0].message and "nodev:" in found[0].message
-    assert "CAP_SYS_ADMIN" in found[0].fix
-    mount = status_json(state, check(state))["driver_root"]["mount"]
-    assert mount == {
-        "mount_point": str(paths.run_dir), "fstype": "tmpfs", "source": "none",
-        "options": ["rw", "nosuid", "nodev", "noexec", "relatime"], "ours": False,
-    }  # fmt: skip
-    assert f"  mount {paths.run_dir} tmpfs none rw,nosuid,nodev,noexec,relatime" in render_text(state, check(state))
+    message = found[0].message
+    assert f"executing {noexec_paths.driver_root / PROOF_BINARY}: " in message and "Permission denied" in message
+    assert "(mmap PROT_EXEC): Operation not permitted" in message
+    assert f"{noexec_paths.driver_root} is mounted noexec,nodev (statvfs)" in message
+    assert "CAP_SYS_ADMIN" in found[0].fix and "Bidirectional" in found[0].fix
+    root = status_json(state, check(state))["driver_root"]
+    assert root["flags"] == {"path": str(noexec_paths.driver_root), "noexec": True, "nodev": True}
+    assert root["usable"]["ok"] is False and len(root["usable"]["failures"]) == 3
+    # The mount is this process's own view (the real tmpfs), not the host view's line.
+    assert root["mount"]["source"] == "talos-run" and root["mount"]["ours"] is False
+    assert "  usable: NO" in render_text(state, check(state))
 
 
-def test_init_verify_goes_on_because_init_is_the_fix(paths: HostPaths) -> None:
-    _state(paths, TALOS_RUN, published=True)
-    state = verify(paths, Settings())  # raises VerificationError on any other error finding
-    assert "DRIVER_ROOT_NOT_EXECUTABLE" in {f.code for f in check(state)}
-
-
-def test_unpublished_root_on_noexec_is_no_error_yet(paths: HostPaths) -> None:
-    state = _state(paths, TALOS_RUN, published=False)
-    assert "DRIVER_ROOT_NOT_EXECUTABLE" not in {f.code for f in check(state)}
-
-
-def test_our_tmpfs_is_shown_and_clean(paths: HostPaths) -> None:
-    state = _state(paths, TALOS_RUN + OURS, published=True)
+def test_an_exec_capable_root_is_clean_whatever_the_host_views_mount_table_says(exec_paths: HostPaths) -> None:
+    _publish(exec_paths)
+    state = _status(exec_paths)
     assert [f for f in check(state) if f.severity == "error"] == []
-    mount = status_json(state, check(state))["driver_root"]["mount"]
-    assert mount["mount_point"] == str(paths.driver_root) and mount["ours"] is True
-    assert mount["options"] == ["rw", "nosuid", "relatime"]
+    root = status_json(state, check(state))["driver_root"]
+    assert root["usable"] == {"ok": True, "failures": []} and root["flags"]["noexec"] is False
+    assert "  usable: yes (executed and mapped from it)" in render_text(state, check(state))
+
+
+def test_init_verify_proves_nothing_before_it_publishes(noexec_paths: HostPaths) -> None:
+    _publish(noexec_paths)
+    state = verify(noexec_paths, Settings())  # raises VerificationError on any error finding
+    assert state.driver_root_proof is None and state.driver_root_flags is not None
+
+
+def test_unpublished_root_on_noexec_is_no_error_yet(noexec_paths: HostPaths) -> None:
+    state = _status(noexec_paths)
+    assert state.driver_root_proof is None
+    assert "DRIVER_ROOT_NOT_EXECUTABLE" not in {f.code for f in check(state)}

@@ -1,20 +1,26 @@
 """node/rootmount.py and publish/rootdir.prepare_driver_root: which mount DRIVER_ROOT gets, with what argv,
-and what happens without the privilege to mount; driver-manager and status on the same mounts."""
+and what happens without the privilege to mount; driver-manager and status on the same mounts.
+
+Whether a mount is needed is statvfs's answer (issue 28): the tests that need one run on a real tmpfs
+with Talos's /run flags (helpers/mounts.py); the mount table (OWN_PROCFS_ROOT/self/mountinfo) is a file
+here, so it can be absent, unreadable or lie."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers.mounts import tmpfs
 
 from driver_container.errors import PublishError
 from driver_container.formats.kernel.mountinfo import Mount, parse_mountinfo
 from driver_container.inspect.hoststate import inspect_host
 from driver_container.manager.facts import NodeFacts, leftover_mounts
 from driver_container.manager.manager import clean_leftovers
-from driver_container.node.rootmount import MOUNT_SOURCE, decide, leftovers_at, mount_argv
+from driver_container.node.rootmount import MOUNT_SOURCE, RootFlags, decide, leftovers_at, mount_argv
 from driver_container.paths import HostPaths
 from driver_container.publish.rootdir import create_driver_root, prepare_driver_root
 from driver_container.runtime.runner import Runner
@@ -32,24 +38,32 @@ def _mounts(text: str, run: str = "/run/nvidia") -> list[Mount]:
     return parse_mountinfo(text.format(run=run, parent=1030))
 
 
+NOEXEC = RootFlags("/run/nvidia", noexec=True, nodev=True)
+EXEC = RootFlags("/run/nvidia", noexec=False, nodev=False)
+
+
 @pytest.mark.parametrize(
-    ("run_line", "action"),
+    ("flags", "action"),
     [
-        (TALOS_RUN, "mount"),  # Talos /run: noexec and nodev
-        (TALOS_RUN.replace("nodev,noexec", "noexec"), "mount"),
-        (TALOS_RUN.replace("nodev,noexec", "nodev"), "mount"),  # device nodes in the root unusable
-        (TALOS_RUN.replace("nosuid,nodev,noexec", "nosuid"), "none"),  # nosuid is fine
+        (NOEXEC, "mount"),  # Talos /run: noexec and nodev
+        (NOEXEC._replace(nodev=False), "mount"),
+        (NOEXEC._replace(noexec=False), "mount"),  # device nodes in the root unusable
+        (EXEC, "none"),  # nosuid is fine
     ],
 )
-def test_decision_from_the_flags_of_the_filesystem_holding_driver_root(run_line: str, action: str) -> None:
-    decision = decide(_mounts(ROOT + run_line), "/run/nvidia/driver")
-    assert decision.action == action
-    assert decision.holder is not None and decision.holder.mount_point == "/run/nvidia"
+def test_decision_from_statvfs_whatever_the_mount_table_says(flags: RootFlags, action: str) -> None:
+    for run_line in (TALOS_RUN, TALOS_RUN.replace("nosuid,nodev,noexec", "nosuid")):  # the truth, and a lie
+        decision = decide(flags, _mounts(ROOT + run_line), "/run/nvidia/driver")
+        assert decision.action == action
+        assert decision.holder is not None and decision.holder.mount_point == "/run/nvidia"
+    assert decide(flags, None, "/run/nvidia/driver").action == action  # no mount table at all
+    assert decide(flags, None, "/run/nvidia/driver").holder is None
 
 
 def test_our_mount_is_kept_and_is_no_leftover() -> None:
     mounts = _mounts(ROOT + TALOS_RUN + OURS)
-    assert decide(mounts, "/run/nvidia/driver").action == "keep"
+    assert decide(EXEC, mounts, "/run/nvidia/driver").action == "keep"
+    assert decide(NOEXEC, mounts, "/run/nvidia/driver").action == "keep"  # remounted noexec: the proof says so
     assert leftovers_at(mounts, "/run/nvidia/driver") == []
 
 
@@ -61,8 +75,8 @@ def test_a_tmpfs_of_someone_else_at_driver_root_is_a_leftover() -> None:
 def test_nvidia_rbind_on_top_of_ours_is_the_only_leftover() -> None:
     mounts = parse_mountinfo((ROOT + TALOS_RUN + OURS + NVIDIA_RBIND + NVIDIA_SUB).format(run="/r", parent=1040))
     assert [m.mount_id for m in leftovers_at(mounts, "/r/driver")] == [1041]
-    assert decide(mounts, "/r/driver").action == "none"  # the rbind (exec-capable) is what shows until removed
-    assert decide([m for m in mounts if m.mount_id != 1041], "/r/driver").action == "keep"
+    assert decide(EXEC, mounts, "/r/driver").action == "none"  # the rbind (exec-capable) shows until removed
+    assert decide(EXEC, [m for m in mounts if m.mount_id != 1041], "/r/driver").action == "keep"
 
 
 def test_mount_argv_is_a_tmpfs_with_our_source_exec_and_dev_allowed() -> None:
@@ -85,14 +99,13 @@ class Node:
         return str(self.paths.run_dir)
 
     def write_mountinfo(self, text: str, parent: int = 1030) -> None:
-        (self.paths.procfs_root / "self/mountinfo").write_text(text.format(run=self.run, parent=parent))
+        (self.paths.own_procfs_root / "self/mountinfo").write_text(text.format(run=self.run, parent=parent))
 
     def recorded(self) -> list[list[str]]:
         return [line.split("\t") for line in self.calls.read_text().splitlines()] if self.calls.exists() else []
 
 
-@pytest.fixture
-def node(tmp_path: Path) -> Node:
+def _node(tmp_path: Path) -> Node:
     (tmp_path / "proc/self").mkdir(parents=True)
     bindir = tmp_path / "bin"
     bindir.mkdir()
@@ -105,9 +118,22 @@ def node(tmp_path: Path) -> Node:
             f'[ -n "$FAKE_{var}_ERR" ] && printf "%s\\n" "$FAKE_{var}_ERR" >&2\nexit "${{FAKE_{var}_RC:-0}}"\n'
         )
         (bindir / tool).chmod(0o755)
-    paths = HostPaths(procfs_root=tmp_path / "proc", run_dir=tmp_path / "run")
+    paths = HostPaths(own_procfs_root=tmp_path / "proc", procfs_root=tmp_path / "host-proc", run_dir=tmp_path / "run")
     create_driver_root(paths.driver_root)
     return Node(paths, Runner(env={"PATH": f"{bindir}:{os.environ['PATH']}"}), calls)
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[Node]:
+    """RUN_DIR on a real tmpfs with Talos's /run flags: statvfs says noexec,nodev."""
+    with tmpfs(tmp_path / "run"):
+        yield _node(tmp_path)
+
+
+@pytest.fixture
+def exec_node(tmp_path: Path) -> Node:
+    """RUN_DIR on the test machine's own (exec-capable) filesystem."""
+    return _node(tmp_path)
 
 
 def test_noexec_run_gets_our_tmpfs_before_anything_is_written(node: Node) -> None:
@@ -123,10 +149,27 @@ def test_restart_finds_our_mount_and_runs_nothing(node: Node) -> None:
     assert node.recorded() == []
 
 
-def test_exec_capable_filesystem_needs_no_mount(node: Node) -> None:
+def test_exec_capable_filesystem_needs_no_mount(exec_node: Node) -> None:
+    exec_node.write_mountinfo(ROOT + TALOS_RUN)  # a mount table that lies: statvfs decides
+    assert prepare_driver_root(exec_node.paths, exec_node.runner) is False
+    assert exec_node.recorded() == []
+
+
+def test_a_mount_table_calling_run_exec_capable_is_overruled_by_statvfs(
+    node: Node, caplog: pytest.LogCaptureFixture
+) -> None:
     node.write_mountinfo(ROOT + TALOS_RUN.replace("nosuid,nodev,noexec", "nosuid"))
-    assert prepare_driver_root(node.paths, node.runner) is False
-    assert node.recorded() == []
+    assert prepare_driver_root(node.paths, node.runner) is True
+    assert node.recorded() == [mount_argv(f"{node.run}/driver")]
+    assert "statvfs, which exec and mmap obey, decides" in caplog.text
+
+
+def test_the_host_views_mountinfo_is_not_read(node: Node) -> None:
+    node.write_mountinfo(ROOT + TALOS_RUN)
+    (node.paths.procfs_root / "self").mkdir(parents=True)  # PROCFS_ROOT: a host view saying "ours is there"
+    (node.paths.procfs_root / "self/mountinfo").write_text((ROOT + TALOS_RUN + OURS).format(run=node.run))
+    assert prepare_driver_root(node.paths, node.runner) is True
+    assert node.recorded() == [mount_argv(f"{node.run}/driver")]
 
 
 def test_nvidia_rbind_leftover_is_unmounted_then_ours_mounted(node: Node) -> None:
@@ -149,7 +192,8 @@ def test_eperm_names_the_flags_and_the_fix(node: Node) -> None:
     with pytest.raises(PublishError) as info:
         prepare_driver_root(node.paths, runner)
     message, fix = info.value.message, info.value.fix or ""
-    assert "nosuid,nodev,noexec" in message and "noexec/nodev would stop consumers" in message
+    assert "mounted noexec,nodev (statvfs)" in message and "noexec/nodev would stop consumers" in message
+    assert "tmpfs none at " in message  # the holder the mount table names
     assert "exited 32: mount: x: permission denied." in message
     assert "CAP_SYS_ADMIN" in fix and "privileged" in fix and "0500_daemonset.yaml" in fix
     assert node.recorded() == [mount_argv(f"{node.run}/driver")]
@@ -163,8 +207,23 @@ def test_unshared_run_dir_is_refused_before_mounting(node: Node) -> None:
     assert node.recorded() == []
 
 
-def test_without_mountinfo_nothing_runs(node: Node) -> None:
-    assert prepare_driver_root(node.paths, node.runner) is False
+def test_without_our_mountinfo_an_exec_capable_root_needs_nothing(exec_node: Node) -> None:
+    assert prepare_driver_root(exec_node.paths, exec_node.runner) is False
+    assert exec_node.recorded() == []
+
+
+def test_without_our_mountinfo_a_noexec_root_is_refused_before_mounting(node: Node) -> None:
+    # Mounting blind could leave the tmpfs in this container (a private RUN_DIR): consumers would see noexec.
+    with pytest.raises(PublishError, match=r"cannot be told: .*self/mountinfo does not exist") as info:
+        prepare_driver_root(node.paths, node.runner)
+    assert "noexec,nodev (statvfs)" in info.value.message and "OWN_PROCFS_ROOT" in (info.value.fix or "")
+    assert node.recorded() == []
+
+
+def test_an_unreadable_mountinfo_is_refused_with_its_reason(node: Node) -> None:
+    (node.paths.own_procfs_root / "self/mountinfo").mkdir()  # not a regular file
+    with pytest.raises(PublishError, match=r"cannot be told: .*not a regular file"):
+        prepare_driver_root(node.paths, node.runner)
     assert node.recorded() == []
 
 
@@ -173,8 +232,9 @@ def test_without_mountinfo_nothing_runs(node: Node) -> None:
 
 def _facts(node: Node, mounts: tuple[str, ...]) -> NodeFacts:
     """The manager's facts with these leftover mounts; the host part read from an empty tree beside them."""
-    tmp = node.paths.procfs_root.parent
-    empty = HostPaths(procfs_root=node.paths.procfs_root, sysfs_root=tmp / "sys", host_root=tmp / "host",
+    tmp = node.paths.own_procfs_root.parent
+    empty = HostPaths(procfs_root=node.paths.own_procfs_root, own_procfs_root=node.paths.own_procfs_root,
+                      sysfs_root=tmp / "sys", host_root=tmp / "host",
                       userspace_root=tmp / "userspace", drivers_conf_dir=tmp / "drivers", run_dir=node.paths.run_dir,
                       host_os_release_override=tmp / "os-release")  # fmt: skip
     return NodeFacts(inspect_host(empty, Settings()), None, None, mounts, pid_file_stale=False)
