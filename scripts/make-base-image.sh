@@ -54,6 +54,7 @@ else
   tar -C "$TMP" --numeric-owner -cf "$CTX/rootfs.tar" .
   printf '%s\n' 'FROM scratch' 'ADD rootfs.tar /' \
     'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' 'CMD ["bash"]' >"$CTX/Dockerfile"
-  docker_build --platform "linux/$ARCH" -t "$TAG" "$CTX" >/dev/null
+  docker_build --platform "linux/$ARCH" -t "$TAG" "$CTX" >"$CTX/build.log" 2>&1 \
+    || { tail -20 "$CTX/build.log" >&2; exit 1; }
 fi
 log "imported $TAG ($(docker image inspect -f '{{.Size}}' "$TAG") bytes)"
