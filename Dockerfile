@@ -68,11 +68,16 @@ FROM nvidia-extracted-installer AS nvidia-fetch-run
 ARG DRIVER_VERSION
 ARG TARGETARCH
 ARG NVIDIA_RUN_SHA256=""
+# Per-platform pins for one multi-platform build (scripts/release-build.sh); each overrides NVIDIA_RUN_SHA256.
+ARG NVIDIA_RUN_SHA256_AMD64=""
+ARG NVIDIA_RUN_SHA256_ARM64=""
 ARG NVIDIA_DOWNLOAD_BASE=https://us.download.nvidia.com/tesla
 RUN set -eu; \
     test -n "${DRIVER_VERSION}" || { echo "DRIVER_VERSION build arg is required" >&2; exit 1; }; \
-    case "${TARGETARCH:-amd64}" in amd64) arch=x86_64 ;; arm64) arch=aarch64 ;; \
+    case "${TARGETARCH:-amd64}" in amd64) arch=x86_64 pin="${NVIDIA_RUN_SHA256_AMD64}" ;; \
+      arm64) arch=aarch64 pin="${NVIDIA_RUN_SHA256_ARM64}" ;; \
       *) echo "unsupported TARGETARCH ${TARGETARCH}" >&2; exit 1 ;; esac; \
+    NVIDIA_RUN_SHA256="${pin:-${NVIDIA_RUN_SHA256}}"; \
     apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
       ca-certificates curl xz-utils; \
     run="NVIDIA-Linux-${arch}-${DRIVER_VERSION}.run"; \

@@ -4,13 +4,18 @@
 # same suite, trimmed like the slim image (no docs, man pages, locales, apt lists), imported under that
 # tag makes `docker build` use it without pulling. A real pull of the tag replaces it harmlessly.
 #
-# Environment: BASE_IMAGE (tag, default debian:bookworm-slim), DEBIAN_MIRROR, FORCE=1 to re-create.
+# Environment: BASE_IMAGE (tag, default debian:bookworm-slim), DEBIAN_MIRROR, FORCE=1 to re-create,
+# ARCH (a Debian architecture, default the machine's): another one is debootstrapped under qemu-user
+# (binfmt_misc, scripts/release-build.sh registers it) and imported for that platform; give it its own tag
+# (e.g. BASE_IMAGE=local/debian-arm64:bookworm-slim) and build with BASE_IMAGE_ARM64=<that tag>.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TAG="${BASE_IMAGE:-debian:bookworm-slim}"
 MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+ARCH="${ARCH:-$(dpkg --print-architecture)}"
 DEB_CACHE="$REPO/.cache/debootstrap-debs"
+[[ "$ARCH" == "$(dpkg --print-architecture)" ]] || DEB_CACHE="$DEB_CACHE-$ARCH"
 log() { printf 'make-base-image: %s\n' "$*" >&2; }
 
 [[ $EUID -eq 0 ]] || { log "must run as root"; exit 1; }
@@ -21,8 +26,8 @@ mkdir -p "$DEB_CACHE"
 TMP="$(mktemp -d)"
 trap 'rm -rf --one-file-system "$TMP"' EXIT
 chmod 0755 "$TMP"
-log "debootstrap --variant=minbase bookworm"
-debootstrap --variant=minbase --cache-dir="$DEB_CACHE" bookworm "$TMP" "$MIRROR" >"$TMP.log" 2>&1 \
+log "debootstrap --variant=minbase --arch=$ARCH bookworm"
+debootstrap --variant=minbase --arch="$ARCH" --cache-dir="$DEB_CACHE" bookworm "$TMP" "$MIRROR" >"$TMP.log" 2>&1 \
   || { tail -20 "$TMP.log" >&2; rm -f "$TMP.log"; exit 1; }
 rm -f "$TMP.log"
 # What debian:bookworm-slim leaves out (its dpkg path-exclude config); apt lists are fetched again by builds.
@@ -36,7 +41,20 @@ path-exclude /usr/share/info/*
 path-exclude /usr/share/locale/*
 CFG
 : >"$TMP/etc/resolv.conf"
-tar -C "$TMP" --numeric-owner -c . | docker import \
-  --change 'CMD ["bash"]' --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
-  - "$TAG" >/dev/null
+if [[ "$ARCH" == "$(dpkg --print-architecture)" ]]; then
+  tar -C "$TMP" --numeric-owner -c . | docker import \
+    --change 'CMD ["bash"]' --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    - "$TAG" >/dev/null
+else
+  # `docker import --platform` needs an engine with multi-platform support (not Debian's 20.10): a
+  # BuildKit build FROM scratch for that platform records its architecture in the image instead.
+  # shellcheck source=scripts/docker-build.sh
+  source "$REPO/scripts/docker-build.sh"
+  CTX="$(mktemp -d)"; trap 'rm -rf --one-file-system "$TMP" "$CTX"' EXIT
+  tar -C "$TMP" --numeric-owner -cf "$CTX/rootfs.tar" .
+  printf '%s\n' 'FROM scratch' 'ADD rootfs.tar /' \
+    'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' 'CMD ["bash"]' >"$CTX/Dockerfile"
+  docker_build --platform "linux/$ARCH" -t "$TAG" "$CTX" >"$CTX/build.log" 2>&1 \
+    || { tail -20 "$CTX/build.log" >&2; exit 1; }
+fi
 log "imported $TAG ($(docker image inspect -f '{{.Size}}' "$TAG") bytes)"

@@ -90,18 +90,8 @@ bash scripts/dockerd.sh start
 step "base image"
 bash scripts/make-base-image.sh
 
-# BuildKit is required by the Dockerfile (stage selection by USERSPACE_SOURCE, TARGETARCH). A Docker 23+
-# client without the buildx plugin only has the legacy builder, while Debian's docker.io 20.10 client
-# still has BuildKit built in: use whichever can.
-docker_build() {
-  if docker buildx version >/dev/null 2>&1; then
-    docker buildx build --load "$@"
-  elif [[ -x /usr/bin/docker ]] && /usr/bin/docker version -f '{{.Client.Version}}' 2>/dev/null | grep -Eq '^(19|20|21|22)\.'; then
-    DOCKER_BUILDKIT=1 /usr/bin/docker build "$@"
-  else
-    die "no BuildKit-capable docker client (install docker-buildx or Debian's docker.io)"
-  fi
-}
+# shellcheck source=scripts/docker-build.sh
+source scripts/docker-build.sh   # docker_build: BuildKit through buildx or Debian's 20.10 client
 
 step "wheels for the image (pip cannot reach PyPI inside build containers)"
 # A clean directory: wheels left from an older pyproject (e.g. typer 0.29 and its pydantic) would be
@@ -119,14 +109,15 @@ echo "built in $((SECONDS - started)) s; $(docker image inspect -f '{{.Size}}' "
 # Issue 16: the USERSPACE_SOURCE=tree route (what the default .run route does after its download), fed with
 # a .run-shaped flat tree assembled from Debian's 535 packages with the graphics libraries; tested by
 # tests/container/test_tree_image.py. The BuildKit cache shares every stage but the userspace with $IMAGE.
-step "image $IMAGE_TREE (USERSPACE_SOURCE=tree from a .run-shaped tree)"
+# Issue 31: built by the release script's build phase (scripts/release-build.sh, what the release workflow
+# runs for every driver), native platform only; scripts/test.sh runs its test and push phases on it.
+step "image $IMAGE_TREE (USERSPACE_SOURCE=tree from a .run-shaped tree, scripts/release-build.sh build)"
 started=$SECONDS
 bash scripts/make-nvidia-run-tree.sh "${ARTEFACTS_DIR:-$CACHE/artefacts}/debian-nvidia-535-graphics" 535.309.01 \
   "$CACHE/nvidia-tree"
-docker_build --network host --progress plain \
-  --build-arg USERSPACE_SOURCE=tree --build-arg NVIDIA_TREE=.cache/nvidia-tree --build-arg DRIVER_VERSION=535.309.01 \
-  -t "$IMAGE_TREE" . >"$CACHE/image-tree-build.log" 2>&1 \
-  || { tail -40 "$CACHE/image-tree-build.log" >&2; die "tree image build failed (log: $CACHE/image-tree-build.log)"; }
+PLATFORMS="linux/$(dpkg --print-architecture)" USERSPACE_SOURCE=tree NVIDIA_TREE=.cache/nvidia-tree \
+  LOCAL_TAG="$IMAGE_TREE" BUILD_LOG="$CACHE/image-tree-build.log" bash scripts/release-build.sh 535.309.01 build \
+  || die "tree image build failed (log: $CACHE/image-tree-build.log)"
 echo "built in $((SECONDS - started)) s" >&2
 # Each rebuild leaves the previous image untagged; drop those so repeated runs do not fill the disk.
 docker image prune -f >/dev/null || true

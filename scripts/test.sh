@@ -19,6 +19,16 @@ case $rc in
   *) failed+=("pytest($rc)") ;;
 esac
 
+# Issue 31: the release script (what .github/workflows/release.yml runs per driver) up to the push, on the
+# image setup built with its build phase: the container tests against it, then the push phase, which
+# stops before pushing (no PUSH=1; no registry is reachable here).
+if [[ -z "${SKIP_CONTAINER:-}" ]]; then
+  echo "== scripts/release-build.sh test push (${IMAGE_TREE:-talos-nvidia-driver:535.309.01-tree})" >&2
+  PLATFORMS="linux/$(dpkg --print-architecture)" USERSPACE_SOURCE=tree NVIDIA_TREE=.cache/nvidia-tree \
+    LOCAL_TAG="${IMAGE_TREE:-talos-nvidia-driver:535.309.01-tree}" bash scripts/release-build.sh 535.309.01 test push \
+    || failed+=(release-build)
+fi
+
 echo "== ruff" >&2
 .venv/bin/ruff check . || failed+=(ruff)
 echo "== mypy" >&2

@@ -136,11 +136,12 @@ def _firmware_fix(state: HostState) -> str:
         return fix
     # The loader is built in (CONFIG_FW_LOADER=y), so its search path is the kernel argument
     # firmware_class.path= (drivers/base/firmware_loader/main.c); init writes the runtime parameter too,
-    # but that is lost at reboot and read-only under SELinux enforcing (docs/talos.md).
+    # but that is lost at reboot and read-only under SELinux enforcing (docs/talos.md). Talos takes kernel
+    # arguments from its boot assets (machine.install.extraKernelArgs is deprecated: node/firmware.py).
     return (
         fix + "; on Talos also make the search path persistent with the kernel argument "
-        "firmware_class.path=<host driver root>/lib/firmware (machine.install.extraKernelArgs, "
-        "or the Image Factory schematic's extraKernelArgs)"
+        "firmware_class.path=<host driver root>/lib/firmware (the Image Factory schematic's "
+        "customization.extraKernelArgs, then upgrade the node to that installer)"
     )
 
 

@@ -45,10 +45,14 @@ class FirmwarePathReport(NamedRecord):
 
 def kernel_argument_fix(wanted: str) -> str:
     """The persistent fix: the firmware loader is built in (CONFIG_FW_LOADER=y in siderolabs/pkgs
-    kernel/build/config-amd64, f541ca434ee63964319bb912e370f0ed407f8a18), so its path is a kernel argument."""
+    kernel/build/config-amd64, f541ca434ee63964319bb912e370f0ed407f8a18), so its path is a kernel argument.
+    On Talos that goes into the boot assets: machine.install.extraKernelArgs is deprecated and hidden since
+    v1.12.0, refused next to grubUseUKICmdline (set by generated configs since 1.12), ignored with SDBoot, and
+    1.14 configs have no install section (siderolabs/talos v1alpha1_types.go, v1alpha1_validation.go,
+    generate/worker.go at v1.14.0-rc.1 7a84d74)."""
     return (
-        f"boot with the kernel argument firmware_class.path={wanted} (Talos: machine.install.extraKernelArgs "
-        "or the Image Factory schematic's customization.extraKernelArgs, then upgrade/reboot the node)"
+        f"boot with the kernel argument firmware_class.path={wanted} (Talos: the Image Factory schematic's "
+        "customization.extraKernelArgs, or imager --extra-kernel-arg, then upgrade the node to that installer)"
     )
 
 

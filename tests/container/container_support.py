@@ -19,7 +19,8 @@ from helpers.support import require
 os.environ.setdefault("TESTCONTAINERS_RYUK_DISABLED", "true")
 
 IMAGE = os.environ.get("IMAGE", "talos-nvidia-driver:535.309.01-debian")
-IMAGE_DRIVER_VERSION = "535.309.01"
+# scripts/release-build.sh runs these tests on the image of any driver version it built.
+IMAGE_DRIVER_VERSION = os.environ.get("IMAGE_DRIVER_VERSION", "535.309.01")
 
 
 @dataclass(frozen=True)

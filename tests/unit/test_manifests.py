@@ -145,8 +145,9 @@ def test_manager_is_this_image_and_the_driver_image_follows_the_operator_tag_rul
     for spec in (values["driver"], cr["spec"]):
         manager = spec["manager"]
         assert (manager["repository"], manager["image"]) == (spec["repository"], spec["image"])
-        # The operator appends -<ID><VERSION_ID> to the driver tag but uses the manager tag as is.
-        assert manager["version"] == f"{spec['version']}-talosv1.13.9"  # a Talos release that shipped 595.91.07
+        # The operator appends -<ID><VERSION_ID> to the driver tag but uses the manager tag as is: the
+        # plain driver tag of the published image (scripts/release-matrix.py tags).
+        assert manager["version"] == spec["version"]
         assert {e["name"] for e in spec["env"]} == {"DRIVER_PLATFORM"}
     assert cr["spec"]["repository"] == values["driver"]["repository"]
 
@@ -245,7 +246,7 @@ NVIDIADRIVER_SPEC_KEYS = frozenset({
     "manager.repository", "manager.image", "manager.version", "manager.env", "manager.imagePullPolicy", "env",
     "args", "startupProbe.initialDelaySeconds", "startupProbe.periodSeconds", "startupProbe.timeoutSeconds",
     "startupProbe.successThreshold", "startupProbe.failureThreshold", "tolerations", "priorityClassName",
-    "kernelModuleConfig.name", "rdma.enabled", "rdma.useHostMofed", "resources",
+    "kernelModuleConfig.name", "rdma.enabled", "rdma.useHostMofed", "resources", "upgradePolicy.autoUpgrade",
 })  # fmt: skip
 MAP_KEYS = {"nodeSelector", "driver.nvidiaDriverCRD.nodeSelector", "resources", "driver.resources"}  # free-form
 # The driver ClusterRole the operator binds to the driver pod's service account (assets/state-driver/
@@ -277,8 +278,15 @@ def test_nvidiadriver_uses_only_fields_of_the_crd() -> None:
     assert (cr["apiVersion"], cr["kind"]) == ("nvidia.com/v1alpha1", "NVIDIADriver")
     unknown = sorted(_leaves(cr["spec"]) - NVIDIADRIVER_SPEC_KEYS)
     assert unknown == [], f"not NVIDIADriver spec fields at {OPERATOR_COMMIT}: {unknown}"
-    # The upgrade controller reads only the ClusterPolicy's policy (controllers/upgrade_controller.go).
-    assert "upgradePolicy" not in cr["spec"]
+
+
+def test_nvidiadriver_states_its_upgrade_policy() -> None:
+    # Since v26.7.0 (gpu-operator 172ef9bbf) the upgrade controller reads each NVIDIADriver's own
+    # spec.upgradePolicy, and a missing one means autoUpgrade: true (GetUpgradePolicyWithDefaults in
+    # api/nvidia/v1alpha1/nvidiadriver_types.go, controllers/upgrade_controller.go at a22dbf67): node drains
+    # and driver pod restarts before the node runs the new kmod extension (docs/operator.md, Upgrades).
+    (cr,) = _docs("nvidiadriver.yaml")
+    assert cr["spec"]["upgradePolicy"]["autoUpgrade"] is False
 
 
 def test_the_leaf_walker_sees_nested_keys() -> None:

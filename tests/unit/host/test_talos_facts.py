@@ -112,7 +112,9 @@ def test_firmware_fix_on_talos_names_the_kernel_argument(tmp_path: Path) -> None
     shutil.rmtree(tree / "userspace/lib/firmware")
     state = inspect_host(fixture_paths(tree), Settings())
     fixes = {f.fix for f in check(state) if f.code == "FIRMWARE_MISSING"}
-    assert fixes and all("firmware_class.path=" in f and "machine.install.extraKernelArgs" in f for f in fixes)
+    assert fixes
+    assert all("firmware_class.path=" in f and "schematic's customization.extraKernelArgs" in f for f in fixes)
+    assert not any("machine.install" in f for f in fixes)  # deprecated since Talos 1.12 (node/firmware.py)
 
 
 @pytest.mark.parametrize("name", ["talos-machine-config.yaml", "talos-kernel-module-config.yaml"])

@@ -78,7 +78,8 @@ def test_read_only_sysfs_names_selinux_and_the_kernel_argument(node_host: Callab
     assert done.stdout.strip() == "read-only"
     assert "EROFS: SELinux enforcing on Talos" in done.stderr
     assert f"firmware_class.path={paths.run_dir}/driver/lib/firmware" in done.stderr
-    assert "machine.install.extraKernelArgs" in done.stderr
+    # Talos's kernel arguments live in the boot assets; the deprecated machine.install route is not offered.
+    assert "schematic's customization.extraKernelArgs" in done.stderr and "machine.install" not in done.stderr
     assert (paths.sysfs_root / PARAM).read_text() == ""
 
 

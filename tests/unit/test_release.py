@@ -1,0 +1,180 @@
+"""The release matrix (release/talos-drivers.toml) stays true to the drivers Talos ships, and the release
+workflow, the local build script, CI and the docs agree with it (issue 31)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from helpers.support import REPO, require, require_module
+
+yaml = require_module("yaml")
+
+SCRIPT = REPO / "scripts" / "release-build.sh"
+WORKFLOW = REPO / ".github" / "workflows" / "release.yml"
+PUBLISHED = "ghcr.io/OWNER/talos-nvidia-driver"  # docs/image.md, "Published images"
+DOCKER_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+def _matrix_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("release_matrix", REPO / "scripts" / "release-matrix.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["release_matrix"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+rm = _matrix_module()
+
+
+def test_every_talos_release_gets_both_of_its_drivers_tagged() -> None:
+    releases = rm.load()
+    assert {r.release for r in releases} >= {"v1.12.0", "v1.12.11", "v1.13.9", "v1.14.0-rc.1"}
+    for r in releases:
+        for driver in (r.production, r.lts):
+            assert f"{PUBLISHED}:{driver}-talos{r.release}" in rm.tags(releases, driver, PUBLISHED)
+    drivers = [entry["driver"] for entry in rm.matrix(releases)["include"]]
+    assert drivers == sorted({d for r in releases for d in (r.production, r.lts)}, key=rm.version_key)
+    assert all(DOCKER_TAG.match(t.split(":", 1)[1]) for d in drivers for t in rm.tags(releases, d, PUBLISHED))
+
+
+def test_the_12_branch_quirk_is_recorded() -> None:
+    # Talos 1.12: the production branch (570) is older than the LTS branch (580); nothing may "fix" it.
+    (r,) = [r for r in rm.load() if r.release == "v1.12.11"]
+    assert (r.production, r.lts) == ("570.211.01", "580.126.20")
+
+
+def test_talos_doc_table_agrees_with_the_release_data() -> None:
+    shipped = {r.release: (r.production, r.lts) for r in rm.load()}
+    text = (REPO / "docs" / "talos.md").read_text()
+    rows = re.findall(r"^\| (v1\.[^|]*?) \| [^|]+ \| (\d[\d.]+) / (\d[\d.]+) \|$", text, re.M)
+    checked = 0
+    for cell, production, lts in rows:
+        for release in re.findall(r"v1\.\d+\.\d+(?:-rc\.\d+)?", cell.split("(")[0]):
+            if release in shipped:
+                assert shipped[release] == (production, lts), release
+                checked += 1
+    assert checked >= 6
+
+
+def _git(repo: Path, *args: str) -> None:
+    env = os.environ | {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+                        "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
+    subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, env=env, timeout=60)
+
+
+def _extensions_repo(tmp_path: Path, production: str, lts_var: str = "NVIDIA_DRIVER_LTS_VERSION") -> Path:
+    """A siderolabs/extensions-shaped clone with one release tag (the files verify reads)."""
+    repo = tmp_path / "extensions"
+    (repo / "nvidia-gpu").mkdir(parents=True)
+    (repo / "nvidia-gpu/vars.yaml").write_text(
+        f"NVIDIA_DRIVER_LTS_VERSION: 580.178.04\nNVIDIA_DRIVER_PRODUCTION_VERSION: {production}\n"
+    )
+    for path, var in rm.KMOD_VARS.items():
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        used = lts_var if var == "NVIDIA_DRIVER_LTS_VERSION" else var
+        (repo / path).write_text(f'VERSION: "{{{{ .{used} }}}}-{{{{ .BUILD_ARG_TAG }}}}"\n')
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "commit", "-q", "-m", "release")
+    _git(repo, "tag", "v1.13.9")
+    return repo
+
+
+def _head(repo: Path) -> str:
+    return subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
+                          check=True, timeout=60).stdout.strip()  # fmt: skip
+
+
+def test_verify_accepts_the_vars_it_was_read_from_and_names_each_difference(tmp_path: Path) -> None:
+    require(shutil.which("git"), "git")
+    good = _extensions_repo(tmp_path / "good", "595.91.07")
+    releases = [rm.TalosRelease("v1.13.9", _head(good), "595.91.07", "580.178.04")]
+    assert rm.verify(releases, str(good)) == []
+    bumped = _extensions_repo(tmp_path / "bumped", "595.99.01")
+    (problem,) = rm.verify([rm.TalosRelease("v1.13.9", _head(bumped), "595.91.07", "580.178.04")], str(bumped))
+    assert "NVIDIA_DRIVER_PRODUCTION_VERSION is 595.99.01" in problem
+    assert "tag is" in rm.verify(releases, str(bumped))[0]  # another commit behind the tag
+    renamed = _extensions_repo(tmp_path / "renamed", "595.91.07", lts_var="NVIDIA_DRIVER_LTS2_VERSION")
+    problems = rm.verify([rm.TalosRelease("v1.13.9", _head(renamed), "595.91.07", "580.178.04")], str(renamed))
+    assert len(problems) == 2 and all("no longer takes its VERSION" in p for p in problems)
+
+
+def _workflow() -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(WORKFLOW.read_text())
+    return doc
+
+
+def _steps(job: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(job["steps"])
+
+
+def test_workflow_builds_each_driver_multi_arch_with_the_local_script() -> None:
+    jobs = _workflow()["jobs"]
+    assert "release-matrix.py matrix" in " ".join(s.get("run", "") for s in _steps(jobs["matrix"]))
+    image = jobs["image"]
+    assert set(image["needs"]) == {"suite", "matrix"}  # the whole suite passes before anything is pushed
+    assert "bash .ci/run" in [s.get("run") for s in _steps(jobs["suite"])]
+    assert image["strategy"]["matrix"] == "${{ fromJSON(needs.matrix.outputs.matrix) }}"
+    assert set(image["env"]["PLATFORMS"].split(",")) == {"linux/amd64", "linux/arm64"}
+    assert image["env"]["USERSPACE_SOURCE"] == "run"
+    uses = [s["uses"].split("@")[0] for s in _steps(image) if "uses" in s]
+    for action in ("docker/setup-qemu-action", "docker/setup-buildx-action", "docker/login-action",
+                   "sigstore/cosign-installer"):  # fmt: skip
+        assert action in uses
+    runs = [s for s in _steps(image) if "scripts/release-build.sh" in s.get("run", "")]
+    assert [r["run"].split('"${{ matrix.driver }}"')[1].split() for r in runs] == [["build", "test"], ["push"]]
+    assert runs[1]["env"]["PUSH"] == "1" and "if" in runs[1]  # pushes on a release tag only
+    assert image["permissions"] == {"contents": "read", "packages": "write", "id-token": "write"}
+    # Every step runs bash scripts; nothing but the set-up actions lives in the workflow itself.
+    assert all(s.get("run", "").startswith(("bash scripts/", "echo ", "python -m venv")) for s in _steps(image)
+               if "run" in s)  # fmt: skip
+
+
+def test_ci_builds_and_tests_the_image_through_the_release_script() -> None:
+    setup = (REPO / "scripts" / "setup.sh").read_text().replace("\\\n", " ")
+    test = (REPO / "scripts" / "test.sh").read_text().replace("\\\n", " ")
+    (build,) = [line for line in setup.splitlines() if "bash scripts/release-build.sh" in line]
+    assert 'LOCAL_TAG="$IMAGE_TREE"' in build and "USERSPACE_SOURCE=tree" in build
+    assert build.split("release-build.sh 535.309.01")[1].split()[0] == "build"
+    (run,) = [line for line in test.splitlines() if "bash scripts/release-build.sh" in line]
+    assert run.split("release-build.sh 535.309.01")[1].split()[:2] == ["test", "push"]
+    assert "PUSH" not in run  # stops before the push: no registry here
+
+
+def test_push_phase_without_push_says_what_it_would_push() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PUSH"} | {"IMAGE_REPO": PUBLISHED}
+    done = subprocess.run(["bash", str(SCRIPT), "595.91.07", "push"], capture_output=True, text=True, env=env,
+                          timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "push skipped" in done.stderr and f"{PUBLISHED}:595.91.07-talosv1.13.9" in done.stderr
+    bad = subprocess.run(["bash", str(SCRIPT), "latest"], capture_output=True, text=True, timeout=60, check=False)
+    assert bad.returncode == 1 and "usage" in bad.stderr
+
+
+@pytest.mark.parametrize("name", ["nvidiadriver.yaml", "gpu-operator-values.yaml"])
+def test_deploy_examples_use_the_published_image(name: str) -> None:
+    (doc,) = [d for d in yaml.safe_load_all((REPO / "docs/deploy" / name).read_text()) if d]
+    spec = doc["spec"] if name == "nvidiadriver.yaml" else doc["driver"]
+    releases = rm.load()
+    assert f"{spec['repository']}/{spec['image']}" == PUBLISHED
+    assert spec["version"] in rm.drivers(releases)  # an image that is published
+    manager = spec["manager"]
+    assert f"{PUBLISHED}:{manager['version']}" in rm.tags(releases, spec["version"], PUBLISHED)
+
+
+def test_standalone_example_uses_a_published_tag() -> None:
+    docs = yaml.safe_load_all((REPO / "docs/deploy/standalone-daemonset.yaml").read_text())
+    (ds,) = [d for d in docs if d and d["kind"] == "DaemonSet"]
+    image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
+    repo, _, tag = image.rpartition(":")
+    assert image in rm.tags(rm.load(), tag.split("-")[0], repo) and repo == PUBLISHED
