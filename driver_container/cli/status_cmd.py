@@ -34,11 +34,13 @@ def status(
     from driver_container.findings.integrity import integrity_findings
     from driver_container.inspect.hoststate import inspect_host
     from driver_container.publish.integrity import last_verification, verify_published
+    from driver_container.publish.toolkit_features import read_absent_features
     from driver_container.runtime.runner import Runner
 
     paths = host_paths(ctx)
     # The runner executes from the published root: DRIVER_ROOT_NOT_EXECUTABLE is init's own proof.
     state = inspect_host(paths, Settings.from_env(), prove_with=Runner())
+    state = state._replace(published_absent=read_absent_features(paths))
     findings = check(state)
     if verify:
         findings += integrity_findings(verify_published(paths.driver_root), paths.driver_root, when="now")

@@ -48,6 +48,7 @@ def status_json(state: HostState, findings: list[Finding]) -> dict[str, Any]:
             "version": state.published_version,
             "last_publish_failed": state.publish_failure is not None,
             "interrupted": state.publish_interrupted,
+            "not_in_image": [{"name": f.name, "loses": f.loses} for f in state.published_absent],
         }
         | _mount_json(state),
         "fabric": state.fabric.to_json() if state.fabric is not None else None,
@@ -139,6 +140,7 @@ def render_text(state: HostState, findings: list[Finding]) -> str:
         lines.append(f"  mount {m['mount_point']} {m['fstype']} {m['source']} {','.join(m['options'])}")
     if root["usable"] is not None:
         lines.append(f"  usable: {'yes (executed and mapped from it)' if root['usable']['ok'] else 'NO'}")
+    lines += [f"  not in the image: {f['name']}: {f['loses']}" for f in root["not_in_image"]]
     if doc["fabric"] is not None:
         lines += _fabric_lines(doc["fabric"])
     lines.append("findings:" if doc["findings"] else "findings: none")

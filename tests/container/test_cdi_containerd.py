@@ -14,6 +14,11 @@ The device nodes in the spec are the ones init made in DRIVER_ROOT/dev with mkno
 /proc/devices: stand-ins, no GPU behind them, so nvidia-smi ends at "couldn't communicate with the NVIDIA
 driver" (exit 9); a missing library would be a loader error (127).
 
+IMEX (issue 30, point 3): NVIDIA's DRA driver gives its compute-domain daemon's container the driver root's
+``nvidia-imex`` through the root's management-mode spec (kubernetes-sigs/dra-driver-nvidia-gpu 95932046
+cmd/compute-domain-kubelet-plugin/cdi.go) and runs ``nvidia-imex -c /etc/nvidia-imex/imexd.cfg`` there
+(cmd/compute-domain-daemon/main.go); the binaries are stand-ins (tests/helpers/imex.py: Debian has none).
+
 Point 3, without Sidero's glibc extension: the spec's update-ldcache hook runs the node's ``/sbin/ldconfig``
 unless the spec names another (``--ldconfig-path``); the test removes it from containerd's view and shows
 that the operator's spec then fails and that the published root's own static ldconfig serves the hook.
@@ -34,9 +39,14 @@ from pathlib import Path
 import pytest
 from containerd_support import CDI_DIR, Containerd, require_containerd, start_containerd
 from helpers.fakes import node_env
+from helpers.imex import DAEMON_ARGV, userspace_with_imex
 from helpers.published_roots import CLI, HOST
 from helpers.support import ARTEFACTS, REPO, require
-from helpers.toolkit import management_spec, require_toolkit
+from helpers.toolkit import management_spec, require_toolkit, stand_in_dev_root
+
+from driver_container.paths import HostPaths
+from driver_container.publish.publisher import publish_driver_root
+from driver_container.runtime.runner import Runner
 
 pytestmark = [pytest.mark.container, pytest.mark.artefact]
 
@@ -205,3 +215,24 @@ def test_a_library_removed_from_the_root_fails_the_container_check(node: Node) -
         os.rename(aside, lib)
     assert any("does not list libnvidia-ml.so.1" in p for p in problems), problems
     assert any("nvidia-smi did not reach the driver check" in p for p in problems), problems
+
+
+def test_the_compute_domain_daemon_runs_nvidia_imex_from_the_spec(node: Node, tmp_path: Path) -> None:
+    """A root published from a userspace with (stand-in) IMEX binaries; the daemon's command line in a
+    container that has nothing but what the spec mounts from that root."""
+    userspace = userspace_with_imex(USERSPACE, tmp_path / "userspace")
+    root = tmp_path / "driver"
+    paths = HostPaths(userspace_root=userspace, driver_root_override=root, procfs_root=Path("/nonexistent"))
+    publish_driver_root(paths, V, Runner())
+    spec, _ = management_spec(root, stand_in_dev_root(tmp_path / "dev-root"))
+    kind = f"{KIND}-imex"
+    spec["kind"] = kind
+    spec_file = node.spec_file.with_name(f"{kind.replace('/', '_')}.json")
+    spec_file.write_text(json.dumps(spec))
+    try:
+        done = node.containerd.run(f"{kind}=all", "imex", '"$@"; echo "exit $?"', *DAEMON_ARGV)
+    finally:
+        spec_file.unlink()
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"stand-in {DAEMON_ARGV[0]}: {' '.join(DAEMON_ARGV[1:])}" in done.stdout
+    assert done.stdout.rstrip().endswith("exit 0")

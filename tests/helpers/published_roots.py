@@ -134,6 +134,7 @@ class Published:
     source: Path  # the full userspace root
     driver_root: Path
     init: subprocess.CompletedProcess[str]
+    env: dict[str, str]  # the CLI's environment on that host (for `status` on the same node)
 
 
 def publish_with_init(userspace: Userspace, base: Path, *, run_dir: Path | None = None) -> Published:
@@ -151,4 +152,4 @@ def publish_with_init(userspace: Userspace, base: Path, *, run_dir: Path | None 
     done = subprocess.run([str(CLI), "init", "--no-wait"], env=env, capture_output=True, text=True, check=False,
                           timeout=300, cwd=REPO)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    return Published(userspace, source, run / "driver", done)
+    return Published(userspace, source, run / "driver", done, env)

@@ -16,16 +16,18 @@ root as it would on an arm64 node (its dlopen of the arm64 libnvidia-ml fails, a
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
+import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from helpers.published_roots import ALL, GRAPHICS, Published, Userspace
+from helpers.published_roots import ALL, CLI, GRAPHICS, Published, Userspace
 from helpers.support import REPO
 from helpers.toolkit import Difference, Item, ToolkitView, differences, path_problems, toolkit_view
 
@@ -179,3 +181,19 @@ def test_persistenced_socket_is_where_the_toolkit_mounts_it(
             d.rmdir()
     assert Item("ipc", "/run/nvidia-persistenced/socket") in view.items
     assert not any("nvidia-persistenced/socket" in w for w in view.warnings)
+
+
+@pytest.mark.parametrize("userspace", PARAMS)
+def test_status_names_what_the_toolkit_cannot_find(
+    userspace: Userspace, compared: Callable[[Userspace], Compared]
+) -> None:
+    """Issue 29 point 4: what the toolkit looks for and these images lack (its "Could not locate" warnings
+    above), ``status`` lists with what a workload loses. libnvidia-nvvm70 is not among them: it came with
+    R575, after these drivers (publish/toolkit_features.py)."""
+    c = compared(userspace)
+    done = subprocess.run([str(CLI), "status", "--json"], env=c.published.env, capture_output=True, text=True,
+                          timeout=120, check=False, cwd=REPO)  # fmt: skip
+    absent = {f["name"]: f["loses"] for f in json.loads(done.stdout)["driver_root"]["not_in_image"]}
+    assert set(absent) == {"nvidia-imex", "nvidia-imex-ctl", "nvidia-debugdump"}, done.stdout
+    for name in absent:
+        assert f"Could not locate {name}: {name}: not found" in c.root.warnings
