@@ -141,8 +141,7 @@ class HostState(NamedRecord):
     published_version: str | None = None  # from the manifest
     publish_failure: tuple[str, str] | None = None  # (version, error) of the last publish, when it failed
     publish_interrupted: bool = False  # a journal is left: the next start rolls that publish back
-    # The toolkit's files the published root lacks (publish/toolkit_features.py): filled by `status` only.
-    published_absent: tuple[ToolkitFeature, ...] = ()
+    published_absent: tuple[ToolkitFeature, ...] = ()  # toolkit files the root lacks: set by `status` only
 
     @property
     def kernel_release(self) -> str | None:
