@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from driver_container.inspect.modfiles import ModuleFile
     from driver_container.node.fabric import FabricInfo
     from driver_container.node.rootusable import RootProof
-    from driver_container.publish.toolkit_features import ToolkitFeature
     from driver_container.runtime.runner import Runner
 
 log = logging.getLogger(__name__)
@@ -141,7 +140,6 @@ class HostState(NamedRecord):
     published_version: str | None = None  # from the manifest
     publish_failure: tuple[str, str] | None = None  # (version, error) of the last publish, when it failed
     publish_interrupted: bool = False  # a journal is left: the next start rolls that publish back
-    published_absent: tuple[ToolkitFeature, ...] = ()  # toolkit files the root lacks: set by `status` only
 
     @property
     def kernel_release(self) -> str | None:
