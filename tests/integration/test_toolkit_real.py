@@ -197,3 +197,6 @@ def test_status_names_what_the_toolkit_cannot_find(
     assert set(absent) == {"nvidia-imex", "nvidia-imex-ctl", "nvidia-debugdump"}, done.stdout
     for name in absent:
         assert f"Could not locate {name}: {name}: not found" in c.root.warnings
+    text = subprocess.run([str(CLI), "status"], env=c.published.env, capture_output=True, text=True, timeout=120,
+                          check=False, cwd=REPO)  # fmt: skip
+    assert f"  not in the image: nvidia-imex: {absent['nvidia-imex']}" in text.stdout.splitlines()
