@@ -34,18 +34,20 @@ def status(
     from driver_container.findings.integrity import integrity_findings
     from driver_container.inspect.hoststate import inspect_host
     from driver_container.publish.integrity import last_verification, verify_published
+    from driver_container.publish.toolkit_features import read_absent_features
     from driver_container.runtime.runner import Runner
 
     paths = host_paths(ctx)
     # The runner executes from the published root: DRIVER_ROOT_NOT_EXECUTABLE is init's own proof.
     state = inspect_host(paths, Settings.from_env(), prove_with=Runner())
+    absent = read_absent_features(paths)  # what the toolkit would mount and the root lacks (issue 29)
     findings = check(state)
     if verify:
         findings += integrity_findings(verify_published(paths.driver_root), paths.driver_root, when="now")
     else:
         findings += integrity_findings(last_verification(paths), paths.driver_root, when="after Ready")
     if as_json:
-        typer.echo(json.dumps(status_json(state, findings), indent=2, sort_keys=False))
+        typer.echo(json.dumps(status_json(state, findings, absent), indent=2, sort_keys=False))
     else:
-        typer.echo(render_text(state, findings))
+        typer.echo(render_text(state, findings, absent))
     raise typer.Exit(1 if has_errors(findings) else 0)

@@ -10,9 +10,10 @@ from driver_container.node.rootmount import is_ours
 if TYPE_CHECKING:
     from driver_container.findings import Finding
     from driver_container.inspect.hoststate import HostState, LoadedModule
+    from driver_container.publish.toolkit_features import ToolkitFeature
 
 
-def status_json(state: HostState, findings: list[Finding]) -> dict[str, Any]:
+def status_json(state: HostState, findings: list[Finding], absent: tuple[ToolkitFeature, ...] = ()) -> dict[str, Any]:
     """The ``status --json`` document (keys documented in docs/status.md)."""
     return {
         "platform": {
@@ -48,6 +49,7 @@ def status_json(state: HostState, findings: list[Finding]) -> dict[str, Any]:
             "version": state.published_version,
             "last_publish_failed": state.publish_failure is not None,
             "interrupted": state.publish_interrupted,
+            "not_in_image": [{"name": f.name, "loses": f.loses} for f in absent],
         }
         | _mount_json(state),
         "fabric": state.fabric.to_json() if state.fabric is not None else None,
@@ -116,9 +118,9 @@ def _fabric_lines(fab: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render_text(state: HostState, findings: list[Finding]) -> str:
+def render_text(state: HostState, findings: list[Finding], absent: tuple[ToolkitFeature, ...] = ()) -> str:
     """The human form of ``status_json``."""
-    doc = status_json(state, findings)
+    doc = status_json(state, findings, absent)
     plat, nv, us, root = doc["platform"], doc["nvidia"], doc["userspace"], doc["driver_root"]
     talos = f" {plat['talos_version']}" if plat["talos_version"] else ""
     lines = [
@@ -139,6 +141,7 @@ def render_text(state: HostState, findings: list[Finding]) -> str:
         lines.append(f"  mount {m['mount_point']} {m['fstype']} {m['source']} {','.join(m['options'])}")
     if root["usable"] is not None:
         lines.append(f"  usable: {'yes (executed and mapped from it)' if root['usable']['ok'] else 'NO'}")
+    lines += [f"  not in the image: {f['name']}: {f['loses']}" for f in root["not_in_image"]]
     if doc["fabric"] is not None:
         lines += _fabric_lines(doc["fabric"])
     lines.append("findings:" if doc["findings"] else "findings: none")

@@ -12,7 +12,10 @@ puts tests/ on sys.path, and no conftest or test changes sys.path.
 - ``rootcmp``: two published driver roots compared; what a killed publish may leave.
 - ``waits``: ``wait_until``, the bounded poll. ``opened``: the files a block (or a child) opens.
 - ``nvidia_sandbox``: NVIDIA's real binaries in a private mount namespace with a throw-away /dev.
-- ``toolkit_rules``: the container toolkit's library rules, for checking a published file list.
+- ``toolkit``: NVIDIA's real container toolkit (nvidia-ctk, nvidia-container-runtime) reading a root, and the
+  comparison of what it gives a container from two roots.
+- ``published_roots``: every real userspace the suite publishes, and its publish by ``init --no-wait``.
+- ``imex``: stand-in nvidia-imex/nvidia-imex-ctl (Debian ships none) in a copy of a real userspace.
 - ``fuzz_targets``, ``fuzz_mutate``: every untrusted-input parser with its samples, and the mutation
   strategy (the property tests and bench/fuzz.py).
 - ``bench``: bench/ scripts loaded from their files for the tests of their parsers.

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers.toolkit_rules import toolkit_problems
+from helpers.toolkit import Difference, differences, path_problems, stand_in_dev_root, toolkit_view
 
 from driver_container.errors import DriverContainerError
 from driver_container.paths import HostPaths
@@ -81,7 +81,21 @@ def test_unversioned_link_to_another_file_is_not_published(
     assert any("libcuda.so: resolves to" in r.getMessage() for r in caplog.records)
 
 
-def test_published_root_follows_the_toolkits_rules(userspace: Path, tmp_path: Path) -> None:
+# What only the layout changes: Debian's nvidia/current directory, where the published root has one library dir.
+LAYOUT = {
+    Difference("env", "NVIDIA_CTK_LIBCUDA_DIR=/usr/lib/<triplet>/nvidia/current", "lacks"),
+    Difference("ldcache-folder", "/usr/lib/<triplet>/nvidia/current", "lacks"),
+}
+
+
+def test_the_toolkit_finds_in_the_root_all_it_finds_in_the_image(userspace: Path, tmp_path: Path) -> None:
+    """NVIDIA's real toolkit (tests/helpers/toolkit.py) on the image and on its published root: nothing it
+    gives a container from the image is missing from the root, and nothing in the root's spec dangles.
+    The dev root holds stand-in nodes made with mknod (the synthetic userspace has no dev/)."""
     dr = tmp_path / "driver"
     publish(userspace, dr)
-    assert toolkit_problems(userspace, dr, V) == []
+    dev = stand_in_dev_root(tmp_path / "dev-root")
+    source = toolkit_view(userspace, dev, V, tmp_path / "source")
+    root = toolkit_view(dr, dev, V, tmp_path / "root")
+    assert {d for d in differences(source, root) if d.published != "adds"} == LAYOUT
+    assert path_problems(root) == []

@@ -101,7 +101,7 @@ def test_status_json_exit_code_and_findings(
     mount, flags = root.pop("mount"), root.pop("flags")
     assert root == {
         "path": str(tmp_path / "run" / "driver"), "published": False, "version": None,
-        "last_publish_failed": False, "interrupted": False, "usable": None,
+        "last_publish_failed": False, "interrupted": False, "usable": None, "not_in_image": [],
     }  # fmt: skip
     assert mount is None or str(tmp_path).startswith(mount["mount_point"])
     assert str(tmp_path / "run" / "driver").startswith(flags["path"]) and set(flags) == {"path", "noexec", "nodev"}

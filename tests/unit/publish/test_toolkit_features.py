@@ -1,0 +1,30 @@
+"""toolkit_features (pure): what ``status`` lists under "not in the image" (issue 29, point 4)."""
+
+from __future__ import annotations
+
+from driver_container.publish.toolkit_features import TOOLKIT_FEATURES, absent_features
+
+T = "x86_64-linux-gnu"
+DEBIAN_535 = ["usr/bin/nvidia-smi", f"usr/lib/{T}/libcuda.so.535.309.01"]
+RUN_580 = [*DEBIAN_535, "usr/bin/nvidia-imex", "usr/bin/nvidia-imex-ctl", "usr/bin/nvidia-debugdump"]
+
+
+def _names(paths: list[str], version: str) -> list[str]:
+    return [f.name for f in absent_features(paths, version)]
+
+
+def test_what_debians_root_lacks() -> None:
+    assert _names(DEBIAN_535, "535.309.01") == ["nvidia-imex", "nvidia-imex-ctl", "nvidia-debugdump"]
+
+
+def test_nvvm70_is_expected_from_r575_on() -> None:
+    assert _names(RUN_580, "570.195.03") == []  # before R575 no driver has it
+    assert _names(RUN_580, "580.95.05") == ["libnvidia-nvvm70"]
+    assert _names([*RUN_580, f"usr/lib/{T}/libnvidia-nvvm70.so.4"], "580.95.05") == []
+
+
+def test_names_are_matched_whole() -> None:
+    # nvidia-imex-ctl alone does not stand for nvidia-imex, nor a directory named like a binary for the binary.
+    assert "nvidia-imex" in _names([*DEBIAN_535, "usr/bin/nvidia-imex-ctl"], "535.309.01")
+    assert _names(DEBIAN_535, "not-a-version") == _names(DEBIAN_535, "535.309.01")
+    assert all(f.loses and f.name for f in TOOLKIT_FEATURES)
