@@ -52,7 +52,14 @@ for item in $foreign; do
     opts=(-o "APT::Architecture=$arch" -o "APT::Architectures=$arch" -o "Dir::State::Lists=$lists")
     if [[ ! -f $dest/TREE-$arch ]]; then
         mkdir -p "$lists/partial"
-        apt-get -q "${opts[@]}" update >&2
+        # A mirror mid-sync answers one index with the wrong size ("Mirror sync in progress?", seen for
+        # bookworm-security i386 on 2026-12-05 for hours): retry, then go on with the lists that did
+        # arrive; a package that cannot be found or downloaded still fails below.
+        for try in 1 2 3; do
+            apt-get -q "${opts[@]}" update >&2 && break
+            echo "fetch-kernel-modules: apt-get update ($arch) failed (try $try); going on with the lists it got" >&2
+            sleep $((try * 5))
+        done
     fi
     fetch "$arch" "$flavour" "$dest/TREE-$arch" "${opts[@]}"
 done
