@@ -104,6 +104,9 @@ def test_management_spec_gives_the_manager_nvml_smi_and_the_mig_capabilities(
     expected = {f"/dev/nvidia-caps/nvidia-cap{m.minor}" for m in parse_mig_minors(MIG_MINORS.read_text())}
     caps = {n["path"]: n.get("hostPath") for n in nodes if n["path"].startswith("/dev/nvidia-caps/")}
     assert caps == {path: HOST_DRIVER_ROOT + path for path in expected}
+    # The config capability reaches containers as root's alone (node/devices.py: the RM's OS_RUSR).
+    modes = {n["path"]: n.get("fileMode") for n in nodes}
+    assert modes["/dev/nvidia-caps/nvidia-cap1"] == 0o400 and modes["/dev/nvidia-caps/nvidia-cap2"] == 0o444
     assert "/dev/nvidiactl" in {n["path"] for n in nodes}
     version = mig_root.userspace.version
     by_name = {os.path.basename(m["containerPath"]): m["hostPath"] for m in mounts}
