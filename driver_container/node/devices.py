@@ -4,7 +4,13 @@ The list follows what ``nvidia-ctk system create-device-nodes`` creates (nvidia-
 ``nvidiactl`` 195:255 and ``nvidia-modeset`` 195:254 on the major of ``nvidia`` (``nvidia-frontend``
 before ~550), ``nvidia-uvm``/``nvidia-uvm-tools`` minors 0/1 on the dynamic ``nvidia-uvm`` major,
 ``nvidiaN`` with N = "Device Minor" of each GPU, and ``nvidia-caps/nvidia-capN`` from the MIG minors on
-the ``nvidia-caps`` major. Mode 0666, as NVIDIA's udev-less setup (nvidia-modprobe) uses.
+the ``nvidia-caps`` major. Mode 0666, as NVIDIA's udev-less setup (nvidia-modprobe) uses, except for the
+capability nodes: opening one IS the capability, so each gets the mode the resource manager registered it
+with, read from its ``/proc/driver/nvidia/capabilities`` file where the capability exists, else the mode
+it will be registered with (NVIDIA/open-gpu-kernel-modules src/nvidia/arch/nvalloc/unix/src/os.c
+@df1c9a3de: ``config`` OS_RUSR 0400, ``monitor`` and every GI/CI ``access`` OS_RUGO 0444). Every minor
+mig-minors lists gets its node at start, so a GPU or compute instance the MIG manager creates later finds
+its node: nothing here runs again after a MIG reconfiguration.
 """
 
 from __future__ import annotations
@@ -17,7 +23,13 @@ import stat
 from pathlib import Path
 
 from driver_container.errors import HostReadError, PublishError
-from driver_container.formats.kernel.devices import parse_mig_minors, parse_proc_devices
+from driver_container.formats.kernel.devices import (
+    MigMinor,
+    capability_proc_path,
+    parse_capability_file,
+    parse_mig_minors,
+    parse_proc_devices,
+)
 from driver_container.formats.kernel.nvidia_proc import read_gpus
 from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
@@ -29,6 +41,9 @@ NODE_MODE = 0o666
 CTL_MINOR = 255  # NV_CONTROL_DEVICE_MINOR (kernel-open/common/inc/nv.h)
 MODESET_MINOR = 254  # NV_MODESET_MINOR_DEVICE_NUM (nvidia-modeset)
 NVIDIA_MAJOR_NAMES = ("nvidia", "nvidia-frontend", "nvidiactl")  # frontend: drivers before ~550
+CAP_CONFIG_MODE = 0o400  # OS_RUSR (os.c, module docstring): root alone may reconfigure MIG
+CAP_MODE = 0o444  # OS_RUGO: monitor and the GI/CI access capabilities
+CAPABILITIES = "driver/nvidia/capabilities"
 
 
 class DeviceNode(NamedRecord):
@@ -68,9 +83,28 @@ def plan_device_nodes(paths: HostPaths) -> tuple[DeviceNode, ...]:
     caps = devices.major("nvidia-caps")
     mig_text = paths.proc.read_text_or_none("driver/nvidia-caps/mig-minors")
     if caps is not None and mig_text is not None:
-        minors = sorted({entry.minor for entry in parse_mig_minors(mig_text)})
-        nodes += [DeviceNode(f"nvidia-caps/nvidia-cap{minor}", caps, minor) for minor in minors]
+        registered = frozenset(paths.proc.listdir(CAPABILITIES))  # "mig", "gpu0", ...: skip absent GPUs' reads
+        modes = {entry.minor: _cap_mode(paths, entry, registered) for entry in parse_mig_minors(mig_text)}
+        nodes += [DeviceNode(f"nvidia-caps/nvidia-cap{m}", caps, m, modes[m]) for m in sorted(modes)]
     return tuple(nodes)
+
+
+def _cap_mode(paths: HostPaths, entry: MigMinor, registered: frozenset[str]) -> int:
+    """The registered capability's mode, or the one it will be registered with."""
+    default = CAP_CONFIG_MODE if entry.capability == "config" else CAP_MODE
+    relative = capability_proc_path(entry.capability)
+    if relative.partition("/")[0] not in registered:
+        return default
+    where = f"{CAPABILITIES}/{relative}"
+    text = paths.proc.read_text_or_none(where)
+    if text is None:
+        return default
+    found = parse_capability_file(text)
+    if found is None or found.minor != entry.minor:
+        log.warning("%s: unreadable or names another minor than mig-minors' %d; mode %o", paths.procfs_root / where,
+                    entry.minor, default)  # fmt: skip
+        return default
+    return found.mode
 
 
 def _gpu_minors(paths: HostPaths) -> list[int]:

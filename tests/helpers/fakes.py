@@ -172,8 +172,11 @@ def fixture_host_env(root: Path, base: Path, userspace: Path, *, drop: tuple[str
 def node_env(host: Path, userspace: Path, run_dir: Path, path: str | None = None) -> dict[str, str]:
     """A minimal environment (PATH, LANG, the host's ``env`` file, every root) for running the CLI as a
     process on fixture host ``host`` with a real ``userspace``: nothing of this process's environment
-    leaks in but PATH, and no fake tool is put first."""
+    leaks in but PATH (and PYTHONPATH where set: a worktree's tests must run that tree's code, not the
+    editable install's), and no fake tool is put first."""
     env = {"PATH": path or os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
+    if os.environ.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
     for line in (host / "env").read_text().splitlines():
         key, _, value = line.partition("=")
         if value:

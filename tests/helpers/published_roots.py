@@ -137,9 +137,12 @@ class Published:
     env: dict[str, str]  # the CLI's environment on that host (for `status` on the same node)
 
 
-def publish_with_init(userspace: Userspace, base: Path, *, run_dir: Path | None = None) -> Published:
+def publish_with_init(
+    userspace: Userspace, base: Path, *, run_dir: Path | None = None, host_files: dict[str, str] | None = None
+) -> Published:
     """``nvidia-driver init --no-wait`` of ``userspace`` on the re-stamped Talos host, into ``run_dir``
-    (default ``base/run``): the root as the operator's consumers find it (device nodes included)."""
+    (default ``base/run``): the root as the operator's consumers find it (device nodes included).
+    ``host_files`` (path relative to the host copy -> text) are written into the copy first, e.g. MIG minors."""
     require(os.geteuid() == 0, "root (chroot, mknod, unshare)")
     source = userspace_root(userspace, base)
     path = os.environ.get("PATH", "/usr/bin:/bin")
@@ -147,6 +150,9 @@ def publish_with_init(userspace: Userspace, base: Path, *, run_dir: Path | None 
         require(shutil.which(QEMU), QEMU, how="apt-get install qemu-user-static (scripts/setup.sh)")
         path = qemu_ldconfig_shim(base, source)
     host = restamp_host(base / "host", userspace.version, userspace.arch)
+    for relative, text in (host_files or {}).items():
+        (host / relative).parent.mkdir(parents=True, exist_ok=True)
+        (host / relative).write_text(text)
     run = run_dir or base / "run"
     env = node_env(host, source, run, path)
     done = subprocess.run([str(CLI), "init", "--no-wait"], env=env, capture_output=True, text=True, check=False,

@@ -239,7 +239,8 @@ CHART_KEYS = frozenset({
     "driver.manager.version", "driver.manager.imagePullPolicy", "driver.manager.env", "driver.env",
     "driver.resources", "driver.kernelModuleConfig.name", "driver.secretEnv", "driver.hostNetwork",
     "toolkit.enabled", "toolkit.repository", "toolkit.image", "toolkit.version", "toolkit.env",
-    "toolkit.installDir", "toolkit.resources",
+    "toolkit.installDir", "toolkit.resources", "mig.strategy", "migManager.enabled", "migManager.env",
+    "migManager.version", "migManager.config.name", "migManager.config.default", "migManager.config.create",
 })  # fmt: skip
 NVIDIADRIVER_SPEC_KEYS = frozenset({
     "driverType", "repository", "image", "version", "usePrecompiled", "kernelModuleType", "nodeSelector",
@@ -383,3 +384,18 @@ def test_rbac_of_the_operator_and_of_the_standalone_manifest() -> None:
     account = _daemonset()["spec"]["template"]["spec"]["serviceAccountName"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": "gpu-operator"}]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
+
+
+# NVIDIA/gpu-operator a22dbf67: the MIG manager's entrypoint (assets/state-mig-manager/0420_configmap.yaml)
+# overwrites WITH_SHUTDOWN_HOST_GPU_CLIENTS with IS_HOST_DRIVER; NVIDIA/mig-parted @bd7160f4
+# cmd/nvidia-mig-manager/main.go reads WITH_REBOOT (default false) and the rest from driver-ready.
+MIG_MANAGER_ENV_READ = {"WITH_REBOOT", "GPU_CLIENTS_FILE", "CDI_ENABLED", "NVIDIA_CDI_HOOK_PATH", "CONFIG_FILE"}
+MIG_MANAGER_ENV_OVERWRITTEN = {"WITH_SHUTDOWN_HOST_GPU_CLIENTS"}
+
+
+def test_values_configure_the_mig_manager_for_talos() -> None:
+    (values,) = _docs("gpu-operator-values.yaml")
+    assert values["mig"]["strategy"] in ("single", "mixed")  # deployments/gpu-operator/values.yaml choices
+    env = {e["name"]: e["value"] for e in values["migManager"]["env"]}
+    assert env["WITH_REBOOT"] == "false"  # no `chroot /host reboot` on Talos: talosctl reboot
+    assert set(env) <= MIG_MANAGER_ENV_READ and not set(env) & MIG_MANAGER_ENV_OVERWRITTEN, env

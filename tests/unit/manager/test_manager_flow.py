@@ -47,6 +47,17 @@ def test_pause_and_restore_values_follow_the_stock_rule(value: str, paused: str,
     assert restored_value(paused) == restored
 
 
+def test_a_mig_manager_pause_survives_a_driver_restart() -> None:
+    # NVIDIA/mig-parted pkg/mig/reconfigure/reconfigure.go @bd7160f4 (maybeSetPaused, maybeSetTrue): the MIG
+    # manager sets the operand labels it stops to "paused-for-mig-change" and later back to "true". A driver
+    # pod restarting meanwhile must hand that value back unchanged, never "true" under a running MIG change.
+    mig = "paused-for-mig-change"
+    labels = {"nvidia.com/gpu.deploy.device-plugin": mig, "nvidia.com/gpu.deploy.dcgm-exporter": "true"}
+    paused = {**labels, **pause_patch(labels)}
+    assert paused["nvidia.com/gpu.deploy.device-plugin"] == f"{mig}_{PAUSED}"
+    assert {**paused, **restore_patch(paused)} == labels
+
+
 def test_pause_patch_touches_only_operand_labels_that_change() -> None:
     assert pause_patch(OPERAND_LABELS) == {
         "nvidia.com/gpu.deploy.device-plugin": PAUSED,

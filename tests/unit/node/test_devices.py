@@ -28,14 +28,32 @@ def test_two_gpus_and_mig_caps(node_host: Callable[[str], HostPaths]) -> None:
         "nvidia1": (195, 1, 0o666),
         "nvidia-uvm": (237, 0, 0o666),
         "nvidia-uvm-tools": (237, 1, 0o666),
-        "nvidia-caps/nvidia-cap1": (236, 1, 0o666),
-        "nvidia-caps/nvidia-cap2": (236, 2, 0o666),
-        "nvidia-caps/nvidia-cap3": (236, 3, 0o666),
-        "nvidia-caps/nvidia-cap4": (236, 4, 0o666),
-        "nvidia-caps/nvidia-cap12": (236, 12, 0o666),
-        "nvidia-caps/nvidia-cap13": (236, 13, 0o666),
-        "nvidia-caps/nvidia-cap138": (236, 138, 0o666),
+        # config 0400, the rest 0444: from proc/driver/nvidia/capabilities where registered (1, 2, 12, 13),
+        # else the mode the resource manager registers them with (3, 4, 138).
+        "nvidia-caps/nvidia-cap1": (236, 1, 0o400),
+        "nvidia-caps/nvidia-cap2": (236, 2, 0o444),
+        "nvidia-caps/nvidia-cap3": (236, 3, 0o444),
+        "nvidia-caps/nvidia-cap4": (236, 4, 0o444),
+        "nvidia-caps/nvidia-cap12": (236, 12, 0o444),
+        "nvidia-caps/nvidia-cap13": (236, 13, 0o444),
+        "nvidia-caps/nvidia-cap138": (236, 138, 0o444),
     }
+
+
+def test_cap_mode_is_the_registered_one_and_a_disagreeing_file_is_ignored(
+    node_host: Callable[[str], HostPaths], caplog: pytest.LogCaptureFixture
+) -> None:
+    paths = node_host("h100x2-mig")
+    caps = paths.procfs_root / "driver/nvidia/capabilities"
+    (caps / "mig/monitor").write_text("DeviceFileMinor: 2\nDeviceFileMode: 288\nDeviceFileModify: 1\n")  # 0440
+    (caps / "gpu0/mig/gi1/access").write_text("DeviceFileMinor: 99\nDeviceFileMode: 438\nDeviceFileModify: 1\n")
+    (caps / "mig/config").write_text("DeviceFileMinor: 1\n")  # no mode: the default, never 0666
+    nodes = _names(plan_device_nodes(paths))
+    assert nodes["nvidia-caps/nvidia-cap2"] == (236, 2, 0o440)
+    assert nodes["nvidia-caps/nvidia-cap12"] == (236, 12, 0o444)
+    assert nodes["nvidia-caps/nvidia-cap1"] == (236, 1, 0o400)
+    warned = [r.getMessage() for r in caplog.records if "names another minor" in r.getMessage()]
+    assert len(warned) == 2 and any("gpu0/mig/gi1/access" in w for w in warned), warned
 
 
 def test_old_frontend_major_and_sparse_minor(node_host: Callable[[str], HostPaths]) -> None:
@@ -71,10 +89,11 @@ def test_created_nodes_have_real_type_numbers_and_mode(node_host: Callable[[str]
     assert len(report.created) == 13
     st_cap = os.lstat(paths.driver_root / "dev/nvidia-caps/nvidia-cap138")
     st_uvm = os.lstat(paths.driver_root / "dev/nvidia-uvm-tools")
-    for st_node, major, minor in ((st_cap, 236, 138), (st_uvm, 237, 1)):
+    st_config = os.lstat(paths.driver_root / "dev/nvidia-caps/nvidia-cap1")
+    for st_node, major, minor, mode in ((st_cap, 236, 138, 0o444), (st_uvm, 237, 1, 0o666), (st_config, 236, 1, 0o400)):
         assert stat.S_ISCHR(st_node.st_mode)
         assert (os.major(st_node.st_rdev), os.minor(st_node.st_rdev)) == (major, minor)
-        assert stat.S_IMODE(st_node.st_mode) == 0o666
+        assert stat.S_IMODE(st_node.st_mode) == mode
     before = os.lstat(paths.driver_root / "dev/nvidia0").st_ino
     again = create_device_nodes(paths.driver_root, plan_device_nodes(paths))
     assert again.created == () and len(again.unchanged) == 13

@@ -4,7 +4,15 @@ from helpers.support import NODE_FIXTURES
 from hypothesis import given
 from hypothesis import strategies as st
 
-from driver_container.formats.kernel.devices import CharDevices, MigMinor, parse_mig_minors, parse_proc_devices
+from driver_container.formats.kernel.devices import (
+    CapabilityFile,
+    CharDevices,
+    MigMinor,
+    capability_proc_path,
+    parse_capability_file,
+    parse_mig_minors,
+    parse_proc_devices,
+)
 
 
 def test_char_section_only_and_shared_major() -> None:
@@ -35,7 +43,24 @@ def test_mig_minors() -> None:
     assert parse_mig_minors("gpu0/gi0/access x\nonly\n\nconfig 1 extra\n") == ()
 
 
+def test_capability_files() -> None:
+    caps = NODE_FIXTURES / "h100x2-mig/proc/driver/nvidia/capabilities"
+    assert parse_capability_file((caps / "mig/config").read_text()) == CapabilityFile(1, 0o400)
+    assert parse_capability_file((caps / "gpu0/mig/gi1/ci0/access").read_text()) == CapabilityFile(13, 0o444)
+    assert parse_capability_file("DeviceFileMinor: 1\nDeviceFileModify: 1\n") is None
+    assert parse_capability_file("DeviceFileMinor: 1\nDeviceFileMode: 4096\n") is None  # beyond permission bits
+    assert parse_capability_file("DeviceFileMinor: x\nDeviceFileMode: 256\n") is None
+
+
+def test_capability_proc_paths_put_mig_after_the_gpu() -> None:
+    assert capability_proc_path("config") == "mig/config"
+    assert capability_proc_path("monitor") == "mig/monitor"
+    assert capability_proc_path("gpu0/gi1/access") == "gpu0/mig/gi1/access"
+    assert capability_proc_path("gpu31/gi14/ci7/access") == "gpu31/mig/gi14/ci7/access"
+
+
 @given(st.text(max_size=400))
 def test_parsers_never_raise(text: str) -> None:
     parse_proc_devices(text)
     parse_mig_minors(text)
+    parse_capability_file(text)
