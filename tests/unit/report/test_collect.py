@@ -14,7 +14,7 @@ from report_support import add_script, index_of, report_host, unpack
 from driver_container.errors import HostReadError
 from driver_container.paths import HostPaths
 from driver_container.report.collect import ReportOptions, collect_report
-from driver_container.report.environment import settings_env_names
+from driver_container.report.environment import environment_member, settings_env_names
 from driver_container.settings import Settings
 
 SECRETS = ("eyJhbGciOiJSUzI1NiJ9.c2VydmljZS1hY2NvdW50.c2lnbmF0dXJl", "omni-join-7f3a9c", "hunter2-password",
@@ -123,3 +123,11 @@ def test_the_allow_list_is_every_name_settings_reads() -> None:
     """Read back from Settings.from_env itself: a knob added there is allowed without another list."""
     literal = set(re.findall(r'"([A-Z][A-Z0-9_]+)"', inspect.getsource(Settings.from_env)))
     assert set(settings_env_names()) == literal
+
+
+def test_the_environment_member_itself_holds_no_secret_value() -> None:
+    """Before the archive's redaction pass: only allow-listed names, and a secret-looking one masked."""
+    env = {"HOST_ROOT": "/host", "NVFM_CONFIG_TOKEN": "t0ken", "MY_PASSWORD": "pw", "PATH": "/usr/bin"}
+    member = environment_member(env)
+    assert member.data is not None
+    assert json.loads(member.data)["environment"] == {"HOST_ROOT": "/host", "NVFM_CONFIG_TOKEN": "<redacted>"}
