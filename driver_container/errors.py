@@ -220,6 +220,10 @@ class CommandError(DriverContainerError):
         self.argv, self.returncode = argv, returncode
 
 
+class CommandTimeout(CommandError):
+    """A command ran past its time and was killed with its process group (``returncode`` None)."""
+
+
 class ForbiddenCommandError(CommandError):
     """A command that must never run on this platform was requested (``argv``: the refused command)."""
 

@@ -190,14 +190,11 @@ HOST_ROOTS: tuple[HostRootOption, ...] = (
     HostRootOption("DRIVER_ROOT", "driver_root_override", "published root (default RUN_DIR/driver)"),
     HostRootOption("HOST_DRIVER_ROOT", "host_driver_root_override", "DRIVER_ROOT as the host sees it"),
     HostRootOption("USERSPACE_ROOT", "userspace_root", "image root holding the NVIDIA userspace (/)"),
-    HostRootOption(
-        "HOST_OS_RELEASE", "host_os_release_override", "(default /host-etc/os-release, else HOST_ROOT/etc/os-release)"
-    ),
+    HostRootOption("HOST_OS_RELEASE", "host_os_release_override", "(/host-etc/os-release, else HOST_ROOT/etc/...)"),
     HostRootOption("DRIVERS_CONF_DIR", "drivers_conf_dir", "module parameter files (default /drivers)"),
-    HostRootOption(
-        "FABRICMANAGER_RUN_DIR", "fabric_run_dir", "FM pid files, sockets (default /run/nvidia-fabricmanager)"
-    ),
+    HostRootOption("FABRICMANAGER_RUN_DIR", "fabric_run_dir", "FM pid files, sockets (/run/nvidia-fabricmanager)"),
     HostRootOption("FABRICMANAGER_LOG_DIR", "fabric_log_dir", "FM and NVLSM logs (default /var/log)"),
+    HostRootOption("KMSG_PATH", "kmsg_path", "the kernel's log device, read by bug-report (default /dev/kmsg)"),
 )
 ENV_NAMES: tuple[str, ...] = tuple(r.env for r in HOST_ROOTS)
 
@@ -222,6 +219,7 @@ class HostPaths(NamedRecord):
     # a22dbf6): Fabric Manager's pid files and its fixed FM<->NVLSM socket live there (docs/fabric.md).
     fabric_run_dir: Path = Path("/run/nvidia-fabricmanager")
     fabric_log_dir: Path = Path("/var/log")  # the operator mounts the host's /var/log (same DaemonSet)
+    kmsg_path: Path = Path("/dev/kmsg")  # the driver pod is privileged: the host's /dev (bug-report only)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, str | Path | None]) -> HostPaths:

@@ -13,6 +13,7 @@ from driver_container.errors import DriverContainerError  # no imports of its ow
 
 # The command modules of ``nvidia-driver`` and the commands each adds to ``app``.
 COMMAND_MODULES = {
+    "bugreport_cmd": ("bug-report",),
     "index_cmd": ("index-userspace",),
     "init_cmd": ("init", "load", "unload"),
     "modinfo_cmd": ("version", "modinfo"),

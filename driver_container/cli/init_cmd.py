@@ -38,6 +38,10 @@ def init(
     # Lazy, hot path: every command imports this module at registration; `status` and `modinfo`
     # (bench/modinfo.py) must not pay for lifecycle/publish.
     from driver_container.lifecycle.init import InitOptions, run_init
+    from driver_container.runtime.logfile import keep_log
+
+    paths = host_paths(ctx)
+    keep_log(paths.run_dir)  # RUN_DIR/nvidia-driver.log for bug-report (pods' stdout is unreadable inside)
 
     # NVIDIA's script accepts these for its installer (license prompt, build threads); we build nothing.
     if accept_license:
@@ -49,7 +53,7 @@ def init(
     for line in settings.unused_lines():
         log.warning("%s", line)
     try:
-        run_init(host_paths(ctx), settings, Runner(), options)
+        run_init(paths, settings, Runner(), options)
     except DriverContainerError as exc:
         # Lazy, hot path: only a refusal reports from here (the Ready report is the publishing child's).
         from driver_container.manager.nodereport import REFUSED, NodeVerdict, report

@@ -29,23 +29,10 @@ def status(
     """
     # Lazy, hot path: every command imports this module at registration; `modinfo` (bench/modinfo.py)
     # must not pay for inspect/publish.
-    from driver_container.cli.status_render import render_text, status_json
-    from driver_container.findings import check, has_errors
-    from driver_container.findings.integrity import integrity_findings
-    from driver_container.inspect.hoststate import inspect_host
-    from driver_container.publish.integrity import last_verification, verify_published
-    from driver_container.publish.toolkit_features import read_absent_features
-    from driver_container.runtime.runner import Runner
+    from driver_container.cli.status_render import collect_status, render_text, status_json
+    from driver_container.findings import has_errors
 
-    paths = host_paths(ctx)
-    # The runner executes from the published root: DRIVER_ROOT_NOT_EXECUTABLE is init's own proof.
-    state = inspect_host(paths, Settings.from_env(), prove_with=Runner())
-    absent = read_absent_features(paths)  # what the toolkit would mount and the root lacks (issue 29)
-    findings = check(state)
-    if verify:
-        findings += integrity_findings(verify_published(paths.driver_root), paths.driver_root, when="now")
-    else:
-        findings += integrity_findings(last_verification(paths), paths.driver_root, when="after Ready")
+    state, findings, absent = collect_status(host_paths(ctx), Settings.from_env(), verify=verify)
     if as_json:
         typer.echo(json.dumps(status_json(state, findings, absent), indent=2, sort_keys=False))
     else:

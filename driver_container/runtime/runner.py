@@ -7,14 +7,16 @@ through a shell. A runner may carry a set of forbidden tool names: on Talos the 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from driver_container.errors import CommandError, ForbiddenCommandError
+from driver_container.errors import CommandError, CommandTimeout, ForbiddenCommandError
 from driver_container.records import NamedRecord
 
 log = logging.getLogger(__name__)
@@ -98,6 +100,32 @@ class Runner:
         except OSError as exc:
             raise CommandError(f"{argv[0]}: cannot run: {exc.strerror}", argv=tuple(argv)) from exc
         return done.returncode
+
+    def run_in_dir(self, argv: Sequence[str], *, cwd: Path, output: Path, timeout: float) -> int:
+        """Run in ``cwd`` with stdout and stderr written to ``output`` (a new file, never through a link);
+        its exit status. The command gets its own session: at ``timeout`` the whole process group is
+        killed (a script's children too, e.g. a hung nvidia-smi) and ``CommandTimeout`` raised."""
+        args = (self.which(argv[0]), *argv[1:])
+        log.debug("running %s in %s", " ".join(argv), cwd)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(output, flags, 0o600)
+        except OSError as exc:
+            raise CommandError(f"{output}: cannot create: {exc.strerror}", argv=tuple(argv)) from exc
+        try:
+            proc = subprocess.Popen(args, cwd=cwd, env=self.env, stdin=subprocess.DEVNULL, stdout=fd,
+                                    stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        except OSError as exc:
+            raise CommandError(f"{argv[0]}: cannot run: {exc.strerror}", argv=tuple(argv)) from exc
+        finally:
+            os.close(fd)
+        try:
+            return proc.wait(timeout=max(timeout, 0.0))
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # its session's group: pgid == its pid
+            proc.wait()
+            raise CommandTimeout(f"{argv[0]}: timed out after {timeout:.3g} s; killed", argv=tuple(argv)) from None
 
     def spawn(self, argv: Sequence[str], *, output: Path | None = None) -> subprocess.Popen[bytes]:
         """Start a long-running daemon; the caller owns its lifetime. ``output``: a file its stdout and

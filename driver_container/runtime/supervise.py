@@ -129,7 +129,7 @@ def run_in_child(func: Callable[[], T], stop: Shutdown | None = None, grace_s: f
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child; its result is asserted through the parent
         os.close(read_fd)
-        _child_main(func, write_fd, parent)
+        child_main(func, write_fd, parent)
     os.close(write_fd)
     try:
         data = _collect(read_fd, pid, stop, grace_s)  # before waitpid: a large result must not block
@@ -196,7 +196,7 @@ class BackgroundChild:
         pid = os.fork()
         if pid == 0:  # pragma: no cover - runs in the child; its result is asserted through the parent
             os.close(read_fd)
-            _child_main(func, write_fd, parent)
+            child_main(func, write_fd, parent)
         os.close(write_fd)
         self.pid: int | None = pid
         self._fd = read_fd
@@ -238,7 +238,7 @@ class BackgroundChild:
             os.close(self._fd)
 
 
-def _child_main(func: Callable[[], object], write_fd: int, parent: int) -> None:
+def child_main(func: Callable[[], object], write_fd: int, parent: int) -> None:
     code = 0
     payload: tuple[str, object]
     try:

@@ -1,0 +1,66 @@
+"""`nvidia-driver bug-report [-o FILE|-]`: one archive for NVIDIA support and this project (docs/bug-report.md).
+
+On Talos there is no shell on the node: ``kubectl exec -n <ns> <driver pod> -- nvidia-driver bug-report -o -
+> report.tar.gz``. The collecting is driver_container/report/ (typer-free); this module parses the options,
+hands it the ``status --json`` document's code and writes the archive.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from driver_container.cli.app import app, host_paths
+from driver_container.errors import UsageError
+from driver_container.settings import Settings
+
+MIN_SIZE = 64 << 10  # room for the index, status.json and the manifest's start
+OUTPUT_HELP = "archive path, '-' for stdout (default ./nvidia-driver-bug-report-<UTC time>.tar.gz)"
+
+
+def default_output() -> Path:
+    return Path(time.strftime("nvidia-driver-bug-report-%Y%m%dT%H%M%SZ.tar.gz", time.gmtime()))
+
+
+@app.command("bug-report")
+def bug_report(
+    ctx: typer.Context,
+    output: Annotated[str | None, typer.Option("--output", "-o", help=OUTPUT_HELP)] = None,
+    max_size: Annotated[int, typer.Option(help="bytes of collected files at most (before compression)")] = 8 << 20,
+    timeout: Annotated[float, typer.Option(help="seconds for everything, nvidia-bug-report.sh included")] = 60.0,
+    nvidia_bug_report: Annotated[
+        bool, typer.Option(help="run the image's nvidia-bug-report.sh when a GPU is present")
+    ] = True,
+) -> None:
+    """Write one .tar.gz: status --json, the manifest and a fresh check of DRIVER_ROOT, init's log, module
+    facts, the kernel's NVIDIA messages, nvidia-bug-report.sh's log; never tokens or kubeconfigs."""
+    # Lazy, hot path: every command imports this module at registration; only bug-report pays for report/.
+    from driver_container.cli.status_render import collect_status, status_json
+    from driver_container.report.archive import write_archive
+    from driver_container.report.collect import ReportOptions, collect_report
+
+    if max_size < MIN_SIZE:
+        raise UsageError(f"--max-size {max_size}: at least {MIN_SIZE} bytes", name="--max-size", value=str(max_size))
+    if not timeout > 0:
+        raise UsageError(f"--timeout {timeout:g}: must be more than 0 s", name="--timeout", value=str(timeout))
+    to_stdout = output == "-"
+    if to_stdout and sys.stdout.isatty():
+        raise UsageError("-o -: refusing to write a binary archive to a terminal", name="--output", value="-",
+                         fix="redirect it: ... bug-report -o - > report.tar.gz")  # fmt: skip
+    paths = host_paths(ctx)
+
+    def status_document() -> str:
+        # Exactly what `status --json` prints (status_cmd.status).
+        return json.dumps(status_json(*collect_status(paths, Settings.from_env(), verify=False)), indent=2) + "\n"
+
+    options = ReportOptions(total_cap=max_size, deadline_s=timeout, run_bug_script=nvidia_bug_report)
+    data = collect_report(paths, options, status_document, os.environ)
+    target = None if to_stdout else Path(output) if output else default_output()
+    write_archive(data, target, sys.stdout.buffer)
+    typer.echo(f"bug report: {len(data)} bytes written to {'stdout' if target is None else target}", err=True)

@@ -1,0 +1,65 @@
+"""A report's members and its bounds: the whole run's deadline, the archive's byte budget, each member's cap.
+
+A ``Member`` is one file of the archive, or one that is not there and why (``note``): every one is listed
+in the index with where it came from. ``Budget.admit`` is the one place a member is cut: to its own cap
+and to what is left of the archive's, keeping its start (or, for a log, its end), and the note says so.
+"""
+
+from __future__ import annotations
+
+import time
+
+from driver_container.formats.redact import redact
+from driver_container.records import NamedRecord
+
+DEFAULT_TOTAL_CAP = 8 << 20  # bytes of members, uncompressed; the archive is smaller
+DEFAULT_DEADLINE_S = 60.0
+ABSENT = "absent"
+
+
+class Member(NamedRecord):
+    """``name``: its path in the archive; ``source``: where it came from (a path, a command, a step);
+    ``data``: None when left out; ``note``: why it is left out or cut ("" when whole)."""
+
+    name: str
+    source: str
+    data: bytes | None
+    note: str = ""
+    redactions: int = 0
+
+
+def missing(name: str, source: str, why: str) -> Member:
+    return Member(name, source, None, why)
+
+
+class Budget:
+    """The run's deadline and the archive's remaining bytes (mutable: one per run)."""
+
+    def __init__(self, total_cap: int = DEFAULT_TOTAL_CAP, deadline_s: float = DEFAULT_DEADLINE_S) -> None:
+        self.total_cap = total_cap
+        self.bytes_left = total_cap
+        self.deadline_s = deadline_s
+        self.end = time.monotonic() + deadline_s
+
+    def time_left(self) -> float:
+        return max(self.end - time.monotonic(), 0.0)
+
+    @property
+    def expired(self) -> bool:
+        return self.time_left() <= 0.0
+
+    def admit(self, member: Member, cap: int, *, keep_end: bool = False) -> Member:
+        """``member`` redacted and cut to ``cap`` and to the bytes left; charges what it keeps."""
+        if member.data is None:
+            return member
+        data, redactions = redact(member.data)
+        limit = min(cap, self.bytes_left)
+        note = member.note
+        if len(data) > limit:
+            cut = f"truncated at {limit} bytes"
+            cut += " (the archive's size cap)" if limit < cap else ""
+            cut += ", the oldest left out" if keep_end else ""
+            data = data[len(data) - limit :] if keep_end else data[:limit]
+            note = f"{note}; {cut}" if note else cut
+        self.bytes_left -= len(data)
+        return member._replace(data=data, note=note, redactions=member.redactions + redactions)

@@ -1,0 +1,98 @@
+"""Bounded reads of host files into report members.
+
+Every path is resolved inside its ``Root`` as chroot would (paths.py), opened ``O_NOFOLLOW|O_NONBLOCK``
+(a FIFO cannot hang the read), checked with fstat to be a regular file (procfs and sysfs files are), and
+read no further than its cap plus one byte, so a huge or endless file is cut, never read whole. Whatever
+goes wrong becomes the member's note: the report is about a broken node, so nothing here raises.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import PurePosixPath
+
+from driver_container.errors import HostReadError
+from driver_container.paths import Root
+from driver_container.report.model import ABSENT, Member, missing
+from driver_container.runtime.fsutil import READ_FLAGS
+
+MAX_ENTRIES = 256  # entries taken from one directory (sysfs parameters, GPUs, capabilities)
+SMALL_CAP = 64 << 10  # a procfs/sysfs text file
+
+
+def source_of(root: Root, inner: str | PurePosixPath) -> str:
+    return f"{os.fspath(root.path).rstrip('/')}/{str(inner).lstrip('/')}"
+
+
+def read_capped(root: Root, inner: str | PurePosixPath, cap: int) -> tuple[bytes | None, str]:
+    """(the first ``cap`` + 1 bytes at most, "") or (None, why not)."""
+    try:
+        real = root.resolve(inner)
+        fd = os.open(real, READ_FLAGS)
+    except (FileNotFoundError, NotADirectoryError):
+        return None, ABSENT
+    except HostReadError as exc:
+        return None, f"unreadable: {exc.message}"
+    except OSError as exc:
+        return None, f"unreadable: {exc.strerror}"
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            return None, f"not read: not a regular file ({_kind(mode)})"
+        chunks: list[bytes] = []
+        size = 0
+        while size <= cap:
+            chunk = os.read(fd, min(cap + 1 - size, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks), ""
+    except OSError as exc:
+        return None, f"unreadable: {exc.strerror}"
+    finally:
+        os.close(fd)
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISSOCK, "a socket"), (stat.S_ISBLK, "a block device")):  # fmt: skip
+        if test(mode):
+            return name
+    return "special"
+
+
+def file_member(root: Root, inner: str | PurePosixPath, name: str, cap: int = SMALL_CAP) -> Member:
+    data, why = read_capped(root, inner, cap)
+    return Member(name, source_of(root, inner), data, why)
+
+
+def entries(root: Root, inner: str | PurePosixPath) -> tuple[list[str], str]:
+    """(sorted names, at most ``MAX_ENTRIES``, "") or ([], why not) / (names, "N more left out")."""
+    try:
+        names = root.listdir(inner)
+    except HostReadError as exc:
+        return [], f"unreadable: {exc.message}"
+    if len(names) > MAX_ENTRIES:
+        return names[:MAX_ENTRIES], f"{len(names) - MAX_ENTRIES} more entries left out"
+    return names, ""
+
+
+def walk(root: Root, inner: str, depth: int = 4) -> Iterator[PurePosixPath]:
+    """In-root paths of the regular files below ``inner``, links not followed, bounded in depth and width."""
+    names, _why = entries(root, inner)
+    for name in names:
+        path = PurePosixPath(inner) / name
+        st = root.lstat(path)
+        if st is None:
+            continue
+        if stat.S_ISDIR(st.st_mode) and depth > 0:
+            yield from walk(root, str(path), depth - 1)
+        elif stat.S_ISREG(st.st_mode):
+            yield path
+
+
+def absent_dir(name: str, root: Root, inner: str) -> Member:
+    return missing(name, source_of(root, inner), ABSENT)

@@ -1,0 +1,62 @@
+"""A function run in a forked child with a deadline: killed (SIGKILL) when it runs past it.
+
+For steps that read what they do not control and cannot interrupt themselves: hashing every file of
+DRIVER_ROOT, inspecting the host for ``status``. A thread could not be stopped; a child is killed and
+reaped, so ``bug-report`` keeps its time bound whatever a slow or hostile file does. The child is
+``supervise.child_main``'s (dies with its parent, result through a pipe as ``childresult`` encodes it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+from driver_container.runtime.childresult import decode_result
+from driver_container.runtime.supervise import child_main
+
+OK, ERROR, TIMED_OUT, DIED = "ok", "error", "timed out", "died"
+
+
+def run_until(func: Callable[[], object], timeout: float) -> tuple[str, Any]:
+    """``(OK, value)``, ``(ERROR, the DriverContainerError)``, ``(TIMED_OUT, None)`` after the kill, or
+    ``(DIED, None)`` when the child ended without a result."""
+    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child; its result is asserted through the parent
+        os.close(read_fd)
+        child_main(func, write_fd, parent)
+    os.close(write_fd)
+    try:
+        data = _read_until(read_fd, time.monotonic() + max(timeout, 0.0))
+    finally:
+        os.close(read_fd)
+        if data is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    if data is None:
+        return TIMED_OUT, None
+    kind, value = decode_result(data)
+    return (kind, value) if kind in (OK, ERROR) else (DIED, None)
+
+
+def _read_until(fd: int, deadline: float) -> bytes | None:
+    """Everything written to ``fd`` until EOF; None when ``deadline`` passes first."""
+    chunks: list[bytes] = []
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        ready, _, _ = select.select([fd], [], [], remaining)
+        if not ready:
+            continue
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
