@@ -29,7 +29,6 @@ they come from:
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Literal
 
 from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
@@ -79,23 +78,21 @@ class GpuSupport(NamedRecord):
         return self.generation == "Blackwell" and major.isdigit() and int(major) < BLACKWELL_FIRST_BRANCH
 
 
-@lru_cache(maxsize=1)
-def _table() -> dict[int, tuple[str, Support, Support]]:
-    # Lazy, hot path: the id lists are imported only on a node whose PCI bus shows an NVIDIA GPU.
-    from driver_container.formats.gpu_ids import GPU_ROWS
-
-    table: dict[int, tuple[str, Support, Support]] = {}
-    for generation, open_, proprietary, ids in GPU_ROWS:
-        for text in ids.split():
-            table[int(text, 16)] = (generation, _support(open_), _support(proprietary))
-    return table
-
-
 def _support(text: str) -> Support:
     return "yes" if text == "yes" else "no" if text == "no" else "unknown"
 
 
 def gpu_support(device: int) -> GpuSupport | None:
     """What each flavour does with the NVIDIA GPU of PCI device id ``device``; None for an id in no list."""
-    row = _table().get(device)
-    return None if row is None else GpuSupport(device, *row)
+    # Lazy, hot path: the id lists are imported only on a node whose PCI bus shows an NVIDIA GPU, and
+    # searched as text (ids are 4 hex digits, each followed by a space): no table is built on a start.
+    from driver_container.formats.gpu_ids import GPU_ROWS
+
+    wanted = f"{device:04x} "
+    for generation, open_, proprietary, ids in GPU_ROWS:
+        at = ids.find(wanted)
+        while at > 0 and ids[at - 1] != " ":
+            at = ids.find(wanted, at + 1)
+        if at >= 0:
+            return GpuSupport(device, generation, _support(open_), _support(proprietary))
+    return None

@@ -60,3 +60,21 @@ def is_pci_address(name: str) -> bool:
         and function in tuple("01234567")
         and all(ch in _HEX for ch in domain + bus + slot)
     )
+
+
+def nvidia_functions(proc_bus_pci_devices: str) -> frozenset[str] | None:
+    """``bb:ss.f`` of every NVIDIA function in ``/proc/bus/pci/devices``, the one file that lists all PCI
+    functions (Linux drivers/pci/proc.c ``show_device``: ``%02x%02x\t%04x%04x\t...`` = bus, devfn, vendor,
+    device, then resources and the driver). It has no PCI domain, so it only narrows which sysfs directories
+    are read. None when a line is not of that form (then every directory is read)."""
+    found: set[str] = set()
+    for line in proc_bus_pci_devices.splitlines():
+        location, _, rest = line.partition("\t")
+        ids = rest[:8]
+        bus, devfn = parse_uint(location[:2], base=16), parse_uint(location[2:], base=16)
+        if len(location) != 4 or bus is None or devfn is None or parse_uint(ids, base=16) is None:
+            return None
+        if int(ids[:4], 16) == NVIDIA_VENDOR_ID:
+            found.add(f"{location[:2]}:{devfn >> 3:02x}.{devfn & 7}")
+    return frozenset(found)
+

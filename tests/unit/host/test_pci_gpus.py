@@ -12,7 +12,7 @@ from helpers.support import FIXTURES, fixture_paths, require_module
 
 from driver_container.formats.gpu_ids import GPU_ROWS
 from driver_container.formats.gpu_support import gpu_support
-from driver_container.formats.kernel.pci import PciFunction, is_pci_address, parse_pci_hex
+from driver_container.formats.kernel.pci import PciFunction, is_pci_address, nvidia_functions, parse_pci_hex
 from driver_container.inspect.pcigpus import read_pci_gpus
 
 HOSTS = FIXTURES / "hosts"
@@ -119,3 +119,25 @@ def test_reader_skips_bridges_virtual_functions_and_reports_garbage(tmp_path: Pa
     found = read_pci_gpus(fixture_paths(tree))
     assert found.gpus == (PciFunction("000f:01:00.0", 0x10DE, 0x2E12, 0x030000, None),)
     assert len(found.problems) == 1 and "000f:02:00.0/device: not a PCI id" in str(found.problems[0])
+
+
+def test_proc_bus_pci_devices_names_the_nvidia_functions() -> None:
+    text = (HOSTS / "talos-1.13-l4-v100-open/proc/bus/pci/devices").read_text()
+    assert nvidia_functions(text) == {"01:00.0", "81:00.0"}  # not the host bridge 00:00.0
+    assert nvidia_functions("0008\t10de2e12\t5\n") == {"00:01.0"}  # devfn 0x08: slot 1, function 0
+    assert nvidia_functions("") == frozenset()
+    for bad in ("01:00.0\t10de27b8\n", "0100 10de27b8\n", "0100\t10dex7b8\n", "zz00\t10de27b8\n"):
+        assert nvidia_functions(bad) is None, bad
+
+
+def test_only_the_functions_proc_names_nvidia_are_read(tmp_path: Path) -> None:
+    tree = tmp_path / "host"
+    shutil.copytree(HOSTS / "talos-1.13-l4-v100-open", tree, symlinks=True)
+    listed = tree / "proc/bus/pci/devices"
+    text = listed.read_text()
+    listed.write_text(text.replace("\t10de1db4\t", "\t80862020\t"))  # the V100 as /proc would not show it
+    assert [g.address for g in read_pci_gpus(fixture_paths(tree)).gpus] == ["0000:01:00.0"]
+    listed.write_text("not the kernel's format\n")  # then every function is read
+    assert [g.address for g in read_pci_gpus(fixture_paths(tree)).gpus] == ["0000:01:00.0", "0000:81:00.0"]
+    listed.unlink()
+    assert [g.address for g in read_pci_gpus(fixture_paths(tree)).gpus] == ["0000:01:00.0", "0000:81:00.0"]
