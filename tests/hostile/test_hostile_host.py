@@ -202,8 +202,9 @@ def test_hostile_pci_tree(tmp_path: Path) -> None:
         (gpu / name).write_text(value + "\n")
     (devices / "0000:01:00.0").symlink_to("../../../devices/pci0000:00/0000:01:00.0")
     (devices / "0000:02:00.0").symlink_to("0000:02:00.0")  # a loop
-    (devices / "0000:03:00.0").symlink_to("../" * 12 + "outside/dir")  # out of SYSFS_ROOT: stays inside
-    (out / "dir/vendor").write_text("0x10de\n")
+    (devices / "0000:03:00.0").symlink_to("../" * 5 + "outside/dir")  # exactly to h/outside: stays inside
+    for name, value in (("vendor", "0x10de"), ("device", "0x2901"), ("class", "0x030200")):
+        (out / "dir" / name).write_text(value + "\n")  # a B200, were anything read out there
     fifo = h.root / "sys/devices/pci0000:00/0000:04:00.0"
     fifo.mkdir()
     os.mkfifo(fifo / "vendor")  # a blocking open would hang every start
@@ -217,4 +218,5 @@ def test_hostile_pci_tree(tmp_path: Path) -> None:
     init = h.run("init", "--no-wait", timeout=60)
     _check(h, tmp_path, before, status, init)
     assert "FLAVOUR_CANNOT_DRIVE_GPU" in status.stdout and "10de:1b38 (Pascal) at 0000:01:00.0" in status.stdout
+    assert "0000:03:00.0" not in status.stdout and "10de:2901" not in status.stdout
     assert init.returncode == 1 and "FLAVOUR_CANNOT_DRIVE_GPU" in init.stderr
