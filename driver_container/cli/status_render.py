@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from driver_container.formats.gpu_support import gpu_support
 from driver_container.node.rootmount import is_ours
 
 if TYPE_CHECKING:
     from driver_container.findings import Finding
+    from driver_container.formats.kernel.pci import PciFunction
     from driver_container.inspect.hoststate import HostState, LoadedModule
     from driver_container.paths import HostPaths
     from driver_container.publish.toolkit_features import ToolkitFeature
@@ -60,6 +62,7 @@ def status_json(state: HostState, findings: list[Finding], absent: tuple[Toolkit
                 for g in state.gpus
             ],
         },
+        "pci_gpus": [_pci_gpu_json(g) for g in state.pci_gpus],
         "userspace": {
             "version": state.userspace.version,
             "root": str(state.userspace.root),
@@ -94,6 +97,20 @@ def _mount_json(state: HostState) -> dict[str, Any]:
         return {"mount": None} | shown
     keys = {"mount_point": m.mount_point, "fstype": m.fstype, "source": m.source, "options": list(m.options)}
     return {"mount": keys | {"ours": is_ours(m)}} | shown
+
+def _pci_gpu_json(gpu: PciFunction) -> dict[str, Any]:
+    """A GPU on the PCI bus and what each module flavour does with it (formats/gpu_support.py)."""
+    support = gpu_support(gpu.device)
+    return {
+        "address": gpu.address,
+        "pci_id": gpu.pci_id,
+        "class": f"0x{gpu.pci_class:06x}",
+        "driver": gpu.driver,
+        "generation": support.generation if support else None,
+        "open": support.open if support else "unknown",
+        "proprietary": support.proprietary if support else "unknown",
+    }
+
 
 def _module_json(state: HostState, module: LoadedModule) -> dict[str, Any]:
     file = state.module_files.get(module.name)
@@ -160,6 +177,11 @@ def render_text(state: HostState, findings: list[Finding], absent: tuple[Toolkit
         lines += [
             f"  {g['pci_id']} {g['model'] or '?'} {g['uuid'] or ''} minor {g['device_minor']}" for g in nv["gpus"]
         ]
+    lines += [
+        f"PCI GPU {g['address']} {g['pci_id']} {g['generation'] or 'unknown generation'}: open modules "
+        f"{g['open']}, proprietary {g['proprietary']} (driver {g['driver'] or 'none'})"
+        for g in doc["pci_gpus"]
+    ]
     lines.append(f"userspace: {us['version'] or 'not found'} (root {us['root']}, {us['libcuda'] or us['source']})")
     lines.append(f"driver root: {root['path']} ({_publish_line(root)})")
     if root["mount"]:

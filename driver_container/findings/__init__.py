@@ -4,14 +4,16 @@ Why the version checks are errors: nvidia-container-cli mounts only libraries wh
 the loaded module's version, and NVML refuses a kernel module of another version ("Driver/library version
 mismatch"), so every GPU pod would fail later; refusing here names the cause once.
 
-``modules`` checks the NVIDIA modules themselves, ``host`` what is around them; ``model`` holds
-``Finding``. The names below are the package's interface (callers import them from here).
+``modules`` checks the NVIDIA modules themselves, ``gpus`` the GPUs on the PCI bus against them, ``host``
+what is around them; ``model`` holds ``Finding``. The names below are the package's interface (callers
+import them from here).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from driver_container.findings.gpus import gpu_flavour, reconcile
 from driver_container.findings.host import (
     PUBLISH_OUTCOMES,
     driver_root_usability,
@@ -56,4 +58,5 @@ def check(state: HostState) -> list[Finding]:
     for name, module in state.modules.items():
         findings += file_checks(state, module, state.module_files.get(name))
     findings += parameters(state) + environment(state) + fabric(state) + driver_root_usability(state)
-    return sorted(findings, key=lambda f: SEVERITIES.index(f.severity))
+    gpus = gpu_flavour(state)
+    return sorted(reconcile(state, findings, gpus) + gpus, key=lambda f: SEVERITIES.index(f.severity))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from driver_container.findings.gpus import extension_hint
 from driver_container.findings.model import (
     Finding,
     talos_module_snippet,
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 def load_fix(state: HostState, module: str) -> str:
     if state.platform.name == "talos":
         return (
-            "install the NVIDIA kmod system extension (nvidia-open-gpu-kernel-modules or nonfree-kmod-nvidia) "
+            f"install the NVIDIA kmod system extension ({extension_hint(state)}) "
             f"and list {module} in the machine config; "
             + talos_module_snippet(module, [], state.platform.talos_version)
         )

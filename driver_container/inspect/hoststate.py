@@ -17,7 +17,7 @@ from driver_container.formats.kernel.modules import (
     ProcModule,
     parse_proc_modules,
 )
-from driver_container.formats.kernel.mountinfo import Mount, mount_containing
+from driver_container.formats.kernel.mountinfo import Mount
 from driver_container.formats.kernel.nvidia_proc import (
     GpuInfo,
     GpuList,
@@ -27,14 +27,16 @@ from driver_container.formats.kernel.nvidia_proc import (
     parse_nvidia_version,
     read_gpus,
 )
+from driver_container.formats.kernel.pci import PciFunction
 from driver_container.formats.kernel.sysfs import SysfsModule, read_sysfs_module
 from driver_container.formats.modconf import conf_module_name, parse_module_conf
 from driver_container.formats.userspace_layout import IMAGE_FIRMWARE_DIRS
 from driver_container.inspect.modfiles import read_module_files
+from driver_container.inspect.pcigpus import read_pci_gpus
 from driver_container.inspect.platform import PlatformInfo, detect_platform
 from driver_container.inspect.userspace import UserspaceVersion, find_userspace
 from driver_container.node.firmware import PARAM as FIRMWARE_PATH_PARAM
-from driver_container.node.rootmount import RootFlags, read_mounts, read_root_flags
+from driver_container.node.rootmount import RootFlags, read_driver_root_mount, read_root_flags
 from driver_container.paths import HostPaths, Root
 from driver_container.publish.status import read_publish_status
 from driver_container.records import NamedRecord
@@ -123,7 +125,7 @@ class HostState(NamedRecord):
     settings: Settings
     modules: dict[str, LoadedModule]
     nvidia_version: NvidiaProcVersion | None
-    gpus: tuple[GpuInfo, ...]
+    gpus: tuple[GpuInfo, ...]  # bound by the loaded module (/proc/driver/nvidia/gpus)
     module_files: dict[str, ModuleFile]
     userspace: UserspaceVersion
     requested_params: dict[str, tuple[tuple[str, str], ...]]  # module -> ((NAME, VALUE), ...)
@@ -140,6 +142,7 @@ class HostState(NamedRecord):
     published_version: str | None = None  # from the manifest
     publish_failure: tuple[str, str] | None = None  # (version, error) of the last publish, when it failed
     publish_interrupted: bool = False  # a journal is left: the next start rolls that publish back
+    pci_gpus: tuple[PciFunction, ...] = ()  # every NVIDIA GPU on the PCI bus, bound or not (pcigpus.py)
 
     @property
     def kernel_release(self) -> str | None:
@@ -222,13 +225,6 @@ def locate_firmware(paths: HostPaths, names: list[str], kver: str | None) -> Fir
     return FirmwareFound(result, tuple(problems))
 
 
-def read_driver_root_mount(paths: HostPaths) -> Mount | None:
-    """The mount holding DRIVER_ROOT in this process's own mountinfo (OWN_PROCFS_ROOT/self/mountinfo);
-    None where that file does not exist. HostReadError where it cannot be read."""
-    mounts = read_mounts(paths)
-    return None if mounts is None else mount_containing(mounts, str(paths.driver_root.resolve()))
-
-
 def _fabric(paths: HostPaths) -> FabricInfo | None:
     if not nvswitch_proc_present(paths.proc):  # one stat on ordinary nodes
         return None
@@ -247,8 +243,8 @@ def inspect_host(paths: HostPaths, settings: Settings, platform: PlatformInfo | 
     problems: list[Problem] = [*platform.problems, *loaded.problems]
     modules, nvidia_loaded = loaded.modules, loaded.modules["nvidia"].loaded
     version = noted(problems, lambda: read_nvidia_version(paths), None) if nvidia_loaded else None
-    gpus = read_gpus(paths.proc) if nvidia_loaded else GpuList(())
-    problems.extend(gpus.problems)
+    gpus, pci = read_gpus(paths.proc) if nvidia_loaded else GpuList(()), read_pci_gpus(paths)
+    problems.extend(gpus.problems + pci.problems)
     kver = platform.kernel_release
     files: dict[str, ModuleFile] = noted(problems, lambda: read_module_files(paths, kver), {}) if kver else {}
     requested = read_requested_params(paths)
@@ -283,6 +279,7 @@ def inspect_host(paths: HostPaths, settings: Settings, platform: PlatformInfo | 
         published_version=publish.version,
         publish_failure=publish.failure,
         publish_interrupted=publish.interrupted,
+        pci_gpus=pci.gpus,
         problems=tuple(dict.fromkeys(problems)),
         param_errors=requested.problems,
         fabric=fabric,

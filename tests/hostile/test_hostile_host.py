@@ -188,3 +188,35 @@ def test_driver_manager_pid_file_linked_to_dev_zero(tmp_path: Path, target: str)
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr and "MemoryError" not in done.stderr
     assert "driver-manager: error: KUBECONFIG=" in done.stderr, done.stderr
+
+
+def test_hostile_pci_tree(tmp_path: Path) -> None:
+    """bus/pci/devices entries that loop, leave the root, hold a FIFO or a huge file: status and init finish,
+    read nothing outside, and the one sound GPU is still seen."""
+    h, out = _setup(tmp_path)
+    devices = h.root / "sys/bus/pci/devices"
+    devices.mkdir(parents=True)
+    gpu = h.root / "sys/devices/pci0000:00/0000:01:00.0"
+    gpu.mkdir(parents=True)
+    for name, value in (("vendor", "0x10de"), ("device", "0x1b38"), ("class", "0x030200")):
+        (gpu / name).write_text(value + "\n")
+    (devices / "0000:01:00.0").symlink_to("../../../devices/pci0000:00/0000:01:00.0")
+    (devices / "0000:02:00.0").symlink_to("0000:02:00.0")  # a loop
+    (devices / "0000:03:00.0").symlink_to("../" * 5 + "outside/dir")  # exactly to h/outside: stays inside
+    for name, value in (("vendor", "0x10de"), ("device", "0x2901"), ("class", "0x030200")):
+        (out / "dir" / name).write_text(value + "\n")  # a B200, were anything read out there
+    fifo = h.root / "sys/devices/pci0000:00/0000:04:00.0"
+    fifo.mkdir()
+    os.mkfifo(fifo / "vendor")  # a blocking open would hang every start
+    (devices / "0000:04:00.0").symlink_to("../../../devices/pci0000:00/0000:04:00.0")
+    huge = h.root / "sys/devices/pci0000:00/0000:05:00.0"
+    huge.mkdir()
+    (huge / "vendor").write_text("0x10de" + " " * 100_000)
+    (devices / "0000:05:00.0").symlink_to("../../../devices/pci0000:00/0000:05:00.0")
+    before = snapshot(tmp_path, skip=(h.run_dir,))
+    status = h.run("status", timeout=60)
+    init = h.run("init", "--no-wait", timeout=60)
+    _check(h, tmp_path, before, status, init)
+    assert "FLAVOUR_CANNOT_DRIVE_GPU" in status.stdout and "10de:1b38 (Pascal) at 0000:01:00.0" in status.stdout
+    assert "0000:03:00.0" not in status.stdout and "10de:2901" not in status.stdout
+    assert init.returncode == 1 and "FLAVOUR_CANNOT_DRIVE_GPU" in init.stderr

@@ -78,6 +78,11 @@ EXPECTED: dict[str, tuple[int, set[str], set[str]]] = {
     "talos-1.11-kmod-535": (0, set(), set()),  # firmware where the image keeps it (usr/share/nvidia)
     "talos-1.13-hgx-h100-nvswitch": (1, {"FABRIC_MANAGER_MISSING"}, set()),  # the image lacks FM
     "talos-1.13-hgx-b200-nvlink5": (1, {"FABRIC_MANAGER_MISSING", "NVLSM_MISSING"}, set()),
+    # Which flavour drives which GPU (tests/integration/test_gpu_flavour.py has the details).
+    "talos-1.13-tesla-p40-open": (1, {"FLAVOUR_CANNOT_DRIVE_GPU"}, set()),
+    "talos-1.13-l4-v100-open": (0, set(), {"FLAVOUR_CANNOT_DRIVE_GPU"}),
+    "talos-1.13-b200-proprietary": (1, {"FLAVOUR_CANNOT_DRIVE_GPU"}, set()),
+    "talos-1.13-h100-proprietary": (0, set(), set()),
 }
 
 
