@@ -55,13 +55,15 @@ WAIT_S = 20.0
 _BASIC_NODES = {"null": (1, 3), "zero": (1, 5), "urandom": (1, 9), "tty": (5, 0)}
 
 
-def run_flow(flow: str, root: Path, work: Path, timeout: float = 120) -> dict[str, Any]:
-    """``flow`` against ``root`` in a private PID and mount namespace; its ``FlowResult`` as a dict."""
+def run_flow(flow: str, root: Path, work: Path, *, proc_sys: bool = False, timeout: float = 120) -> dict[str, Any]:
+    """``flow`` against ``root`` in a private PID and mount namespace; what it saw, as a dict. ``proc_sys``
+    (``dra`` only): mount a procfs and the host's /sys at <root>/proc and <root>/sys first, making the mount
+    points in ``root`` (what NVIDIA's driver container's root carries through its ``mount --rbind /``)."""
     require(os.geteuid() == 0, "root (unshare, mount, chroot)")
     work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO)])}
     argv = ["unshare", "-m", "-p", "-f", "--mount-proc", "--kill-child",
-            sys.executable, "-m", "helpers.mps", flow, str(root), str(work)]  # fmt: skip
+            sys.executable, "-m", "helpers.mps", flow, str(root), str(work), str(proc_sys)]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -127,7 +129,11 @@ def _wait_until_gone() -> list[str]:
     return left
 
 
-def dra(root: Path, work: Path) -> dict[str, Any]:
+def dra(root: Path, work: Path, proc_sys: bool) -> dict[str, Any]:
+    if proc_sys:
+        (root / "proc").mkdir(exist_ok=True)
+        _sh("mount", "-t", "proc", "-o", "nosuid,nodev,noexec", "proc", root / "proc")
+        _bind(Path("/sys"), root / "sys")
     claim = work / "plugin" / "mps" / "claim"
     pipe, shm, log = claim / "pipe", claim / "shm", claim / "log"
     for d in (pipe, shm, log):
@@ -158,7 +164,7 @@ def dra(root: Path, work: Path) -> dict[str, Any]:
             "server_log": _read(log / "server.log"), "left": _wait_until_gone()}  # fmt: skip
 
 
-def plugin(root: Path, work: Path) -> dict[str, Any]:
+def plugin(root: Path, work: Path, _proc_sys: bool) -> dict[str, Any]:
     host_mps = work / "run-nvidia-mps"  # hostPath /run/nvidia/mps, DirectoryOrCreate
     (host_mps / "shm").mkdir(parents=True)
     _sh("mount", "-t", "tmpfs", "-o", "rw,nosuid,nodev,noexec,relatime,size=65536k", "shm", host_mps / "shm")
@@ -190,6 +196,6 @@ def plugin(root: Path, work: Path) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    flow, root_arg, work_arg = sys.argv[1:4]
-    outcome = {"dra": dra, "plugin": plugin}[flow](Path(root_arg), Path(work_arg))
+    flow, root_arg, work_arg, proc_sys_arg = sys.argv[1:5]
+    outcome = {"dra": dra, "plugin": plugin}[flow](Path(root_arg), Path(work_arg), proc_sys_arg == "True")
     print(json.dumps(outcome))

@@ -3,10 +3,13 @@ start their control daemon from real published roots 535/550/555 (tests/helpers/
 commands, environment and mounts, with their sources).
 
 The graphics userspaces carry their suite's busybox-static (scripts/make-nvidia-debs-userspace.sh), as the
-image does (Dockerfile), so ``init --no-wait`` publishes bin/sh, dev/shm and dev/null. Up to the point where
-a GPU is needed everything succeeds: the daemon starts, a client request makes it start
-nvidia-cuda-mps-server, which loads libcuda.so.1 from the root and reports the driver's no-GPU error in the
-MPS server log (never a loader error), and ``quit`` leaves no process behind. Each piece the DRA driver needs
+image does (Dockerfile), so ``init --no-wait`` publishes bin/sh, dev/shm and dev/null. The daemon starts, a
+client request makes it start nvidia-cuda-mps-server, which loads libcuda.so.1 from the root (never a loader
+error) and logs what cuInit returned, and ``quit`` leaves no process behind. The device plugin's daemon
+reaches the driver's no-GPU error. The DRA driver's chrooted daemon sees no /proc and /sys in the root:
+there 535's cuInit also ends at "no CUDA-capable device", 550's and 555's at CUDA_ERROR_OPERATING_SYSTEM
+(their libcuda reads /proc), and with a procfs and the host's /sys mounted in a copy of the root all three
+reach the no-GPU error: what the root still lacks (docs/operator.md, MPS). Each piece the DRA driver needs
 is then removed from a hard-linked copy of the root, and its flow fails.
 """
 
@@ -28,6 +31,7 @@ pytestmark = pytest.mark.artefact
 
 AMD64 = tuple(u for u in GRAPHICS if u.arch == "amd64")
 LOADER_ERRORS = ("cannot open shared object", "error while loading", "libcuda.so")
+NO_OS = "OS call failed or operation not supported on this OS"  # CUDA_ERROR_OPERATING_SYSTEM
 
 
 @pytest.fixture(scope="module", params=AMD64, ids=[u.name for u in AMD64])
@@ -39,10 +43,10 @@ def mps_root(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     return publish_with_init(request.param, base)
 
 
-def _server_reached_the_gpu_check(result: dict[str, Any]) -> None:
+def _server_reached_the_gpu_check(result: dict[str, Any], error: str = NO_GPU) -> None:
     assert result["start"]["rc"] == 0, result["start"]
     assert result["client"]["rc"] == 0, result["client"]
-    assert f"Driver initialization failed with: {NO_GPU}" in result["server_log"], result
+    assert f"Driver initialization failed with: {error}" in result["server_log"], result
     assert not any(text in result["server_log"] + result["control_log"] for text in LOADER_ERRORS), result
     # The daemon takes ``quit`` (and answers it with exit status 1 once a server has failed, as here) and is gone.
     assert "Cmd:quit" in result["control_log"], result["quit"]
@@ -52,9 +56,19 @@ def _server_reached_the_gpu_check(result: dict[str, Any]) -> None:
 def test_dra_driver_runs_its_daemon_chrooted_in_the_root(mps_root: Published, tmp_path: Path) -> None:
     result = run_flow("dra", mps_root.driver_root, tmp_path)
     assert result["branch"] == "chroot"  # the root's bin/sh is executable
-    _server_reached_the_gpu_check(result)
+    # libcuda is loaded and initialised; without /proc in the root, 550+ fail there (module docstring).
+    _server_reached_the_gpu_check(result, NO_GPU if int(mps_root.userspace.version.split(".")[0]) < 550 else NO_OS)
     assert "Starting control daemon using socket /tmp/nvidia-mps/control" in result["control_log"]
     assert result["shm_shared"], result["probe"]  # the daemon's /dev/shm is the claim's shm directory
+
+
+def test_dra_driver_with_proc_and_sys_in_the_root_reaches_the_no_gpu_error(
+    mps_root: Published, tmp_path: Path
+) -> None:
+    root = _copy_without(mps_root.driver_root, "", tmp_path / "root")
+    result = run_flow("dra", root, tmp_path / "work", proc_sys=True)
+    assert result["branch"] == "chroot"
+    _server_reached_the_gpu_check(result)
 
 
 def test_device_plugin_daemon_finds_what_the_management_spec_mounts(mps_root: Published, tmp_path: Path) -> None:
@@ -72,8 +86,10 @@ def test_device_plugin_daemon_finds_what_the_management_spec_mounts(mps_root: Pu
 
 
 def _copy_without(root: Path, piece: str, dest: Path) -> Path:
-    """A hard-linked copy of the published root (device nodes and all) without ``piece``."""
+    """A hard-linked copy of the published root (device nodes and all) without ``piece`` ("": all of it)."""
     subprocess.run(["cp", "-a", "--link", str(root), str(dest)], check=True, timeout=120)
+    if not piece:
+        return dest
     target = dest / piece
     assert target.exists() or target.is_symlink(), target
     if target.is_dir() and not target.is_symlink():
