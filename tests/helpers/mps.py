@@ -27,6 +27,9 @@ what happened as JSON (``FlowResult``); nothing is asserted there.
   test), so its image is stood in for by an overlay of the published root: the root's libc and ld.so.cache
   serve where the image's libc and the spec's ldconfig hook would.
 
+``dra`` with ``proc_sys`` first mounts a procfs and the host's /sys at <root>/proc and <root>/sys, which the
+published root lacks and libcuda reads (docs/operator.md, MPS).
+
 Without a GPU no CUDA client can connect, so a ``start_server -uid 0`` control command stands in for the
 first client: the daemon starts ``nvidia-cuda-mps-server``, which loads libcuda.so.1 and logs the driver's
 "no CUDA-capable device" error. ``quit`` ends the daemon; the flow then waits (bounded) until no
@@ -178,8 +181,8 @@ def plugin(root: Path, work: Path, _proc_sys: bool) -> dict[str, Any]:
     (ctr / "proc").mkdir(exist_ok=True)
     _sh("mount", "-t", "proc", "proc", ctr / "proc")
     pipe, log = f"/mps/{RESOURCE}/pipe", f"/mps/{RESOURCE}/log"
-    for d in (pipe, log):
-        (ctr / d.lstrip("/")).mkdir(parents=True, mode=0o755)
+    for inner in (pipe, log):
+        (ctr / inner.lstrip("/")).mkdir(parents=True, mode=0o755)
     env = {"CUDA_MPS_PIPE_DIRECTORY": pipe, "CUDA_MPS_LOG_DIRECTORY": log}  # Daemon.EnvVars, nothing else
     chroot = shutil.which("chroot") or "chroot"  # found on our PATH: the daemon's environment has none
     control = [chroot, str(ctr), "/usr/bin/nvidia-cuda-mps-control"]  # exec.LookPath in the image's PATH

@@ -18,8 +18,10 @@ import pytest
 from helpers.support import require
 
 from driver_container.paths import HostPaths
+from driver_container.publish.index_build import build_index
 from driver_container.publish.integrity import verify_published
 from driver_container.publish.publisher import publish_driver_root
+from driver_container.publish.unchanged import unchanged_manifest
 from driver_container.runtime.runner import Runner
 
 V = "595.91.07"
@@ -87,3 +89,21 @@ def test_a_shell_gone_from_the_image_leaves_the_root_with_its_directories(usersp
     assert report.removed == 2  # bin/sh and the empty dev/shm: a mount point for a root without a shell
     assert not (dr / "bin/sh").exists() and not (dr / "dev/shm").exists()
     assert "dev/shm" not in _records(dr) and verify_published(dr).ok
+
+
+def test_an_unchanged_restart_sees_dev_shm_gone_or_replaced(userspace: Path, tmp_path: Path) -> None:
+    """publish/unchanged.py: a restart that finds the directory as recorded writes nothing; one that does not
+    takes the full publish, which makes it again."""
+    shutil.copy2(_static_elf(), userspace / "usr/bin/busybox")
+    build_index(HostPaths(userspace_root=userspace).userspace, V, Runner())
+    paths = HostPaths(userspace_root=userspace, driver_root_override=tmp_path / "driver", run_dir=tmp_path / "run")
+    publish_driver_root(paths, V, Runner())
+    assert unchanged_manifest(paths, V) is not None
+    shm = paths.driver_root / "dev/shm"
+    shm.rmdir()
+    assert unchanged_manifest(paths, V) is None
+    shm.write_text("")
+    assert unchanged_manifest(paths, V) is None
+    shm.unlink()
+    assert publish_driver_root(paths, V, Runner()).written == 1 and shm.is_dir()
+    assert unchanged_manifest(paths, V) is not None
