@@ -182,6 +182,15 @@ FROM python-base AS userspace-debian
 COPY --from=nvidia-debian-layout /staging/ /
 
 # ---------------------------------------------------------------------------------------------------
+# A static shell for every route: Debian's busybox-static (/bin/busybox, 2 MB, no dependencies), which
+# `init` publishes as bin/sh so that NVIDIA's DRA driver runs its MPS control daemon chrooted in the root
+# (driver_container/publish/static_tools.py, docs/operator.md "MPS").
+FROM python-base AS busybox
+RUN set -eu; \
+    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends busybox-static; \
+    mkdir -p /staging/usr/bin; cp -p "$(readlink -f /bin/busybox)" /staging/usr/bin/busybox
+
+# ---------------------------------------------------------------------------------------------------
 # Fabric Manager (and NVLSM) for NVSwitch / NVLink5 nodes (docs/fabric.md), optional:
 #   FABRIC_SOURCE=none     (default) neither; NVSwitch nodes then get the FABRIC_MANAGER_MISSING error.
 #   FABRIC_SOURCE=archive  NVIDIA's redist archives (fabricmanager-linux-<arch>-<driver>-archive.tar.xz,
@@ -245,6 +254,7 @@ ARG USERSPACE_SOURCE
 ARG VERSION=0.1.0
 COPY --from=venv /opt/nvidia-driver /opt/nvidia-driver
 COPY --from=fabric-layout /staging/ /
+COPY --from=busybox /staging/ /
 RUN set -eu; \
     # Fabric Manager must be the driver's exact version (NVIDIA pins nvidia-fabricmanager=${DRIVER_VERSION}).
     if [ -f /usr/share/nvidia/fabricmanager-version ] && [ "$(cat /usr/share/nvidia/fabricmanager-version)" != \
@@ -255,6 +265,8 @@ RUN set -eu; \
     ln -sf /opt/nvidia-driver/bin/driver-manager /usr/local/bin/driver-manager; \
     # The operator's startup probe runs sh, cat, mkdir, mv, rm and nvidia-smi from PATH.
     for t in sh cat mkdir mv rm nvidia-smi ldconfig; do command -v "$t" >/dev/null || { echo "missing $t" >&2; exit 1; }; done; \
+    # The shell the root gets as bin/sh: busybox runs the applet argv[0] names.
+    test "$(cd /tmp && ln -s /usr/bin/busybox sh && ./sh -c 'echo ok'; rm -f /tmp/sh)" = ok; \
     # ldconfig runs as `ldconfig -r <driver root>` on a root without libc: it must be static (no PT_INTERP).
     python3 -c "import struct,sys; d=open('/sbin/ldconfig','rb').read(); o,=struct.unpack_from('<Q',d,32); \
       e,n=struct.unpack_from('<HH',d,54); sys.exit(any(struct.unpack_from('<I',d,o+i*e)[0]==3 for i in range(n)))" \

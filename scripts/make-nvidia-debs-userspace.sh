@@ -29,7 +29,7 @@ DEST="$ARTEFACTS/$NAME"
 log() { printf 'make-nvidia-debs-userspace(%s): %s\n' "$NAME" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-LAYOUT=2  # bump when the package set or the layout changes: older trees are rebuilt
+LAYOUT=3  # bump when the package set or the layout changes: older trees are rebuilt
 if [[ -z "${FORCE:-}" && -f "$DEST/.complete" && "$(cat "$DEST/.complete")" == "$EXPECTED layout $LAYOUT" ]]; then
   log "ready: $DEST"
   exit 0
@@ -76,8 +76,11 @@ if [[ -z "$(find "$APT_DIR/lists" -maxdepth 1 -name '*_Packages*' -mtime -1 2>/d
   "${APT[@]}" update >/dev/null
 fi
 
+# busybox-static: the static shell the image ships (Dockerfile), published as bin/sh for NVIDIA's DRA
+# driver's MPS control daemon (publish/static_tools.py); the suite's own, as the image would have it.
 COMPUTE=(nvidia-smi libnvidia-ml1 libcuda1 libnvidia-ptxjitcompiler1 libnvidia-cfg1 firmware-nvidia-gsp
-  nvidia-persistenced nvidia-cuda-mps nvidia-opencl-icd libnvcuvid1 libnvidia-encode1 libc-bin nvidia-modprobe)
+  nvidia-persistenced nvidia-cuda-mps nvidia-opencl-icd libnvcuvid1 libnvidia-encode1 libc-bin nvidia-modprobe
+  busybox-static)
 GRAPHICS=(libglx-nvidia0 libegl-nvidia0 libgles-nvidia2 libnvidia-egl-wayland1 nvidia-vulkan-icd
   libnvidia-glvkspirv libnvidia-rtcore libnvidia-allocator1 libnvidia-eglcore libnvidia-glcore
   nvidia-vdpau-driver nvidia-egl-common nvidia-egl-icd)

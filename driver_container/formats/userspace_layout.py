@@ -61,3 +61,12 @@ IMAGE_FIRMWARE_DIRS = ("usr/share/nvidia/firmware", "lib/firmware", "usr/lib/fir
 # publish may read, with its size, mtime, sha256 and ELF facts, so that `init` neither hashes nor parses
 # them. Beside usr/share/nvidia/driver-version, which the Dockerfile writes for the same image.
 DIGEST_INDEX = "usr/share/nvidia/driver-container-index.json"
+
+# What the published root gives programs run chrooted in it by NVIDIA's DRA driver's MPS control daemon
+# (kubernetes-sigs/dra-driver-nvidia-gpu templates/mps-control-daemon.tmpl.yaml @95932046: it chroots
+# only when <root>/bin/sh or <root>/usr/bin/sh is executable), published only with a static shell:
+# ROOT_SHELL, a static busybox found by argv[0] "sh"; ROOT_SHM, where the kubelet plugin mounts the
+# claim's MPS shared memory only when it exists (cmd/gpu-kubelet-plugin/sharing.go setMpsShmMountPath);
+# and dev/null (node/devices.py), which nvidia-cuda-mps-control -d opens when it daemonizes.
+ROOT_SHELL = "bin/sh"
+ROOT_SHM = "dev/shm"

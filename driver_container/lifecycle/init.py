@@ -159,7 +159,7 @@ def _node_steps(paths: HostPaths) -> None:
 
     firmware.set_firmware_search_path(paths)
     try:
-        nodes = devices.plan_device_nodes(paths)
+        nodes = devices.plan_device_nodes(paths) + devices.chroot_nodes(paths.driver_root)
     except HostReadError as exc:
         # Best effort like the firmware path: without nodes the validator falls back to the host's /dev.
         log.warning("device nodes not created: %s", exc.message)

@@ -11,6 +11,11 @@ it will be registered with (NVIDIA/open-gpu-kernel-modules src/nvidia/arch/nvall
 @df1c9a3de: ``config`` OS_RUSR 0400, ``monitor`` and every GI/CI ``access`` OS_RUGO 0444). Every minor
 mig-minors lists gets its node at start, so a GPU or compute instance the MIG manager creates later finds
 its node: nothing here runs again after a MIG reconfiguration.
+
+``null`` (1:3, the kernel's Documentation/admin-guide/devices.txt) is made only when the root has a
+shell (``ROOT_SHELL``): the only consumer that runs a program chrooted in the root and needs it is NVIDIA's
+DRA driver's MPS control daemon, and ``nvidia-cuda-mps-control -d`` exits 1 when it cannot open
+/dev/null as it daemonizes (seen with strace on 535.309.01; tests/integration/test_mps_real.py).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import errno
 import logging
 import os
 import stat
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from driver_container.errors import HostReadError, PublishError
 from driver_container.formats.kernel.devices import (
@@ -31,8 +36,10 @@ from driver_container.formats.kernel.devices import (
     parse_proc_devices,
 )
 from driver_container.formats.kernel.nvidia_proc import read_gpus
+from driver_container.formats.userspace_layout import ROOT_SHELL
 from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
+from driver_container.runtime.dirtree import Tree
 from driver_container.runtime.fsutil import contained
 
 log = logging.getLogger(__name__)
@@ -44,6 +51,7 @@ NVIDIA_MAJOR_NAMES = ("nvidia", "nvidia-frontend", "nvidiactl")  # frontend: dri
 CAP_CONFIG_MODE = 0o400  # OS_RUSR (os.c, module docstring): root alone may reconfigure MIG
 CAP_MODE = 0o444  # OS_RUGO: monitor and the GI/CI access capabilities
 CAPABILITIES = "driver/nvidia/capabilities"
+MEM_MAJOR, NULL_MINOR = 1, 3  # /dev/null (devices.txt)
 
 
 class DeviceNode(NamedRecord):
@@ -87,6 +95,16 @@ def plan_device_nodes(paths: HostPaths) -> tuple[DeviceNode, ...]:
         modes = {entry.minor: _cap_mode(paths, entry, registered) for entry in parse_mig_minors(mig_text)}
         nodes += [DeviceNode(f"nvidia-caps/nvidia-cap{m}", caps, m, modes[m]) for m in sorted(modes)]
     return tuple(nodes)
+
+
+def chroot_nodes(driver_root: Path) -> tuple[DeviceNode, ...]:
+    """``null`` when the published root has its shell (a regular file, no link followed), else none."""
+    tree = Tree(driver_root)
+    try:
+        st = tree.lstat(PurePosixPath(ROOT_SHELL))
+    finally:
+        tree.close()
+    return (DeviceNode("null", MEM_MAJOR, NULL_MINOR),) if st is not None and stat.S_ISREG(st.st_mode) else ()
 
 
 def _cap_mode(paths: HostPaths, entry: MigMinor, registered: frozenset[str]) -> int:

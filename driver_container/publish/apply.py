@@ -37,12 +37,13 @@ class Prepared:
     unchanged: int
     staged: list[tuple[PurePosixPath, StagedFile]] = field(default_factory=list)  # target -> its temporary
     removals: list[PurePosixPath] = field(default_factory=list)
+    dirs: list[PurePosixPath] = field(default_factory=list)  # planned directories to create
     copied: int = 0  # files copied from a source
     from_index: int = 0  # of ``copied``: with the image index's digest (not hashed)
 
     @property
     def changed(self) -> bool:
-        return bool(self.staged or self.removals)
+        return bool(self.staged or self.removals or self.dirs)
 
 
 def _matches(entry: PlannedEntry, rec: Record | None, st: os.stat_result | None) -> bool:
@@ -62,6 +63,15 @@ def _matches(entry: PlannedEntry, rec: Record | None, st: os.stat_result | None)
         src.size,
         src.mtime_ns,
     )
+
+
+def _in_place(entry: PlannedEntry, st: os.stat_result | None, tree: Tree) -> bool:
+    """A planned directory or link is on disk as planned (its record was compared by the caller)."""
+    if st is None:
+        return False
+    if entry.kind == "dir":
+        return stat.S_ISDIR(st.st_mode)
+    return stat.S_ISLNK(st.st_mode) and tree.readlink(entry.path) == entry.target
 
 
 def _stage_link(root: Path, index: int, target: str) -> StagedFile:
@@ -129,10 +139,12 @@ def prepare(plan: PublishPlan, root: Path, previous: Manifest | None, copier: Co
             check_relative(entry.path)
             st = tree.lstat(entry.path)
             rec = old.get(str(entry.path))
-            if entry.kind == "link":
-                new = Record(str(entry.path), "link", entry.mode, target=entry.target or "")
-                if _matches(entry, rec, st) and rec == new and tree.readlink(entry.path) == entry.target:
+            if entry.kind in ("dir", "link"):
+                new = Record(str(entry.path), entry.kind, entry.mode, target=entry.target or "")
+                if rec == new and _in_place(entry, st, tree):
                     out.unchanged += 1
+                elif entry.kind == "dir":
+                    out.dirs.append(entry.path)
                 else:
                     out.staged.append((entry.path, _stage_link(root, len(records), entry.target or "")))
                 records.append(new)
@@ -147,12 +159,7 @@ def prepare(plan: PublishPlan, root: Path, previous: Manifest | None, copier: Co
             out.staged.append((PurePosixPath(new.path), staged))
             out.copied += bool(new.source)
             out.from_index += staged.from_index
-        planned = {str(e.path) for e in plan.entries}
-        for path in sorted(set(old) - planned):
-            rel = PurePosixPath(path)
-            st = tree.lstat(rel)
-            if st is not None and not stat.S_ISDIR(st.st_mode):
-                out.removals.append(rel)
+        out.removals = _stale(plan, old, tree)
     except OSError as exc:
         where = exc.filename or root
         raise PublishError(
@@ -211,13 +218,36 @@ def _stage_contents(
     return done
 
 
+def _stale(plan: PublishPlan, old: dict[str, Record], tree: Tree) -> list[PurePosixPath]:
+    """Recorded paths the plan no longer has, as they are on disk (an empty directory of ours included)."""
+    planned = {str(e.path) for e in plan.entries}
+    stale = []
+    for path in sorted(set(old) - planned):
+        rel = PurePosixPath(path)
+        st = tree.lstat(rel)
+        if st is not None and (not stat.S_ISDIR(st.st_mode) or _empty_dir(tree, rel, old[path])):
+            stale.append(rel)
+    return stale
+
+
+def _empty_dir(tree: Tree, rel: PurePosixPath, rec: Record) -> bool:
+    """A directory this code published (a "dir" record) with nothing in it: removed when no longer planned.
+    Parents of files are never recorded, and a directory something was put into is left alone."""
+    fd = tree.dir_fd(rel) if rec.type == "dir" else None
+    return fd is not None and not os.listdir(fd)
+
+
 def commit_steps(root: Path, prepared: Prepared) -> list[Step]:
     """The journal steps that make the live root what ``prepared`` staged (reads only)."""
     tree = Tree(root)
     steps: list[Step] = []
     real_dirs: dict[PurePosixPath, bool] = {PurePosixPath(): True}  # is a real directory before the commit
+    entries: list[tuple[PurePosixPath, StagedFile | None]] = [*prepared.staged, *((d, None) for d in prepared.dirs)]
     try:
-        for rel, staged in sorted(prepared.staged, key=lambda item: str(item[0])):
+        for rel, staged in sorted(entries, key=lambda item: str(item[0])):
+            if staged is None:  # a planned directory: made with its parents
+                _dir_steps(tree, rel, real_dirs, steps)
+                continue
             _dir_steps(tree, rel.parent, real_dirs, steps)
             existed = real_dirs[rel.parent] and tree.lstat(rel) is not None
             steps.append(Step("put", str(rel), existed, staged.tmp.name))

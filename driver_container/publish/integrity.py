@@ -92,6 +92,16 @@ def _check_link(tree: Tree, rec: Record) -> str | None:
     return None if target == rec.target else f"links to {target!r}, not {rec.target!r}"
 
 
+def _check_dir(tree: Tree, rec: Record) -> str | None:
+    st = tree.lstat(PurePosixPath(rec.path))
+    if st is None:
+        return "missing"
+    return None if stat.S_ISDIR(st.st_mode) else f"a {_kind(st)}, not a directory"
+
+
+_CHECKS = {"file": _check_file, "link": _check_link, "dir": _check_dir}
+
+
 def _kind(st: os.stat_result) -> str:
     if stat.S_ISLNK(st.st_mode):
         return "symlink"
@@ -109,7 +119,7 @@ def verify_published(root: Path) -> IntegrityReport:
     mismatches = []
     try:
         for rec in manifest.records:
-            reason = _check_file(tree, rec) if rec.type == "file" else _check_link(tree, rec)
+            reason = _CHECKS[rec.type](tree, rec)
             if reason is not None:
                 mismatches.append(Mismatch(rec.path, reason))
     finally:

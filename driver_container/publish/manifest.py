@@ -1,6 +1,6 @@
 """The manifest at DRIVER_ROOT/.driver-container/manifest.json (pure: records <-> JSON text).
 
-One record per published path (file or link) with size, sha256 and mode, plus what a restart needs to
+One record per published path (file, link or directory) with size, sha256 and mode, plus what a restart needs to
 skip unchanged files without re-reading them: the source's identity (path, size, mtime), the
 published file's mtime, and the source's ELF facts (interpreter, SONAME, DT_NEEDED...), so that a restart
 on an unchanged userspace parses no ELF header. A file whose state differs from its record is unknown
@@ -33,8 +33,9 @@ MANIFEST_PATH = PurePosixPath(".driver-container/manifest.json")
 MAX_MANIFEST = 16 << 20  # ~600 bytes a record; a publish has ~50
 
 
-# What a published path is on disk: a regular file (copied or generated) or a symlink.
-RecordType = Literal["file", "link"]
+# What a published path is on disk: a regular file (copied or generated), a symlink, or a directory
+# published for its own sake (dev/shm; the parents of other paths are not recorded).
+RecordType = Literal["file", "link", "dir"]
 RECORD_TYPES: tuple[RecordType, ...] = get_args(RecordType)
 
 

@@ -35,6 +35,7 @@ class PublishSources(NamedRecord):
     dependencies: tuple[tuple[str, SourceFile], ...]  # DT_NEEDED name -> file, closure minus NVIDIA libs
     interpreter: tuple[PurePosixPath, SourceFile] | None
     ldconfig: SourceFile
+    shell: SourceFile | None = None  # a static busybox, published as bin/sh (static_tools.py)
     # Libraries the toolkit mounts with their own version (libnvidia-egl-wayland.so.1.1.13), by file name.
     extras: tuple[tuple[str, SourceFile], ...] = ()
     vdpau: tuple[tuple[str, SourceFile], ...] = ()  # <libdir>/vdpau/*.so.<version>, by file name
@@ -42,8 +43,9 @@ class PublishSources(NamedRecord):
     missing: tuple[tuple[str, str], ...] = ()  # (real path, DT_NEEDED name) an optional object lacks
 
 
-# A planned path: "file" (copied from its source), "link", or "text" (generated data, e.g. etc/ld.so.conf),
-# which is published and recorded as a "file" (manifest.RecordType).
+# A planned path: "file" (copied from its source), "link", "dir" (an empty directory a consumer mounts
+# on, e.g. dev/shm), or "text" (generated data, e.g. etc/ld.so.conf), published and recorded as a "file"
+# (manifest.RecordType).
 EntryKind = Literal[RecordType, "text"]
 
 

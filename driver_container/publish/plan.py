@@ -2,7 +2,9 @@
 
 Whatever the image's layout: libraries in usr/lib/<triplet>/, binaries in usr/bin/, the interpreter at
 its PT_INTERP path, firmware in lib/firmware/nvidia/<version>/, configs at their standard paths, a static
-ldconfig at sbin/ldconfig.real with sbin/ldconfig beside it; VDPAU drivers in usr/lib/<triplet>/vdpau/, and
+ldconfig at sbin/ldconfig.real with sbin/ldconfig beside it; with a static shell in the image, bin/sh and
+an empty dev/shm for the chroot of NVIDIA's DRA driver's MPS daemon (formats/userspace_layout.py); VDPAU
+drivers in usr/lib/<triplet>/vdpau/, and
 the unversioned libX.so -> SONAME links where the image has them (the toolkit looks for them beside the
 library: nvidia-container-toolkit v1.20.0 internal/discover/symlinks.go getDotSoSymlinks).
 Links are relative and never leave the root, because the toolkit resolves only relative links inside a
@@ -16,12 +18,14 @@ import posixpath
 from pathlib import PurePosixPath
 
 from driver_container.errors import PublishError, UserspaceError
+from driver_container.formats.userspace_layout import ROOT_SHELL, ROOT_SHM
 from driver_container.publish.model import PlannedEntry, PublishPlan, PublishSources, SourceFile
 from driver_container.publish.roles import VDPAU_DIR
 from driver_container.runtime.fsutil import check_relative
 
 SAFE_MODE_MASK = 0o755  # no setuid/setgid/sticky, no group/world write
 MANIFEST_DIR = PurePosixPath(".driver-container")
+DIR_MODE = 0o755  # what journal.py's mkdir makes; a consumer mounts its own tmpfs over dev/shm
 
 
 def safe_mode(mode: int, *, executable: bool) -> int:
@@ -86,6 +90,17 @@ def _in_root(absolute: str) -> PurePosixPath:
     return PurePosixPath(absolute.lstrip("/") or ".")
 
 
+def _root_tools(layout: _Layout, space: PublishSources, libdir: PurePosixPath) -> None:
+    """The static ldconfig with its ld.so.conf, and the static shell with dev/shm where there is one."""
+    ldconfig = layout.file(PurePosixPath("sbin/ldconfig.real"), space.ldconfig, executable=True)
+    layout.link(PurePosixPath("sbin/ldconfig"), ldconfig)
+    if space.shell is not None:
+        layout.file(PurePosixPath(ROOT_SHELL), space.shell, executable=True)
+        layout.add(PlannedEntry(PurePosixPath(ROOT_SHM), "dir", DIR_MODE))
+    conf = f"# written by nvidia-driver: the published NVIDIA libraries\n/{libdir}\n".encode()
+    layout.add(PlannedEntry(PurePosixPath("etc/ld.so.conf"), "text", 0o644, data=conf))
+
+
 def plan_publish(space: PublishSources) -> PublishPlan:
     layout = _Layout()
     libdir = PurePosixPath("usr/lib") / space.triplet
@@ -122,9 +137,6 @@ def plan_publish(space: PublishSources) -> PublishPlan:
         layout.file(PurePosixPath("lib/firmware/nvidia") / space.version / name, src, executable=False)
     for inner, src in space.configs:
         layout.file(_in_root(str(inner)), src, executable=False)
-    ldconfig = layout.file(PurePosixPath("sbin/ldconfig.real"), space.ldconfig, executable=True)
-    layout.link(PurePosixPath("sbin/ldconfig"), ldconfig)
-    conf = f"# written by nvidia-driver: the published NVIDIA libraries\n/{libdir}\n".encode()
-    layout.add(PlannedEntry(PurePosixPath("etc/ld.so.conf"), "text", 0o644, data=conf))
+    _root_tools(layout, space, libdir)
     entries = tuple(sorted(layout.entries.values(), key=lambda e: str(e.path)))
     return PublishPlan(space.version, space.triplet, entries, sonames, nvidia, frozenset(space.missing))

@@ -99,7 +99,7 @@ def _publish(paths: HostPaths, version: str, runner: Runner) -> PublishReport:
         copier.close()
     lib = str(plan.libdir)
     report = PublishReport(
-        written=len(prepared.staged),
+        written=len(prepared.staged) + len(prepared.dirs),
         unchanged=prepared.unchanged,
         removed=len(prepared.removals),
         libraries=tuple(str(e.path) for e in plan.entries if e.kind == "file" and str(e.path.parent) == lib),

@@ -18,7 +18,7 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
-from driver_container.errors import HostReadError, LdCacheFormatError, PublishError, UserspaceError
+from driver_container.errors import HostReadError, LdCacheFormatError, UserspaceError
 from driver_container.formats.elffacts import ElfDeps
 from driver_container.formats.ldcache import FLAGS_BY_MACHINE, LD_SO_CACHE_LIMIT, CacheEntry, parse_ld_cache
 from driver_container.formats.ldcache import LD_SO_CACHE as CACHE_PATH
@@ -30,6 +30,7 @@ from driver_container.publish.manifest import SourceKey
 from driver_container.publish.model import PublishSources, SourceFile
 from driver_container.publish.roles import binary_is_required, library_is_required
 from driver_container.publish.sources import ElfFacts, source_file
+from driver_container.publish.static_tools import find_ldconfig, find_static_shell
 from driver_container.publish.toolkit_extras import dev_links, select_extras, select_vdpau
 from driver_container.runtime.runner import Runner
 
@@ -58,7 +59,6 @@ CONFIG_FILES = (
     "usr/share/nvidia/nvoptix.bin",
 )
 CONFIG_GLOB_DIRS = ("usr/share/egl/egl_external_platform.d", "etc/egl/egl_external_platform.d")
-LDCONFIG_CANDIDATES = ("sbin/ldconfig.real", "sbin/ldconfig", "usr/sbin/ldconfig.real", "usr/sbin/ldconfig")
 
 
 def read_cache(root: Root) -> list[CacheEntry]:
@@ -216,27 +216,6 @@ def _select_configs(root: Root) -> dict[PurePosixPath, SourceFile]:
     return {p: source_file(root, p) for p in inner}
 
 
-def find_ldconfig(root: Root, runner: Runner, elf: ElfFacts | None = None) -> SourceFile:
-    """A static ldconfig (no PT_INTERP): the toolkit runs it inside workload containers (contract section 6)."""
-    elf = elf or ElfFacts()
-    for inner in LDCONFIG_CANDIDATES:
-        if root.is_file(inner):
-            src = source_file(root, inner)
-            facts = elf.get_if_elf(src.real, src.shown, src.size, src.mtime_ns)  # Debian's sbin/ldconfig is a script
-            if facts is not None and facts.is_static:
-                return src._replace(elf=facts)
-            log.debug("%s is not a static ELF ldconfig", src.shown)
-    on_path = Path(runner.which("ldconfig")).resolve()
-    st = on_path.stat()
-    facts = elf.get_if_elf(on_path, str(on_path), st.st_size, st.st_mtime_ns)
-    if facts is not None and facts.is_static:
-        return SourceFile(on_path, str(on_path), st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode), facts)
-    raise PublishError(
-        f"no static ldconfig: not in USERSPACE_ROOT ({', '.join(LDCONFIG_CANDIDATES)}) and {on_path} is dynamic",
-        path=on_path, fix="install glibc's ldconfig (libc-bin) in the driver image",
-    )
-
-
 def describe_userspace(
     root: Root,
     version: str,
@@ -263,6 +242,8 @@ def describe_userspace(
     vdpau = select_vdpau(root, _version_pattern(version), elf, libraries)
     closure = resolve_closure(root, triplet, cache, *_by_role(libraries, extras, vdpau, binaries), elf)
     ldconfig = find_ldconfig(root, runner, elf)
+    machine = next(m for m, t in TRIPLETS.items() if t == triplet)
+    shell = find_static_shell(root, machine, elf)
     log.debug("ELF headers: %d read, %d from the manifest or met before, %d from the image index", elf.read,
               elf.reused, elf.from_index)
     return PublishSources(
@@ -275,6 +256,7 @@ def describe_userspace(
         dependencies=tuple(sorted(closure.dependencies.items())),
         interpreter=closure.interpreter,
         ldconfig=ldconfig,
+        shell=shell,
         extras=tuple(sorted(extras.items())),
         vdpau=tuple(sorted(vdpau.items())),
         dev_links=dev_links(root, {**libraries, **extras}),

@@ -1,5 +1,6 @@
-"""What NVIDIA's container toolkit also looks for in a driver root, which Debian's packages lack and NVIDIA's
-``.run`` of recent branches has, and what a GPU workload loses when the published root has none (issue 29).
+"""What NVIDIA's container toolkit (and NVIDIA's DRA driver) also look for in a driver root, which an image
+may lack (Debian's packages, NVIDIA's ``.run`` of older branches, an image without busybox-static), and
+what a GPU workload loses when the published root has none (issues 29, 30).
 
 ``status`` lists these under "not in the image" (docs/status.md); the toolkit's own warnings on such a root
 are in docs/publish.md ("Warnings nvidia-ctk prints on a published root"), tested with its real binaries.
@@ -27,7 +28,9 @@ class ToolkitFeature(NamedRecord):
 # pkg/nvcdi/driver-nvml.go newDriverBinariesDiscoverer) and legacy NVVM (getLegacyNVVMLibraryMounts;
 # NVIDIA/nvidia-container-toolkit#1875: the library came with R575), NVIDIA's DRA driver
 # (kubernetes-sigs/dra-driver-nvidia-gpu 95932046 cmd/compute-domain-daemon/main.go runs nvidia-imex,
-# cmd/compute-domain-kubelet-plugin/nvlib.go checkHostIMEXReady runs nvidia-imex-ctl).
+# cmd/compute-domain-kubelet-plugin/nvlib.go checkHostIMEXReady runs nvidia-imex-ctl; its MPS control
+# daemon chroots into the root only through its bin/sh, templates/mps-control-daemon.tmpl.yaml, and
+# publish/static_tools.py says what happens without one).
 TOOLKIT_FEATURES = (
     ToolkitFeature(
         "nvidia-imex",
@@ -35,6 +38,12 @@ TOOLKIT_FEATURES = (
         "NVIDIA's DRA driver cannot run a ComputeDomain's IMEX daemon here (multi-node NVLink memory sharing)",
     ),
     ToolkitFeature("nvidia-imex-ctl", "nvidia-imex-ctl", "NVIDIA's DRA driver cannot check a host-managed IMEX daemon"),
+    ToolkitFeature(
+        "sh",
+        "sh",
+        "NVIDIA's DRA driver cannot run its MPS control daemon in the root (no static shell: busybox-static in "
+        "the image): MPS sharing of a claim fails; the device plugin's MPS mode is not affected",
+    ),
     ToolkitFeature(
         "nvidia-debugdump", "nvidia-debugdump", "GPU containers get no nvidia-debugdump (GPU state dumps for support)"
     ),

@@ -113,6 +113,8 @@ def _on_disk(tree: Tree, rec: Record) -> bool:
     st = tree.lstat(PurePosixPath(rec.path))
     if st is None or (rec.type == "file" and stat.S_IMODE(st.st_mode) != rec.mode):
         return False
+    if rec.type == "dir":
+        return stat.S_ISDIR(st.st_mode)
     if rec.type == "link":
         return stat.S_ISLNK(st.st_mode) and tree.readlink(PurePosixPath(rec.path)) == rec.target
     return stat.S_ISREG(st.st_mode) and (st.st_size, st.st_mtime_ns) == (rec.size, rec.mtime_ns)

@@ -1,4 +1,5 @@
-"""The image as users and gpu-operator run it: `docker run`, the startup probe's tools, a static ldconfig."""
+"""The image as users and gpu-operator run it: `docker run`, the startup probe's tools, a static ldconfig and
+the static busybox published as the root's bin/sh."""
 
 from __future__ import annotations
 
@@ -75,11 +76,17 @@ def _file_from_image(docker_client: Any, image: Any, path: str) -> bytes:
         container.remove(force=True)
 
 
-def test_ldconfig_is_static(docker_client: Any, image: Any) -> None:
-    # `ldconfig -r DRIVER_ROOT` must run without a loader or libc inside the published root.
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/sbin/ldconfig",  # `ldconfig -r DRIVER_ROOT` must run without a loader or libc inside the published root
+        "/usr/bin/busybox",  # bin/sh of the root, which NVIDIA's DRA driver's MPS daemon chroots through
+    ],
+)
+def test_the_roots_own_programs_are_static(docker_client: Any, image: Any, path: str) -> None:
     from elftools.elf.elffile import ELFFile
 
-    data = _file_from_image(docker_client, image, "/sbin/ldconfig")
+    data = _file_from_image(docker_client, image, path)
     elf = ELFFile(io.BytesIO(data))
     interpreters = [seg for seg in elf.iter_segments() if seg["p_type"] == "PT_INTERP"]
     assert interpreters == []

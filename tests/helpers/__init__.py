@@ -16,6 +16,8 @@ puts tests/ on sys.path, and no conftest or test changes sys.path.
   comparison of what it gives a container from two roots.
 - ``published_roots``: every real userspace the suite publishes, and its publish by ``init --no-wait``.
 - ``imex``: stand-in nvidia-imex/nvidia-imex-ctl (Debian ships none) in a copy of a real userspace.
+- ``mps``: the MPS control daemon as NVIDIA's DRA driver and the device plugin run it from a driver root,
+  in a private PID and mount namespace.
 - ``fuzz_targets``, ``fuzz_mutate``: every untrusted-input parser with its samples, and the mutation
   strategy (the property tests and bench/fuzz.py).
 - ``bench``: bench/ scripts loaded from their files for the tests of their parsers.

@@ -11,7 +11,7 @@ import pytest
 from helpers.support import require
 
 from driver_container.errors import HostReadError
-from driver_container.node.devices import DeviceNode, create_device_nodes, plan_device_nodes
+from driver_container.node.devices import DeviceNode, chroot_nodes, create_device_nodes, plan_device_nodes
 from driver_container.paths import HostPaths
 
 
@@ -130,3 +130,19 @@ def test_mknod_not_permitted_is_a_warning_listing_the_nodes(tmp_path: Path) -> N
     assert done.stdout.strip() == "nvidiactl,nvidia0"
     assert "device nodes not created" in done.stderr and "nvidiactl, nvidia0" in done.stderr
     assert not (tmp_path / "driver/dev/nvidiactl").exists()
+
+
+def test_dev_null_comes_with_the_roots_shell_only(tmp_path: Path) -> None:
+    # nvidia-cuda-mps-control -d, chrooted by NVIDIA's DRA driver through <root>/bin/sh, exits 1 without
+    # the root's /dev/null (tests/integration/test_mps_real.py); nothing else chroots into the root with a shell.
+    root = tmp_path / "driver"
+    (root / "bin").mkdir(parents=True)
+    assert chroot_nodes(root) == ()
+    (root / "bin/sh").symlink_to("/bin/sh")  # a link is not the root's own shell
+    assert chroot_nodes(root) == ()
+    (root / "bin/sh").unlink()
+    (root / "bin/sh").write_bytes(b"\x7fELF")
+    assert chroot_nodes(root) == (DeviceNode("null", 1, 3, 0o666),)
+    (root / "bin").rename(root / "elsewhere")
+    (root / "bin").symlink_to("elsewhere")  # nor one reached through a link
+    assert chroot_nodes(root) == ()

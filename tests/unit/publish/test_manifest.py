@@ -139,6 +139,6 @@ def test_record_kinds_are_one_literal_type_the_reader_checks() -> None:
         assert back is not None and back.records[0].type == kind
 
 
-@pytest.mark.parametrize("kind", ["dir", "symlink", "text", "File", "", "file "])
+@pytest.mark.parametrize("kind", ["directory", "symlink", "text", "File", "", "file "])
 def test_a_record_of_an_unknown_kind_is_no_manifest(kind: str) -> None:
     assert parse_manifest(_one_record(kind)) is None

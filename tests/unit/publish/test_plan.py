@@ -132,3 +132,15 @@ def test_relative_target(link: str, dest: str, target: str) -> None:
 def test_relative_target_never_leaves_the_root() -> None:
     with pytest.raises(UserspaceError, match="would leave the driver root"):
         relative_target(PurePosixPath("usr/lib/a"), PurePosixPath("../outside"))
+
+
+BUSYBOX = src("usr/bin/busybox", 0o755, elf(None))
+
+
+def test_a_static_shell_is_published_as_bin_sh_with_an_empty_dev_shm() -> None:
+    # The DRA driver's MPS daemon chroots only through <root>/bin/sh, and its kubelet plugin mounts the
+    # claim's shm at <root>/dev/shm only when that exists (formats/userspace_layout.py ROOT_SHELL, ROOT_SHM).
+    entries = by_path(plan_publish(space(shell=BUSYBOX)).entries)
+    assert entries["bin/sh"] == PlannedEntry(PurePosixPath("bin/sh"), "file", 0o755, source=BUSYBOX)
+    assert entries["dev/shm"] == PlannedEntry(PurePosixPath("dev/shm"), "dir", 0o755)
+    assert not any(str(p).startswith(("bin/", "dev/")) for p in by_path(plan_publish(space()).entries))

@@ -6,7 +6,7 @@ from driver_container.publish.toolkit_features import TOOLKIT_FEATURES, absent_f
 
 T = "x86_64-linux-gnu"
 DEBIAN_535 = ["usr/bin/nvidia-smi", f"usr/lib/{T}/libcuda.so.535.309.01"]
-RUN_580 = [*DEBIAN_535, "usr/bin/nvidia-imex", "usr/bin/nvidia-imex-ctl", "usr/bin/nvidia-debugdump"]
+RUN_580 = [*DEBIAN_535, "usr/bin/nvidia-imex", "usr/bin/nvidia-imex-ctl", "usr/bin/nvidia-debugdump", "bin/sh"]
 
 
 def _names(paths: list[str], version: str) -> list[str]:
@@ -14,7 +14,13 @@ def _names(paths: list[str], version: str) -> list[str]:
 
 
 def test_what_debians_root_lacks() -> None:
-    assert _names(DEBIAN_535, "535.309.01") == ["nvidia-imex", "nvidia-imex-ctl", "nvidia-debugdump"]
+    assert _names(DEBIAN_535, "535.309.01") == ["nvidia-imex", "nvidia-imex-ctl", "sh", "nvidia-debugdump"]
+
+
+def test_a_root_with_its_static_shell_lacks_no_shell() -> None:
+    # bin/sh is what the DRA driver's MPS control daemon checks before it chroots (publish/static_tools.py).
+    assert "sh" not in _names([*DEBIAN_535, "bin/sh"], "535.309.01")
+    assert "sh" in _names([*DEBIAN_535, "usr/bin/nvidia-smi"], "535.309.01")
 
 
 def test_nvvm70_is_expected_from_r575_on() -> None:
