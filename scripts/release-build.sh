@@ -27,6 +27,8 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
 # shellcheck source=scripts/docker-build.sh
 source scripts/docker-build.sh
+# shellcheck source=scripts/binfmt.sh
+source scripts/binfmt.sh   # ensure_binfmt: a foreign platform's RUN steps run under qemu-user
 log() { printf 'release-build: %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
@@ -70,19 +72,6 @@ build_args() {  # the build arguments of this driver; $1: the platform's arch, o
   base="BASE_IMAGE_$(upper "$arch")"
   [[ "$arch" == all || -z "${!base:-}" ]] || printf '%s\n' --build-arg "BASE_IMAGE=${!base}"
   while read -r label; do printf '%s\n' --label "$label"; done < <(oci_labels)
-}
-
-# A foreign platform runs its RUN steps under qemu-user through binfmt_misc (GitHub: docker/setup-qemu-action).
-ensure_binfmt() {
-  local arch="$1" qarch=${1/arm64/aarch64}
-  [[ "$arch" == "$NATIVE" || -e "/proc/sys/fs/binfmt_misc/qemu-$qarch" ]] && return 0
-  [[ -e /proc/sys/fs/binfmt_misc/register ]] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc \
-    || die "no binfmt_misc for $arch (run as root, or docker/setup-qemu-action)"
-  local conf="/usr/lib/binfmt.d/qemu-$qarch.conf" qemu="/usr/bin/qemu-$qarch-static"
-  [[ -f "$conf" && -x "$qemu" ]] || die "qemu-user-static for $arch is not installed"
-  # The F flag opens the interpreter now, so that it also works inside the build's containers.
-  sed -e "s#:[^:]*:[A-Z]*\$#:$qemu:F#" "$conf" >/proc/sys/fs/binfmt_misc/register
-  log "registered qemu-$qarch with binfmt_misc"
 }
 
 # The offline routes install the entrypoint from .cache/image-wheels (no index inside the build): a

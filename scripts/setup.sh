@@ -79,6 +79,12 @@ bash scripts/make-nvidia-debs-userspace.sh debian-nvidia-535-graphics bookworm a
 bash scripts/make-nvidia-debs-userspace.sh debian-nvidia-550-graphics trixie amd64 550.163.01
 bash scripts/make-nvidia-debs-userspace.sh debian-nvidia-555-graphics experimental amd64 555.58.02
 bash scripts/make-nvidia-debs-userspace.sh debian-nvidia-535-arm64 bookworm arm64 535.309.01
+# The arm64 userspace's binaries run by path in its tests (init's proof executes the root's static ldconfig):
+# qemu-aarch64 registered with binfmt_misc, as on a machine set up by docker/setup-qemu-action.
+step "binfmt_misc: qemu-user for arm64"
+# shellcheck source=scripts/binfmt.sh
+source scripts/binfmt.sh
+ensure_binfmt arm64
 
 if [[ -n "${SKIP_CONTAINER:-}" ]]; then
   step "container images skipped (SKIP_CONTAINER set)"
