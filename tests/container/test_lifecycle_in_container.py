@@ -130,6 +130,7 @@ EXPECTED_NODES = {
     "nvidia-uvm": (509, 0),
     "nvidia-uvm-tools": (509, 1),
     "nvidia0": (195, 0),
+    "null": (1, 3),  # with the root's shell (node/devices.py chroot_nodes)
 }
 
 
@@ -141,7 +142,11 @@ def test_privileged_init_creates_real_device_nodes(image: Any, node: FixtureNode
     assert done.exit_code == 0, done.stdout + done.stderr
     dev = node.driver_root / "dev"
     found = {}
-    for name in sorted(p.name for p in dev.iterdir()):
+    # The image ships a static busybox, so the root has bin/sh: an empty dev/shm directory for the DRA
+    # driver's MPS shm mount and dev/null for its chrooted daemon come with it (docs/operator.md "MPS").
+    assert (node.driver_root / "bin/sh").is_file()
+    assert stat.S_ISDIR((dev / "shm").lstat().st_mode) and not any((dev / "shm").iterdir())
+    for name in sorted(p.name for p in dev.iterdir() if p.name != "shm"):
         st = (dev / name).lstat()
         assert stat.S_ISCHR(st.st_mode), f"{dev / name}: not a character device"
         assert stat.S_IMODE(st.st_mode) == 0o666, f"{dev / name}: mode {stat.S_IMODE(st.st_mode):o}"
