@@ -17,9 +17,9 @@ container's /proc or /sys (cgroup, binfmt_misc) comes along:
   (``hostPID: true``, NVIDIA/gpu-operator assets/state-driver/0500_daemonset.yaml @a22dbf67; on Talos 1.14
   with workloadIsolation the pods' sandbox namespace, docs/talos.md section 7). The DRA driver's MPS pod is
   ``hostPID: true`` too (the template above), so it is the daemon's own namespace, which it must be: the
-  thread names go to /proc/self/task/<tid>/comm with the tid as the thread's own namespace numbers it (a
-  procfs of an ancestor namespace resolves /proc/self but has no such task; tested). Since Linux 5.8
-  each procfs mount is an instance of its own: these options change no other /proc.
+  thread names go to /proc/self/task/<tid>/comm with the tid as the thread's own namespace numbers it
+  (a procfs of an ancestor namespace resolves /proc/self but has no such task: CUDA_ERROR_OPERATING_SYSTEM,
+  seen). Since Linux 5.8 each procfs mount is an instance of its own: these options change no other /proc.
 - sysfs (``SYS``), read-only (libcuda only reads it), nosuid,nodev,noexec.
 The kernel refuses such a mount (EPERM) without CAP_SYS_ADMIN, and in a user namespace other than the
 initial one unless a fully visible instance is there already (torvalds/linux fs/namespace.c
