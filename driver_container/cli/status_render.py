@@ -10,8 +10,10 @@ from driver_container.node.rootmount import is_ours
 
 if TYPE_CHECKING:
     from driver_container.findings import Finding
+    from driver_container.formats.kernel.mountinfo import Mount
     from driver_container.formats.kernel.pci import PciFunction
     from driver_container.inspect.hoststate import HostState, LoadedModule
+    from driver_container.node.rootproc import ProcSys
     from driver_container.paths import HostPaths
     from driver_container.publish.toolkit_features import ToolkitFeature
     from driver_container.settings import Settings
@@ -93,10 +95,20 @@ def _mount_json(state: HostState) -> dict[str, Any]:
         "flags": None if flags is None else {"path": flags.path, "noexec": flags.noexec, "nodev": flags.nodev},
         "usable": None if proof is None else {"ok": proof.ok, "failures": list(proof.failures)},
     }
-    if m is None:
-        return {"mount": None} | shown
-    keys = {"mount_point": m.mount_point, "fstype": m.fstype, "source": m.source, "options": list(m.options)}
-    return {"mount": keys | {"ours": is_ours(m)}} | shown
+    shown["proc_sys"] = _proc_sys_json(state.proc_sys)
+    return {"mount": None if m is None else _mount_keys(m) | {"ours": is_ours(m)}} | shown
+
+
+def _mount_keys(m: Mount) -> dict[str, Any]:
+    return {"mount_point": m.mount_point, "fstype": m.fstype, "source": m.source, "options": list(m.options)}
+
+
+def _proc_sys_json(found: ProcSys | None) -> dict[str, Any] | None:
+    """The root's shell and what is mounted at its proc and sys (node/rootproc.py); None: no mount table."""
+    if found is None:
+        return None
+    mounts = {"proc": found.proc, "sys": found.sys}
+    return {"shell": found.shell} | {k: None if m is None else _mount_keys(m) for k, m in mounts.items()}
 
 def _pci_gpu_json(gpu: PciFunction) -> dict[str, Any]:
     """A GPU on the PCI bus and what each module flavour does with it (formats/gpu_support.py)."""
@@ -189,6 +201,9 @@ def render_text(state: HostState, findings: list[Finding], absent: tuple[Toolkit
         lines.append(f"  mount {m['mount_point']} {m['fstype']} {m['source']} {','.join(m['options'])}")
     if root["usable"] is not None:
         lines.append(f"  usable: {'yes (executed and mapped from it)' if root['usable']['ok'] else 'NO'}")
+    if root["proc_sys"] is not None and root["proc_sys"]["shell"]:
+        shown = [f"{k} {'mounted' if root['proc_sys'][k] else 'NOT mounted'}" for k in ("proc", "sys")]
+        lines.append(f"  chroot (bin/sh): {', '.join(shown)}")
     lines += [f"  not in the image: {f['name']}: {f['loses']}" for f in root["not_in_image"]]
     if doc["fabric"] is not None:
         lines += _fabric_lines(doc["fabric"])

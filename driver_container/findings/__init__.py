@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from driver_container.findings.gpus import gpu_flavour, reconcile
 from driver_container.findings.host import (
     PUBLISH_OUTCOMES,
+    driver_root_proc_sys,
     driver_root_usability,
     environment,
     fabric,
@@ -58,5 +59,6 @@ def check(state: HostState) -> list[Finding]:
     for name, module in state.modules.items():
         findings += file_checks(state, module, state.module_files.get(name))
     findings += parameters(state) + environment(state) + fabric(state) + driver_root_usability(state)
+    findings += driver_root_proc_sys(state)
     gpus = gpu_flavour(state)
     return sorted(reconcile(state, findings, gpus) + gpus, key=lambda f: SEVERITIES.index(f.severity))

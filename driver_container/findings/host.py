@@ -11,6 +11,7 @@ from driver_container.findings.model import (
     values_equal,
 )
 from driver_container.node.rootmount import UNUSABLE_ROOT_FIX
+from driver_container.node.rootproc import PROC_SYS_FIX
 from driver_container.publish.manifest import MANIFEST_PATH
 
 if TYPE_CHECKING:
@@ -217,6 +218,25 @@ def driver_root_usability(state: HostState) -> list[Finding]:
             f"the published driver root {state.driver_root} cannot be used by its consumers (validator, device "
             f"plugin, CDI containers): {'; '.join(proof.failures)}; {proof.flags.describe()}",
             UNUSABLE_ROOT_FIX,
+        )
+    ]
+
+
+def driver_root_proc_sys(state: HostState) -> list[Finding]:
+    """A root with the shell NVIDIA's DRA driver chroots through, without the procfs and sysfs ``init``
+    mounts in it (node/rootproc.py): its MPS server's libcuda cannot reach the GPU there."""
+    found = state.proc_sys
+    if found is None or not state.published or not found.shell or not found.missing:
+        return []
+    return [
+        Finding(
+            "warning",
+            "DRIVER_ROOT_PROC_SYS_MISSING",
+            f"the published driver root {state.driver_root} has bin/sh, through which NVIDIA's DRA driver runs "
+            f"its MPS control daemon chrooted, but no {' and no '.join(found.missing)} mounted in it: libcuda "
+            "in nvidia-cuda-mps-server reads them (550, 555: cuInit fails with CUDA_ERROR_OPERATING_SYSTEM), "
+            "so MPS claims through the DRA driver will not reach the GPU",
+            PROC_SYS_FIX,
         )
     ]
 

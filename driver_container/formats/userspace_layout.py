@@ -67,6 +67,9 @@ DIGEST_INDEX = "usr/share/nvidia/driver-container-index.json"
 # only when <root>/bin/sh or <root>/usr/bin/sh is executable), published only with a static shell:
 # ROOT_SHELL, a static busybox found by argv[0] "sh"; ROOT_SHM, where the kubelet plugin mounts the
 # claim's MPS shared memory only when it exists (cmd/gpu-kubelet-plugin/sharing.go setMpsShmMountPath);
-# and dev/null (node/devices.py), which nvidia-cuda-mps-control -d opens when it daemonizes.
+# dev/null (node/devices.py), which nvidia-cuda-mps-control -d opens when it daemonizes; and ROOT_PROC,
+# ROOT_SYS, where init mounts a procfs and a sysfs for libcuda in the chrooted MPS server (node/rootproc.py).
 ROOT_SHELL = "bin/sh"
 ROOT_SHM = "dev/shm"
+ROOT_PROC = "proc"
+ROOT_SYS = "sys"

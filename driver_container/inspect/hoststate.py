@@ -36,7 +36,8 @@ from driver_container.inspect.pcigpus import read_pci_gpus
 from driver_container.inspect.platform import PlatformInfo, detect_platform
 from driver_container.inspect.userspace import UserspaceVersion, find_userspace
 from driver_container.node.firmware import PARAM as FIRMWARE_PATH_PARAM
-from driver_container.node.rootmount import RootFlags, read_driver_root_mount, read_root_flags
+from driver_container.node.rootmount import RootFlags, read_root_flags
+from driver_container.node.rootproc import ProcSys, read_root_mounts
 from driver_container.paths import HostPaths, Root
 from driver_container.publish.status import read_publish_status
 from driver_container.records import NamedRecord
@@ -137,6 +138,7 @@ class HostState(NamedRecord):
     fabric: FabricInfo | None = None  # NVSwitch / NVLink5 systems only (docs/fabric.md)
     module_files_source: str = "host"  # host | driver-manager verdict <file> | none (verdict.py)
     driver_root_mount: Mount | None = None  # the mount holding DRIVER_ROOT in our own mountinfo (None: unknown)
+    proc_sys: ProcSys | None = None  # the root's shell, and the mounts at its proc and sys (None: unknown)
     driver_root_flags: RootFlags | None = None  # statvfs at DRIVER_ROOT; the proof: status only (rootusable.py)
     driver_root_proof: RootProof | None = None
     published_version: str | None = None  # from the manifest
@@ -259,7 +261,7 @@ def inspect_host(paths: HostPaths, settings: Settings, platform: PlatformInfo | 
     fabric = _fabric(paths)
     problems.extend(fabric.problems if fabric else ())
     publish = read_publish_status(paths)
-    mount = noted(problems, lambda: read_driver_root_mount(paths), None)
+    mounts = noted(problems, lambda: read_root_mounts(paths), None)  # our own mountinfo, read once
     flags = noted(problems, lambda: read_root_flags(paths.driver_root), None)
     proof = _prove(paths, prove_with) if prove_with is not None and publish.version is not None else None
     firmware = locate_firmware(paths, firmware_names, kver)
@@ -284,7 +286,8 @@ def inspect_host(paths: HostPaths, settings: Settings, platform: PlatformInfo | 
         param_errors=requested.problems,
         fabric=fabric,
         module_files_source=files_source,
-        driver_root_mount=mount,
+        driver_root_mount=mounts.holder if mounts else None,
+        proc_sys=mounts.proc_sys if mounts else None,
         driver_root_flags=flags,
         driver_root_proof=proof,
     )

@@ -1,5 +1,5 @@
 """The order of ``init`` (and ``load``/``unload``): lock, status files, module wait, verify, publish,
-node steps, daemons, state, wait for a signal.
+/proc and /sys in the root, node steps, daemons, state, wait for a signal.
 
 On Talos the modules belong to machined (talos.md): the runner is narrowed with ``MODULE_TOOLS`` before
 any step, so no path - start, signal or error - can run modprobe, rmmod or insmod. Signals only set a
@@ -23,6 +23,7 @@ from driver_container.lifecycle.modwait import POLL_S, PROGRESS_S, required_modu
 from driver_container.lifecycle.publishing import after_ready, report_ready, require_usable_root, verify_and_publish
 from driver_container.lifecycle.verify import detect
 from driver_container.node import devices, firmware
+from driver_container.node.rootproc import ensure_proc_sys
 from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
 from driver_container.runtime import statusfiles
@@ -126,6 +127,7 @@ def _init_stages(
     if published is None:
         return
     require_usable_root(paths, runner)  # never Ready on a root its consumers cannot execute from
+    ensure_proc_sys(paths, runner)  # for a program run chrooted in the root; a failure only warns (rootproc.py)
     if _interrupted(shutdown, "the node steps"):
         return
     _node_steps(paths)

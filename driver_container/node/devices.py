@@ -25,7 +25,7 @@ import errno
 import logging
 import os
 import stat
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from driver_container.errors import HostReadError, PublishError
 from driver_container.formats.kernel.devices import (
@@ -36,10 +36,9 @@ from driver_container.formats.kernel.devices import (
     parse_proc_devices,
 )
 from driver_container.formats.kernel.nvidia_proc import read_gpus
-from driver_container.formats.userspace_layout import ROOT_SHELL
+from driver_container.node.rootproc import has_shell
 from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
-from driver_container.runtime.dirtree import Tree
 from driver_container.runtime.fsutil import contained
 
 log = logging.getLogger(__name__)
@@ -99,12 +98,7 @@ def plan_device_nodes(paths: HostPaths) -> tuple[DeviceNode, ...]:
 
 def chroot_nodes(driver_root: Path) -> tuple[DeviceNode, ...]:
     """``null`` when the published root has its shell (a regular file, no link followed), else none."""
-    tree = Tree(driver_root)
-    try:
-        st = tree.lstat(PurePosixPath(ROOT_SHELL))
-    finally:
-        tree.close()
-    return (DeviceNode("null", MEM_MAJOR, NULL_MINOR),) if st is not None and stat.S_ISREG(st.st_mode) else ()
+    return (DeviceNode("null", MEM_MAJOR, NULL_MINOR),) if has_shell(driver_root) else ()
 
 
 def _cap_mode(paths: HostPaths, entry: MigMinor, registered: frozenset[str]) -> int:

@@ -149,13 +149,6 @@ def read_mounts(paths: HostPaths) -> list[Mount] | None:
     return None if text is None else parse_mountinfo(text)
 
 
-def read_driver_root_mount(paths: HostPaths) -> Mount | None:
-    """The mount holding DRIVER_ROOT in this process's own mountinfo (OWN_PROCFS_ROOT/self/mountinfo);
-    None where that file does not exist. HostReadError where it cannot be read."""
-    mounts = read_mounts(paths)
-    return None if mounts is None else mount_containing(mounts, str(paths.driver_root.resolve()))
-
-
 def mount_argv(driver_root: str) -> list[str]:
     return ["mount", "-t", "tmpfs", "-o", MOUNT_OPTIONS, MOUNT_SOURCE, driver_root]
 

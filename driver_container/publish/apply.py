@@ -219,22 +219,17 @@ def _stage_contents(
 
 
 def _stale(plan: PublishPlan, old: dict[str, Record], tree: Tree) -> list[PurePosixPath]:
-    """Recorded paths the plan no longer has, as they are on disk (an empty directory of ours included)."""
+    """Recorded paths the plan no longer has, as they are on disk. A directory is never removed: parents of
+    files are not recorded, and one published for its own sake (a "dir" record: dev/shm, proc, sys) may be
+    a mount point (node/rootproc.py), where rename(2) and rmdir(2) fail with EBUSY; it stays, unrecorded."""
     planned = {str(e.path) for e in plan.entries}
     stale = []
     for path in sorted(set(old) - planned):
         rel = PurePosixPath(path)
         st = tree.lstat(rel)
-        if st is not None and (not stat.S_ISDIR(st.st_mode) or _empty_dir(tree, rel, old[path])):
+        if st is not None and not stat.S_ISDIR(st.st_mode):
             stale.append(rel)
     return stale
-
-
-def _empty_dir(tree: Tree, rel: PurePosixPath, rec: Record) -> bool:
-    """A directory this code published (a "dir" record) with nothing in it: removed when no longer planned.
-    Parents of files are never recorded, and a directory something was put into is left alone."""
-    fd = tree.dir_fd(rel) if rec.type == "dir" else None
-    return fd is not None and not os.listdir(fd)
 
 
 def commit_steps(root: Path, prepared: Prepared) -> list[Step]:

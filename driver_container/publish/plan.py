@@ -3,7 +3,7 @@
 Whatever the image's layout: libraries in usr/lib/<triplet>/, binaries in usr/bin/, the interpreter at
 its PT_INTERP path, firmware in lib/firmware/nvidia/<version>/, configs at their standard paths, a static
 ldconfig at sbin/ldconfig.real with sbin/ldconfig beside it; with a static shell in the image, bin/sh and
-an empty dev/shm for the chroot of NVIDIA's DRA driver's MPS daemon (formats/userspace_layout.py); VDPAU
+empty dev/shm, proc and sys for the chroot of NVIDIA's DRA driver's MPS daemon (formats/userspace_layout.py); VDPAU
 drivers in usr/lib/<triplet>/vdpau/, and
 the unversioned libX.so -> SONAME links where the image has them (the toolkit looks for them beside the
 library: nvidia-container-toolkit v1.20.0 internal/discover/symlinks.go getDotSoSymlinks).
@@ -18,7 +18,7 @@ import posixpath
 from pathlib import PurePosixPath
 
 from driver_container.errors import PublishError, UserspaceError
-from driver_container.formats.userspace_layout import ROOT_SHELL, ROOT_SHM
+from driver_container.formats.userspace_layout import ROOT_PROC, ROOT_SHELL, ROOT_SHM, ROOT_SYS
 from driver_container.publish.model import PlannedEntry, PublishPlan, PublishSources, SourceFile
 from driver_container.publish.roles import VDPAU_DIR
 from driver_container.runtime.fsutil import check_relative
@@ -91,12 +91,14 @@ def _in_root(absolute: str) -> PurePosixPath:
 
 
 def _root_tools(layout: _Layout, space: PublishSources, libdir: PurePosixPath) -> None:
-    """The static ldconfig with its ld.so.conf, and the static shell with dev/shm where there is one."""
+    """The static ldconfig with its ld.so.conf, and the static shell with dev/shm, proc and sys where there
+    is one."""
     ldconfig = layout.file(PurePosixPath("sbin/ldconfig.real"), space.ldconfig, executable=True)
     layout.link(PurePosixPath("sbin/ldconfig"), ldconfig)
     if space.shell is not None:
         layout.file(PurePosixPath(ROOT_SHELL), space.shell, executable=True)
-        layout.add(PlannedEntry(PurePosixPath(ROOT_SHM), "dir", DIR_MODE))
+        for directory in (ROOT_SHM, ROOT_PROC, ROOT_SYS):  # mount points (node/rootproc.py for proc, sys)
+            layout.add(PlannedEntry(PurePosixPath(directory), "dir", DIR_MODE))
     conf = f"# written by nvidia-driver: the published NVIDIA libraries\n/{libdir}\n".encode()
     layout.add(PlannedEntry(PurePosixPath("etc/ld.so.conf"), "text", 0o644, data=conf))
 

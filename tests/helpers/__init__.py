@@ -18,6 +18,9 @@ puts tests/ on sys.path, and no conftest or test changes sys.path.
 - ``imex``: stand-in nvidia-imex/nvidia-imex-ctl (Debian ships none) in a copy of a real userspace.
 - ``mps``: the MPS control daemon as NVIDIA's DRA driver and the device plugin run it from a driver root,
   in a private PID and mount namespace.
+- ``procsys``: ``init --no-wait`` on a Talos-like /run in a PID and mount namespace of its own (its tmpfs,
+  procfs and sysfs in the root), then the DRA driver's MPS flow in that PID namespace, as hostPID pods.
+- ``mounts``: real mounts for the duration of a test: a tmpfs with Talos's /run flags, a procfs or sysfs.
 - ``fuzz_targets``, ``fuzz_mutate``: every untrusted-input parser with its samples, and the mutation
   strategy (the property tests and bench/fuzz.py).
 - ``bench``: bench/ scripts loaded from their files for the tests of their parsers.

@@ -35,3 +35,15 @@ def tmpfs(
         yield path
     finally:
         subprocess.run(["umount", "-R", str(path)], check=False, capture_output=True, timeout=30)
+
+
+@contextmanager
+def pseudo_mount(path: Path, fstype: str) -> Iterator[Path]:
+    """A fresh procfs or sysfs at ``path`` (made if needed), read-only, for the duration."""
+    require(os.geteuid() == 0 and shutil.which("mount"), f"root and mount(8) (a real {fstype})")
+    path.mkdir(parents=True, exist_ok=True)
+    _mount("-t", fstype, "-o", "ro,nosuid,nodev,noexec", f"test-{fstype}", str(path))
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=False, capture_output=True, timeout=30)

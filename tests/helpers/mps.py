@@ -3,8 +3,9 @@
 
 Each flow runs as PID 1 of its own PID and mount namespace (``run_flow``: ``unshare -m -p -f --mount-proc
 --kill-child``), so every mount it makes is private and every process it starts, daemons included, dies
-with it, even when the test's timeout kills it. Inside, ``python -m helpers.mps FLOW ROOT WORK`` prints
-what happened as JSON (``FlowResult``); nothing is asserted there.
+with it, even when the test's timeout kills it; with ``host_pid`` in a mount namespace of its own only,
+inside a PID namespace its caller made (tests/helpers/procsys.py). Inside, ``python -m helpers.mps FLOW
+ROOT WORK`` prints what happened as JSON (``FlowResult``); nothing is asserted there.
 
 - ``dra``: NVIDIA's DRA driver (kubernetes-sigs/dra-driver-nvidia-gpu @95932046). The kubelet plugin makes
   the claim's pipe, shm (a tmpfs) and log directories and picks where the shm goes in the daemon's pod:
@@ -27,13 +28,10 @@ what happened as JSON (``FlowResult``); nothing is asserted there.
   test), so its image is stood in for by an overlay of the published root: the root's libc and ld.so.cache
   serve where the image's libc and the spec's ldconfig hook would.
 
-``dra`` with ``proc_sys`` first mounts a procfs and the host's /sys at <root>/proc and <root>/sys, which the
-published root lacks and libcuda reads (docs/operator.md, MPS).
-
 Without a GPU no CUDA client can connect, so a ``start_server -uid 0`` control command stands in for the
 first client: the daemon starts ``nvidia-cuda-mps-server``, which loads libcuda.so.1 and logs the driver's
 "no CUDA-capable device" error. ``quit`` ends the daemon; the flow then waits (bounded) until no
-nvidia-cuda-mps process is left, reaping the orphans it inherits as PID 1.
+nvidia-cuda-mps process is left, reaping the orphans it inherits as PID 1 (or as their subreaper).
 """
 
 from __future__ import annotations
@@ -58,15 +56,18 @@ WAIT_S = 20.0
 _BASIC_NODES = {"null": (1, 3), "zero": (1, 5), "urandom": (1, 9), "tty": (5, 0)}
 
 
-def run_flow(flow: str, root: Path, work: Path, *, proc_sys: bool = False, timeout: float = 120) -> dict[str, Any]:
-    """``flow`` against ``root`` in a private PID and mount namespace; what it saw, as a dict. ``proc_sys``
-    (``dra`` only): mount a procfs and the host's /sys at <root>/proc and <root>/sys first, making the mount
-    points in ``root`` (what NVIDIA's driver container's root carries through its ``mount --rbind /``)."""
+def run_flow(
+    flow: str, root: Path, work: Path, *, host_pid: bool = False, timeout: float = 120
+) -> dict[str, Any]:
+    """``flow`` against ``root`` in a private PID and mount namespace; what it saw, as a dict. ``host_pid``:
+    a private mount namespace only, in the caller's PID namespace, as the DRA driver's MPS pod runs
+    (``hostPID: true``, like the driver pod whose procfs it then finds in the root); the caller runs it
+    inside a PID namespace of its own (tests/helpers/procsys.py), so no daemon outlives that."""
     require(os.geteuid() == 0, "root (unshare, mount, chroot)")
     work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO)])}
-    argv = ["unshare", "-m", "-p", "-f", "--mount-proc", "--kill-child",
-            sys.executable, "-m", "helpers.mps", flow, str(root), str(work), str(proc_sys)]  # fmt: skip
+    spaces = ["-m", "--propagation", "private"] if host_pid else ["-m", "-p", "-f", "--mount-proc", "--kill-child"]
+    argv = ["unshare", *spaces, sys.executable, "-m", "helpers.mps", flow, str(root), str(work)]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
@@ -132,11 +133,7 @@ def _wait_until_gone() -> list[str]:
     return left
 
 
-def dra(root: Path, work: Path, proc_sys: bool) -> dict[str, Any]:
-    if proc_sys:
-        (root / "proc").mkdir(exist_ok=True)
-        _sh("mount", "-t", "proc", "-o", "nosuid,nodev,noexec", "proc", root / "proc")
-        _bind(Path("/sys"), root / "sys")
+def dra(root: Path, work: Path) -> dict[str, Any]:
     claim = work / "plugin" / "mps" / "claim"
     pipe, shm, log = claim / "pipe", claim / "shm", claim / "log"
     for d in (pipe, shm, log):
@@ -167,7 +164,7 @@ def dra(root: Path, work: Path, proc_sys: bool) -> dict[str, Any]:
             "server_log": _read(log / "server.log"), "left": _wait_until_gone()}  # fmt: skip
 
 
-def plugin(root: Path, work: Path, _proc_sys: bool) -> dict[str, Any]:
+def plugin(root: Path, work: Path) -> dict[str, Any]:
     host_mps = work / "run-nvidia-mps"  # hostPath /run/nvidia/mps, DirectoryOrCreate
     (host_mps / "shm").mkdir(parents=True)
     _sh("mount", "-t", "tmpfs", "-o", "rw,nosuid,nodev,noexec,relatime,size=65536k", "shm", host_mps / "shm")
@@ -198,7 +195,18 @@ def plugin(root: Path, work: Path, _proc_sys: bool) -> dict[str, Any]:
             "left": _wait_until_gone()}  # fmt: skip
 
 
+def _reap_orphans() -> None:
+    """Become the reaper of the daemons this flow starts (PR_SET_CHILD_SUBREAPER, prctl(2)): as PID 1 of its
+    own namespace it is one anyway; in the caller's (``host_pid``) the daemonized control daemon would
+    otherwise be reparented out of reach and stay a zombie that ``_mps_processes`` counts."""
+    import ctypes  # only here: the flows alone need it
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.prctl(36, 1, 0, 0, 0) == 0, os.strerror(ctypes.get_errno())  # PR_SET_CHILD_SUBREAPER
+
+
 if __name__ == "__main__":
-    flow, root_arg, work_arg, proc_sys_arg = sys.argv[1:5]
-    outcome = {"dra": dra, "plugin": plugin}[flow](Path(root_arg), Path(work_arg), proc_sys_arg == "True")
+    _reap_orphans()
+    flow, root_arg, work_arg = sys.argv[1:4]
+    outcome = {"dra": dra, "plugin": plugin}[flow](Path(root_arg), Path(work_arg))
     print(json.dumps(outcome))

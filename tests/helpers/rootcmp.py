@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from helpers.trees import snapshot
+from helpers.trees import pseudo_mounts_below, snapshot
 
 MANIFEST = ".driver-container/manifest.json"
 
@@ -42,11 +42,14 @@ def is_leftover(relative: str) -> bool:
 
 
 def leftovers(root: Path) -> list[str]:
-    """Every leftover of a killed or failed publish below ``root`` (see ``is_leftover``)."""
+    """Every leftover of a killed or failed publish below ``root`` (see ``is_leftover``); a procfs or sysfs
+    mounted in it is not walked (helpers/trees.py)."""
     found = []
+    pseudo = pseudo_mounts_below(root)
     for dirpath, dirs, files in os.walk(root):
         for name in [*dirs, *files]:
             relative = str(Path(dirpath, name).relative_to(root))
             if is_leftover(relative):
                 found.append(relative)
+        dirs[:] = [d for d in dirs if Path(dirpath, d) not in pseudo]
     return found

@@ -1,7 +1,9 @@
 """One snapshot of a directory tree, for tests that assert what a run changed (or did not) below a root.
 
 Every entry is seen with ``lstat`` and never followed: a link is its target string, a FIFO or device is
-never opened. The options choose what each comparison needs; what is off is simply not compared.
+never opened. A procfs or sysfs mounted in the tree (init's proc and sys in a published root,
+driver_container/node/rootproc.py) is listed as the directory it is mounted on and never walked. The
+options choose what each comparison needs; what is off is simply not compared.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import stat
 from pathlib import Path
 from typing import NamedTuple
 
+from driver_container.formats.kernel.mountinfo import parse_mountinfo
+
 
 class Entry(NamedTuple):
     mode: str  # stat.filemode: the type and every permission bit (setuid, sticky), e.g. "-rwxr-xr-x"
@@ -19,6 +23,19 @@ class Entry(NamedTuple):
     nlink: int | None = None  # non-directories' link count, with nlink=True
     mtime_ns: int | None = None  # with mtime=True
     inode: int | None = None  # with inode=True
+
+
+PSEUDO_FILESYSTEMS = ("proc", "sysfs")
+
+
+def pseudo_mounts_below(top: Path) -> frozenset[Path]:
+    """The mount points below ``top`` (this process's mount table) of a procfs or sysfs: never to be walked."""
+    inside = str(top.resolve()) + "/"
+    mounts = parse_mountinfo(Path("/proc/self/mountinfo").read_text())
+    return frozenset(
+        top / m.mount_point[len(inside):] for m in mounts
+        if m.fstype in PSEUDO_FILESYSTEMS and m.mount_point.startswith(inside)
+    )  # fmt: skip
 
 
 def _content(path: Path, st: os.stat_result) -> str:
@@ -47,10 +64,12 @@ def snapshot(
     show a file rewritten with the same content, or replaced.
     """
     found: dict[str, Entry] = {}
+    pseudo = pseudo_mounts_below(top)
     for dirpath, dirnames, filenames in os.walk(top):
         here = Path(dirpath)
-        dirnames[:] = [d for d in dirnames if here / d not in skip]
-        for name in [*dirnames, *filenames]:
+        listed = [d for d in dirnames if here / d not in skip]
+        dirnames[:] = [d for d in listed if here / d not in pseudo]
+        for name in [*listed, *filenames]:
             path = here / name
             if path in skip:
                 continue

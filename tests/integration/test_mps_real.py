@@ -6,11 +6,12 @@ The graphics userspaces carry their suite's busybox-static (scripts/make-nvidia-
 image does (Dockerfile), so ``init --no-wait`` publishes bin/sh, dev/shm and dev/null. The daemon starts, a
 client request makes it start nvidia-cuda-mps-server, which loads libcuda.so.1 from the root (never a loader
 error) and logs what cuInit returned, and ``quit`` leaves no process behind. The device plugin's daemon
-reaches the driver's no-GPU error. The DRA driver's chrooted daemon sees no /proc and /sys in the root:
-there 535's cuInit also ends at "no CUDA-capable device", 550's and 555's at CUDA_ERROR_OPERATING_SYSTEM
-(their libcuda reads /proc), and with a procfs and the host's /sys mounted in a copy of the root all three
-reach the no-GPU error: what the root still lacks (docs/operator.md, MPS). Each piece the DRA driver needs
-is then removed from a hard-linked copy of the root, and its flow fails.
+reaches the driver's no-GPU error. The roots here are published into a temporary directory, not init's own
+tmpfs, so init mounts no /proc and /sys in them (node/rootproc.py): there the DRA driver's chrooted daemon
+gets 535's "no CUDA-capable device" too, and 550's and 555's CUDA_ERROR_OPERATING_SYSTEM (their libcuda
+needs /proc); tests/integration/test_procsys_real.py runs the same flow on a root where init mounted them,
+and all three reach the no-GPU error. Each piece the DRA driver needs is then removed from a hard-linked
+copy of the root, and its flow fails.
 """
 
 from __future__ import annotations
@@ -56,19 +57,10 @@ def _server_reached_the_gpu_check(result: dict[str, Any], error: str = NO_GPU) -
 def test_dra_driver_runs_its_daemon_chrooted_in_the_root(mps_root: Published, tmp_path: Path) -> None:
     result = run_flow("dra", mps_root.driver_root, tmp_path)
     assert result["branch"] == "chroot"  # the root's bin/sh is executable
-    # libcuda is loaded and initialised; without /proc in the root, 550+ fail there (module docstring).
+    # libcuda is loaded and initialised; without init's /proc in the root, 550+ fail there (module docstring).
     _server_reached_the_gpu_check(result, NO_GPU if int(mps_root.userspace.version.split(".")[0]) < 550 else NO_OS)
     assert "Starting control daemon using socket /tmp/nvidia-mps/control" in result["control_log"]
     assert result["shm_shared"], result["probe"]  # the daemon's /dev/shm is the claim's shm directory
-
-
-def test_dra_driver_with_proc_and_sys_in_the_root_reaches_the_no_gpu_error(
-    mps_root: Published, tmp_path: Path
-) -> None:
-    root = _copy_without(mps_root.driver_root, "", tmp_path / "root")
-    result = run_flow("dra", root, tmp_path / "work", proc_sys=True)
-    assert result["branch"] == "chroot"
-    _server_reached_the_gpu_check(result)
 
 
 def test_device_plugin_daemon_finds_what_the_management_spec_mounts(mps_root: Published, tmp_path: Path) -> None:
@@ -126,6 +118,7 @@ def test_device_plugin_fails_without_the_mps_server(mps_root: Published, tmp_pat
 def test_published_pieces_are_what_the_consumers_check(mps_root: Published) -> None:
     root = mps_root.driver_root
     assert os.access(root / "bin/sh", os.X_OK) and not (root / "bin/sh").is_symlink()
-    assert (root / "dev/shm").is_dir() and not any((root / "dev/shm").iterdir())
+    for directory in ("dev/shm", "proc", "sys"):  # mount points: the claim's shm; init's procfs and sysfs
+        assert (root / directory).is_dir() and not any((root / directory).iterdir())
     null = (root / "dev/null").lstat()
     assert (os.major(null.st_rdev), os.minor(null.st_rdev)) == (1, 3)

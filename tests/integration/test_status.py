@@ -107,6 +107,8 @@ def test_status_json_exit_code_and_findings(
     assert root == {
         "path": str(tmp_path / "run" / "driver"), "published": False, "version": None,
         "last_publish_failed": False, "interrupted": False, "usable": None, "not_in_image": [],
+        # no root published: no shell, nothing mounted at its proc and sys (None: no mount table here)
+        "proc_sys": None if mount is None else {"shell": False, "proc": None, "sys": None},
     }  # fmt: skip
     assert mount is None or str(tmp_path).startswith(mount["mount_point"])
     assert str(tmp_path / "run" / "driver").startswith(flags["path"]) and set(flags) == {"path", "noexec", "nodev"}

@@ -100,3 +100,22 @@ def test_unpublished_root_on_noexec_is_no_error_yet(noexec_paths: HostPaths) -> 
     state = _status(noexec_paths)
     assert state.driver_root_proof is None
     assert "DRIVER_ROOT_NOT_EXECUTABLE" not in {f.code for f in check(state)}
+
+
+def test_a_root_with_its_shell_and_no_proc_sys_is_a_warning_until_both_are_mounted(exec_paths: HostPaths) -> None:
+    # node/rootproc.py: NVIDIA's DRA driver chroots its MPS daemon through bin/sh; libcuda there needs both.
+    _publish(exec_paths)
+    assert "DRIVER_ROOT_PROC_SYS_MISSING" not in {f.code for f in check(_status(exec_paths))}  # no shell
+    (exec_paths.driver_root / "bin").mkdir()
+    (exec_paths.driver_root / "bin/sh").write_bytes(b"\x7fELF stand-in for busybox")
+    state = _status(exec_paths)  # this machine's own mount table: nothing at the root's proc and sys
+    [found] = [f for f in check(state) if f.code == "DRIVER_ROOT_PROC_SYS_MISSING"]
+    assert found.severity == "warning" and "no proc and no sys mounted in it" in found.message
+    assert "hostPID" in found.fix and "Bidirectional" in found.fix
+    assert status_json(state, check(state))["driver_root"]["proc_sys"] == {"shell": True, "proc": None, "sys": None}
+    assert "  chroot (bin/sh): proc NOT mounted, sys NOT mounted" in render_text(state, check(state))
+    assert state.proc_sys is not None and state.driver_root_mount is not None
+    mounted = state.proc_sys._replace(proc=state.driver_root_mount, sys=state.driver_root_mount)
+    both = state._replace(proc_sys=mounted)
+    assert "DRIVER_ROOT_PROC_SYS_MISSING" not in {f.code for f in check(both)}
+    assert "  chroot (bin/sh): proc mounted, sys mounted" in render_text(both, check(both))

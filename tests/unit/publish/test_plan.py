@@ -137,10 +137,13 @@ def test_relative_target_never_leaves_the_root() -> None:
 BUSYBOX = src("usr/bin/busybox", 0o755, elf(None))
 
 
-def test_a_static_shell_is_published_as_bin_sh_with_an_empty_dev_shm() -> None:
+def test_a_static_shell_is_published_as_bin_sh_with_empty_dev_shm_proc_and_sys() -> None:
     # The DRA driver's MPS daemon chroots only through <root>/bin/sh, and its kubelet plugin mounts the
-    # claim's shm at <root>/dev/shm only when that exists (formats/userspace_layout.py ROOT_SHELL, ROOT_SHM).
+    # claim's shm at <root>/dev/shm only when that exists (formats/userspace_layout.py ROOT_SHELL, ROOT_SHM);
+    # init mounts a procfs and a sysfs at proc and sys (node/rootproc.py).
     entries = by_path(plan_publish(space(shell=BUSYBOX)).entries)
     assert entries["bin/sh"] == PlannedEntry(PurePosixPath("bin/sh"), "file", 0o755, source=BUSYBOX)
-    assert entries["dev/shm"] == PlannedEntry(PurePosixPath("dev/shm"), "dir", 0o755)
-    assert not any(str(p).startswith(("bin/", "dev/")) for p in by_path(plan_publish(space()).entries))
+    for directory in ("dev/shm", "proc", "sys"):
+        assert entries[directory] == PlannedEntry(PurePosixPath(directory), "dir", 0o755)
+    without = by_path(plan_publish(space()).entries)
+    assert not any(str(p).startswith(("bin/", "dev/")) or str(p) in ("proc", "sys") for p in without)
