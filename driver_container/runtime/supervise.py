@@ -124,13 +124,7 @@ def run_in_child(func: Callable[[], T], stop: Shutdown | None = None, grace_s: f
     container's PID namespace. Without the kill a child stuck on a hostile file would keep the pod from
     stopping (issue 14 item 7).
     """
-    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
-    parent = os.getpid()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child; its result is asserted through the parent
-        os.close(read_fd)
-        child_main(func, write_fd, parent)
-    os.close(write_fd)
+    pid, read_fd = fork_child(func)
     try:
         data = _collect(read_fd, pid, stop, grace_s)  # before waitpid: a large result must not block
     finally:
@@ -191,15 +185,8 @@ class BackgroundChild:
 
     def __init__(self, func: Callable[[], object], what: str) -> None:
         self.what = what
-        read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
-        parent = os.getpid()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - runs in the child; its result is asserted through the parent
-            os.close(read_fd)
-            child_main(func, write_fd, parent)
-        os.close(write_fd)
+        pid, self._fd = fork_child(func)
         self.pid: int | None = pid
-        self._fd = read_fd
         self._chunks: list[bytes] = []
 
     def fileno(self) -> int:
@@ -236,6 +223,18 @@ class BackgroundChild:
                 os.waitpid(self.pid, 0)
             self.pid = None
             os.close(self._fd)
+
+
+def fork_child(func: Callable[[], object]) -> tuple[int, int]:
+    """Fork a child that runs ``func`` (``child_main``); its pid and the pipe its result comes through."""
+    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child; its result is asserted through the parent
+        os.close(read_fd)
+        child_main(func, write_fd, parent)
+    os.close(write_fd)
+    return pid, read_fd
 
 
 def child_main(func: Callable[[], object], write_fd: int, parent: int) -> None:

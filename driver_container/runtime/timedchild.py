@@ -3,7 +3,7 @@
 For steps that read what they do not control and cannot interrupt themselves: hashing every file of
 DRIVER_ROOT, inspecting the host for ``status``. A thread could not be stopped; a child is killed and
 reaped, so ``bug-report`` keeps its time bound whatever a slow or hostile file does. The child is
-``supervise.child_main``'s (dies with its parent, result through a pipe as ``childresult`` encodes it).
+``supervise.fork_child``'s (dies with its parent, result through a pipe as ``childresult`` encodes it).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from driver_container.runtime.childresult import decode_result
-from driver_container.runtime.supervise import child_main
+from driver_container.runtime.supervise import fork_child
 
 OK, ERROR, TIMED_OUT, DIED = "ok", "error", "timed out", "died"
 
@@ -25,13 +25,7 @@ OK, ERROR, TIMED_OUT, DIED = "ok", "error", "timed out", "died"
 def run_until(func: Callable[[], object], timeout: float) -> tuple[str, Any]:
     """``(OK, value)``, ``(ERROR, the DriverContainerError)``, ``(TIMED_OUT, None)`` after the kill, or
     ``(DIED, None)`` when the child ended without a result."""
-    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
-    parent = os.getpid()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child; its result is asserted through the parent
-        os.close(read_fd)
-        child_main(func, write_fd, parent)
-    os.close(write_fd)
+    pid, read_fd = fork_child(func)
     try:
         data = _read_until(read_fd, time.monotonic() + max(timeout, 0.0))
     finally:

@@ -3,7 +3,8 @@
 Every entry is seen with ``lstat`` and never followed: a link is its target string, a FIFO or device is
 never opened. A procfs or sysfs mounted in the tree (init's proc and sys in a published root,
 driver_container/node/rootproc.py) is listed as the directory it is mounted on and never walked. The
-options choose what each comparison needs; what is off is simply not compared.
+options choose what each comparison needs; what is off is simply not compared. ``moved_aside`` takes one
+entry out of a tree for the length of a ``with`` block (a test that proves what the entry protects).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -85,3 +88,14 @@ def snapshot(
                 st.st_ino if inode else None,
             )
     return found
+
+
+@contextmanager
+def moved_aside(path: Path) -> Iterator[Path]:
+    """``path`` renamed to a sibling for the block, then put back (same inode: hard links stay intact)."""
+    aside = path.with_name(path.name + ".moved-aside-by-test")
+    os.rename(path, aside)
+    try:
+        yield aside
+    finally:
+        os.rename(aside, path)

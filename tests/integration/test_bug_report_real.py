@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
 import tarfile
 from collections.abc import Callable
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from helpers.published_roots import CLI, GRAPHICS, Published, Userspace
+from helpers.trees import moved_aside
 
 pytestmark = pytest.mark.artefact
 
@@ -56,13 +56,8 @@ def test_the_report_holds_the_manifest_and_a_check_saying_ok(published: Publishe
 
 def test_a_library_removed_from_the_root_is_named_by_the_check(published: Published, tmp_path: Path) -> None:
     relative = f"usr/lib/{published.userspace.triplet}/libnvidia-ml.so.{published.userspace.version}"
-    library = published.driver_root / relative
-    aside = library.with_name(library.name + ".bug-report-test")
-    os.rename(library, aside)
-    try:
+    with moved_aside(published.driver_root / relative):
         files = bug_report(published, tmp_path)
-    finally:
-        os.rename(aside, library)
     check = json.loads(files["verification.json"])
     assert check["ok"] is False
     assert {"path": relative, "reason": "missing"} in check["mismatches"]
