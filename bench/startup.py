@@ -16,7 +16,7 @@ the image's (`from driver_container.cli import main`).
   `cp -a` of the files it publishes + `ldconfig -r` + `python -c "import typer"`;
 - restart: `init --no-wait` again on that root (unchanged), against `python -c "import typer"`;
 - probe: `probe_nvidia_peermem` (peermem loaded), against `python -c pass`;
-- status, no module files: `status` with an empty HOST_ROOT (the operator's pod), against `import typer`;
+- status, no module files: `status` with an empty HOST_ROOT_MOUNT (the operator's pod), against `import typer`;
 - status, 3 module files: `status` reading the fixture host's module files, against `import typer`.
 
 The host is the fixture Talos 1.11 node with 535.309.01 loaded (tests/fixtures/hosts/talos-1.11-kmod-535);
@@ -95,7 +95,7 @@ def host_env(run_dir: Path, host_root: Path, userspace: Path, host: Path = HOST)
         "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LANG": "C.UTF-8",
         "PYTHONDONTWRITEBYTECODE": "1", "TYPER_USE_RICH": "0",  # as the image's ENV
         "DRIVER_VERSION": VERSION, "KERNEL_MODULE_TYPE": "proprietary",
-        "HOST_ROOT": str(host_root), "PROCFS_ROOT": str(host / "proc"), "SYSFS_ROOT": str(host / "sys"),
+        "HOST_ROOT_MOUNT": str(host_root), "PROCFS_ROOT": str(host / "proc"), "SYSFS_ROOT": str(host / "sys"),
         "DRIVERS_CONF_DIR": str(host / "drivers"), "HOST_OS_RELEASE": str(host / "host/etc/os-release"),
         "USERSPACE_ROOT": str(userspace), "RUN_DIR": str(run_dir),
     }  # fmt: skip
@@ -151,7 +151,7 @@ def rows(rounds: int, work: Path, userspace: Path) -> dict[str, dict[str, object
     restart = paired(subject([cli, "init", "--no-wait"], env), floor(typer_floor), rounds)
     probe_env = {**env, "PROCFS_ROOT": str(PEERMEM_PROC)}
     probe = paired(subject([cli, "probe_nvidia_peermem"], probe_env), floor([python, "-c", "pass"]), rounds)
-    no_modules = {**env, "HOST_ROOT": str(work / "no-host")}
+    no_modules = {**env, "HOST_ROOT_MOUNT": str(work / "no-host")}
     status_none = paired(subject([cli, "status"], no_modules), floor(typer_floor), rounds)
     status_mods = paired(subject([cli, "status"], env), floor(typer_floor), rounds)
     found = {"first_init": first, "restart": restart, "probe": probe, "status_no_modules": status_none,

@@ -179,10 +179,11 @@ class HostRootOption(NamedRecord):
     help: str
 
 
-# The one table of host roots (docs/configuration.md): drives HostPaths.from_mapping, the environment
-# names and the global CLI options (cli/app.py).
+# The one table of host roots (docs/configuration.md): HostPaths.from_mapping, env names, CLI options.
 HOST_ROOTS: tuple[HostRootOption, ...] = (
-    HostRootOption("HOST_ROOT", "host_root", "host / (default /host)"),
+    HostRootOption("HOST_ROOT_MOUNT", "host_root", "the host's / as mounted here (default /host)"),
+    # As gpu-operator sets it (transformForHostRoot, 10ee5b36): hostPaths.rootFS; the volume stays at /host.
+    HostRootOption("HOST_ROOT", "host_rootfs", "the host's / as the host names it (default /)"),
     HostRootOption("PROCFS_ROOT", "procfs_root", "the host's view (default /proc)"),
     HostRootOption("OWN_PROCFS_ROOT", "own_procfs_root", "this process's own /proc, for its mounts (default /proc)"),
     HostRootOption("SYSFS_ROOT", "sysfs_root", "(default /sys)"),
@@ -190,7 +191,7 @@ HOST_ROOTS: tuple[HostRootOption, ...] = (
     HostRootOption("DRIVER_ROOT", "driver_root_override", "published root (default RUN_DIR/driver)"),
     HostRootOption("HOST_DRIVER_ROOT", "host_driver_root_override", "DRIVER_ROOT as the host sees it"),
     HostRootOption("USERSPACE_ROOT", "userspace_root", "image root holding the NVIDIA userspace (/)"),
-    HostRootOption("HOST_OS_RELEASE", "host_os_release_override", "(/host-etc/os-release, else HOST_ROOT/etc/...)"),
+    HostRootOption("HOST_OS_RELEASE", "host_os_release_override", "(/host-etc/os-release, else <host>/etc/...)"),
     HostRootOption("DRIVERS_CONF_DIR", "drivers_conf_dir", "module parameter files (default /drivers)"),
     HostRootOption("FABRICMANAGER_RUN_DIR", "fabric_run_dir", "FM pid files, sockets (/run/nvidia-fabricmanager)"),
     HostRootOption("FABRICMANAGER_LOG_DIR", "fabric_log_dir", "FM and NVLSM logs (default /var/log)"),
@@ -205,7 +206,8 @@ OPERATOR_OS_RELEASE = Path("/host-etc/os-release")
 class HostPaths(NamedRecord):
     """Where everything is. Defaults are the production layout inside the driver pod."""
 
-    host_root: Path = Path("/host")
+    host_root: Path = Path("/host")  # where the operator mounts the host root (volume host-root)
+    host_rootfs: Path = Path("/")  # the host's own path of it (HOST_ROOT): named in messages only
     procfs_root: Path = Path("/proc")
     own_procfs_root: Path = Path("/proc")
     sysfs_root: Path = Path("/sys")

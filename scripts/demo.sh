@@ -23,7 +23,7 @@ cp -R "$HOST" "$OUT/host-fixture"
 H=$OUT/host-fixture
 echo "== nvidia-driver init --no-wait (simulated Talos host: $HOST)"
 env DRIVER_VERSION=595.91.07 KERNEL_MODULE_TYPE=open DRIVER_CONFIG_DIGEST=demo-digest \
-  HOST_ROOT="$H/host" PROCFS_ROOT="$H/proc" SYSFS_ROOT="$H/sys" DRIVERS_CONF_DIR="$H/drivers" \
+  HOST_ROOT_MOUNT="$H/host" PROCFS_ROOT="$H/proc" SYSFS_ROOT="$H/sys" DRIVERS_CONF_DIR="$H/drivers" \
   HOST_OS_RELEASE="$H/host/etc/os-release" USERSPACE_ROOT="$REPO/$USERSPACE" RUN_DIR="$OUT/run" \
   PATH="$REPO/.venv/bin:$PATH" \
   nvidia-driver init --no-wait

@@ -1,6 +1,6 @@
 """The typer application and the options shared by every command.
 
-Global options come before the command (``nvidia-driver --host-root X status``); each is also read
+Global options come before the command (``nvidia-driver --host-root-mount X status``); each is also read
 from the environment variable of the same name, which is how the DaemonSet sets them.
 """
 

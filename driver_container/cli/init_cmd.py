@@ -58,7 +58,8 @@ def init(
         # Lazy, hot path: only a refusal reports from here (the Ready report is the publishing child's).
         from driver_container.manager.nodereport import REFUSED, NodeVerdict, report
 
-        report(NodeVerdict(REFUSED, reason=exc.message))  # the Node shows why; never masks ``exc``
+        # The Node shows why and what to set (a setting's finding names it and its value); never masks ``exc``.
+        report(NodeVerdict(REFUSED, reason=f"{exc.message}; fix: {exc.fix}" if exc.fix else exc.message))
         raise
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from driver_container.findings.coherent import coherent_memory
 from driver_container.findings.gpus import gpu_flavour, reconcile
 from driver_container.findings.host import (
     PUBLISH_OUTCOMES,
@@ -24,16 +25,17 @@ from driver_container.findings.host import (
 )
 from driver_container.findings.model import SEVERITIES, Finding, has_errors, talos_module_snippet, values_equal
 from driver_container.findings.modules import (
-    PEERMEM_ON_TALOS_FIX,
     architecture,
     file_checks,
     flavour,
     loaded_version,
     loaded_version_of,
     module_presence,
+    version_fix,
     versions,
     versions_mismatch,
 )
+from driver_container.findings.operator import PEERMEM_ON_TALOS_FIX, companion_modules
 
 if TYPE_CHECKING:
     from driver_container.inspect.hoststate import HostState
@@ -49,16 +51,18 @@ __all__ = [
     "loaded_version_of",
     "talos_module_snippet",
     "values_equal",
+    "version_fix",
     "versions_mismatch",
 ]
 
 
 def check(state: HostState) -> list[Finding]:
     """Every finding for ``state``, errors first, in a stable order."""
-    findings = module_presence(state) + versions(state) + flavour(state) + architecture(state)
+    findings = module_presence(state) + companion_modules(state) + versions(state) + flavour(state)
+    findings += architecture(state)
     for name, module in state.modules.items():
         findings += file_checks(state, module, state.module_files.get(name))
     findings += parameters(state) + environment(state) + fabric(state) + driver_root_usability(state)
-    findings += driver_root_proc_sys(state)
+    findings += driver_root_proc_sys(state) + coherent_memory(state, loaded_version(state))
     gpus = gpu_flavour(state)
     return sorted(reconcile(state, findings, gpus) + gpus, key=lambda f: SEVERITIES.index(f.severity))

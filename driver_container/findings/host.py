@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from driver_container.findings.firmware import firmware
 from driver_container.findings.model import (
     Finding,
     talos_module_snippet,
@@ -37,6 +38,23 @@ def _known_parameters(state: HostState, module: str) -> tuple[str, ...] | None:
     return None
 
 
+def _unknown_parameter(state: HostState, module: str, name: str, value: str, known: tuple[str, ...]) -> Finding:
+    """An error where this container loads the modules (the kernel would refuse the parameter); on Talos a
+    warning: nothing from the kernelModuleConfig ConfigMap is ever applied there (machined loads the
+    modules with the machine config's parameters), so the name only shows a mistaken ConfigMap."""
+    has = ", ".join(sorted(known)) or "none"
+    message = f"{module} has no parameter {name} (requested {name}={value}); it has: {has}"
+    fix = f"remove or correct {name} in the kernelModuleConfig ConfigMap ({module}.conf)"
+    if state.platform.name != "talos":
+        return Finding("error", "UNKNOWN_PARAMETER", message, fix)
+    return Finding(
+        "warning",
+        "UNKNOWN_PARAMETER",
+        message + "; on Talos that ConfigMap is never applied (machined loads the modules)",
+        fix + "; on Talos give module parameters in the machine config only",
+    )
+
+
 def parameters(state: HostState) -> list[Finding]:
     out = [
         Finding("error", "PARAMETER_FILE_INVALID", str(e), "fix the kernelModuleConfig ConfigMap")
@@ -47,15 +65,7 @@ def parameters(state: HostState) -> list[Finding]:
         loaded = state.modules[module]
         for name, value in pairs:
             if known is not None and name not in known:
-                out.append(
-                    Finding(
-                        "error",
-                        "UNKNOWN_PARAMETER",
-                        f"{module} has no parameter {name} "
-                        f"(requested {name}={value}); it has: {', '.join(sorted(known)) or 'none'}",
-                        f"remove or correct {name} in the kernelModuleConfig ConfigMap ({module}.conf)",
-                    )
-                )
+                out.append(_unknown_parameter(state, module, name, value, known))
                 continue
             if not loaded.loaded:
                 continue
@@ -83,20 +93,10 @@ def parameters(state: HostState) -> list[Finding]:
 
 def environment(state: HostState) -> list[Finding]:
     out = [
-        Finding("warning", "HOST_FILE_UNREADABLE", str(p), "check the mounts of PROCFS_ROOT, SYSFS_ROOT, HOST_ROOT")
+        Finding("warning", "HOST_FILE_UNREADABLE", str(p), "check the mounts of PROCFS_ROOT, SYSFS_ROOT and /host")
         for p in state.problems
     ]
-    for name, where in sorted(state.firmware.items()):
-        if where is None:
-            out.append(
-                Finding(
-                    "warning",
-                    "FIRMWARE_MISSING",
-                    f"firmware {name} (named by the module) is in none of "
-                    "the kernel's, the toolkit's or the image's firmware directories",
-                    _firmware_fix(state),
-                )
-            )
+    out += firmware(state)
     if state.modules["nvidia"].loaded and not state.modules["nvidia"].builtin and not state.gpus:
         out.append(
             Finding(
@@ -126,24 +126,6 @@ def environment(state: HostState) -> list[Finding]:
             )
         )
     return out
-
-
-def _firmware_fix(state: HostState) -> str:
-    fix = (
-        "ship it in the image under /lib/firmware (the GSP firmware of the same driver version) "
-        "so that `init` publishes it"
-    )
-    if state.platform.name != "talos":
-        return fix
-    # The loader is built in (CONFIG_FW_LOADER=y), so its search path is the kernel argument
-    # firmware_class.path= (drivers/base/firmware_loader/main.c); init writes the runtime parameter too,
-    # but that is lost at reboot and read-only under SELinux enforcing (docs/talos.md). Talos takes kernel
-    # arguments from its boot assets (machine.install.extraKernelArgs is deprecated: node/firmware.py).
-    return (
-        fix + "; on Talos also make the search path persistent with the kernel argument "
-        "firmware_class.path=<host driver root>/lib/firmware (the Image Factory schematic's "
-        "customization.extraKernelArgs, then upgrade the node to that installer)"
-    )
 
 
 def _fabric_image_fix(kind: FabricKind) -> str:

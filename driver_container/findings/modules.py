@@ -33,26 +33,10 @@ def load_fix(state: HostState, module: str) -> str:
     return f"load it on the host (modprobe {module.replace('_', '-')}) or run `nvidia-driver load`"
 
 
-# GPUDirect RDMA on Talos (docs/talos.md): no MOFED, so nvidia-peermem's init fails with -EINVAL; the
-# DMA-BUF path needs CONFIG_DMABUF_MOVE_NOTIFY and CONFIG_PCI_P2PDMA, both =y in the amd64 kernel since
-# Talos 1.13 (siderolabs/pkgs kernel/build/config-amd64, f541ca434ee63964319bb912e370f0ed407f8a18).
-PEERMEM_ON_TALOS_FIX = (
-    "use DMA-BUF instead: the Talos amd64 kernel (1.13 and later) has CONFIG_DMABUF_MOVE_NOTIFY and "
-    "CONFIG_PCI_P2PDMA, and the open NVIDIA kernel modules export GPU memory as dma-buf (NCCL/UCX use it "
-    "when available); do not list nvidia_peermem in the machine config (machined would retry it forever), "
-    "and set GPU_DIRECT_RDMA_ENABLED=false (driver.rdma.enabled=false) to silence this"
-)
-
-
 def _peermem(state: HostState) -> list[Finding]:
-    if not state.settings.gpu_direct_rdma or state.modules["nvidia_peermem"].loaded:
+    """Generic hosts: init loads nvidia_peermem itself (modprobe/generic.py). Talos: findings/operator.py."""
+    if not state.settings.gpu_direct_rdma or state.modules["nvidia_peermem"].loaded or state.platform.name == "talos":
         return []
-    if state.platform.name == "talos":
-        message = (
-            "GPU_DIRECT_RDMA_ENABLED=true, but nvidia_peermem cannot load on Talos (no MOFED: its init "
-            "returns -EINVAL); init does not wait for it"
-        )
-        return [Finding("warning", "PEERMEM_NOT_ON_TALOS", message, PEERMEM_ON_TALOS_FIX)]
     message = "GPU_DIRECT_RDMA_ENABLED=true but nvidia_peermem is not loaded"
     return [Finding("warning", "PEERMEM_NOT_LOADED", message, load_fix(state, "nvidia_peermem"))]
 
@@ -123,6 +107,18 @@ def versions_mismatch(loaded: str | None, userspace: str | None) -> bool:
     return bool(loaded and userspace and loaded != userspace)
 
 
+def version_fix(loaded: str, userspace: str, talos_version: str | None) -> str:
+    """What to set when the loaded module is ``loaded`` and an image ships ``userspace``: the two image
+    settings pinned together (the operator appends ``-<ID><VERSION_ID>`` to the driver's tag, never to the
+    manager's: NVIDIA/gpu-operator 10ee5b36 controllers/object_controls.go ``resolveDriverTag``)."""
+    tag = f"{loaded}-talos{talos_version}" if talos_version else f"{loaded}-<os tag>"
+    return (
+        f"set driver.version={loaded} and driver.manager.version={loaded} (NVIDIADriver: spec.version and "
+        f"spec.manager.version; the driver pod then pulls {tag}), or pin both to one digest; or make the host "
+        f"load {userspace} modules (on Talos: the kmod extension of that version) and reboot"
+    )
+
+
 def versions(state: HostState) -> list[Finding]:
     out: list[Finding] = []
     us, loaded, wanted = state.userspace, loaded_version(state), state.settings.driver_version
@@ -171,8 +167,7 @@ def versions(state: HostState) -> list[Finding]:
                 "VERSION_MISMATCH",
                 f"the loaded kernel module is {loaded} but the image's userspace is {us.version}: "
                 "GPU pods would fail with 'Driver/library version mismatch'",
-                f"run the driver image for {loaded} (tag {loaded}-<os>), or make the host load {us.version} "
-                "modules (on Talos: the kmod extension of that version) and reboot",
+                version_fix(loaded or "", us.version or "", state.platform.talos_version),
             )
         )
     for m in state.modules.values():
@@ -195,8 +190,8 @@ def file_checks(state: HostState, m: LoadedModule, f: ModuleFile | None) -> list
                 Finding(
                     "info",
                     "MODULE_FILE_MISSING",
-                    f"no file for loaded {m.name} under HOST_ROOT/{{usr/,}}lib/modules/{state.kernel_release}",
-                    "mount the host root at HOST_ROOT to verify the module files (optional)",
+                    f"no file for loaded {m.name} under HOST_ROOT_MOUNT/{{usr/,}}lib/modules/{state.kernel_release}",
+                    "mount the host root at HOST_ROOT_MOUNT to verify the module files (optional)",
                 )
             ]
         return []

@@ -30,12 +30,11 @@ from driver_container.formats.kernel.nvidia_proc import (
 from driver_container.formats.kernel.pci import PciFunction
 from driver_container.formats.kernel.sysfs import SysfsModule, read_sysfs_module
 from driver_container.formats.modconf import conf_module_name, parse_module_conf
-from driver_container.formats.userspace_layout import IMAGE_FIRMWARE_DIRS
+from driver_container.inspect.firmware import locate_firmware
 from driver_container.inspect.modfiles import read_module_files
 from driver_container.inspect.pcigpus import read_pci_gpus
 from driver_container.inspect.platform import PlatformInfo, detect_platform
 from driver_container.inspect.userspace import UserspaceVersion, find_userspace
-from driver_container.node.firmware import PARAM as FIRMWARE_PATH_PARAM
 from driver_container.node.rootmount import RootFlags, read_root_flags
 from driver_container.node.rootproc import ProcSys, read_root_mounts
 from driver_container.paths import HostPaths, Root
@@ -52,10 +51,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NVIDIA_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm", "nvidia_peermem")
+# Modules the operator's validator waits for when GDS / GDRCopy is on (findings/operator.py): only whether
+# they are loaded is read.
+COMPANION_MODULES = ("nvidia_fs", "gdrdrv")
 NVREG = "NVreg_"  # /proc/driver/nvidia/params drops this prefix of the modinfo parameter names
-# Firmware directories the kernel searches after its custom path (drivers/base/firmware_loader/main.c
-# fw_path[]); the toolkit searches the same list under the driver root.
-HOST_FIRMWARE_DIRS = ("/lib/firmware/updates/{kver}", "/lib/firmware/updates", "/lib/firmware/{kver}", "/lib/firmware")
 
 
 class LoadedModule(NamedRecord):
@@ -98,6 +97,7 @@ def read_nvidia_params(paths: HostPaths) -> dict[str, str]:
 class LoadedModules(NamedRecord):
     modules: dict[str, LoadedModule]  # every name of NVIDIA_MODULES
     problems: tuple[Problem, ...] = ()  # unreadable or malformed /proc/modules, /sys/module files
+    companions: frozenset[str] = frozenset()  # COMPANION_MODULES in /proc/modules (the validator's rule)
 
 
 def read_loaded_modules(paths: HostPaths) -> LoadedModules:
@@ -118,7 +118,8 @@ def read_loaded_modules(paths: HostPaths) -> LoadedModules:
         if name == "nvidia" and (name in proc or sysfs.present):
             params = {**params, **noted(problems, lambda: read_nvidia_params(paths), {})}
         result[name] = _merge(name, proc.get(name), sysfs, params)
-    return LoadedModules(result, tuple(problems))
+    # The validator looks for nvidia_fs and gdrdrv in lsmod, i.e. /proc/modules: the same list here.
+    return LoadedModules(result, tuple(problems), frozenset(COMPANION_MODULES).intersection(proc))
 
 
 class HostState(NamedRecord):
@@ -145,6 +146,9 @@ class HostState(NamedRecord):
     publish_failure: tuple[str, str] | None = None  # (version, error) of the last publish, when it failed
     publish_interrupted: bool = False  # a journal is left: the next start rolls that publish back
     pci_gpus: tuple[PciFunction, ...] = ()  # every NVIDIA GPU on the PCI bus, bound or not (pcigpus.py)
+    companions_loaded: frozenset[str] = frozenset()  # nvidia_fs / gdrdrv loaded (findings/operator.py)
+    firmware_search_path: str | None = None  # the kernel's firmware_class.path (None: unreadable or absent)
+    firmware_kernel_sees: frozenset[str] = frozenset()  # firmware names in the kernel's own search
 
     @property
     def kernel_release(self) -> str | None:
@@ -185,46 +189,6 @@ def read_requested_params(paths: HostPaths) -> RequestedParams:
         except HostReadError as exc:
             problems.append(Problem.of(exc))
     return RequestedParams(result, tuple(problems))
-
-
-def _firmware_roots(paths: HostPaths, kver: str | None, custom: str) -> list[tuple[Root, str]]:
-    """(root, dir) pairs where the kernel (host, its ``custom`` path first), the toolkit (driver root) or
-    the image to be published (userspace root) keep firmware; ``{kver}`` entries are dropped without a
-    release."""
-    dirs = [d.format(kver=kver) for d in HOST_FIRMWARE_DIRS if kver or "{kver}" not in d]
-    driver = Root(paths.driver_root)
-    places: list[tuple[Root, str]] = []
-    if custom:
-        custom_path = Path(custom)
-        if custom_path.is_relative_to(paths.host_driver_root):
-            places.append((driver, "/" + str(custom_path.relative_to(paths.host_driver_root))))
-        else:
-            places.append((paths.host, custom))
-    places += [(paths.host, d) for d in dirs] + [(driver, d) for d in dirs]
-    places += [(paths.userspace, f"/{d}") for d in IMAGE_FIRMWARE_DIRS]
-    return places
-
-
-class FirmwareFound(NamedRecord):
-    where: dict[str, str | None]  # firmware name -> where it was found (None: nowhere)
-    problems: tuple[Problem, ...] = ()
-
-
-def locate_firmware(paths: HostPaths, names: list[str], kver: str | None) -> FirmwareFound:
-    problems: list[Problem] = []
-    custom = noted(problems, lambda: paths.sys.read_text_or_none(str(FIRMWARE_PATH_PARAM), limit=4096), None)
-    places = _firmware_roots(paths, kver, (custom or "").strip())
-    result: dict[str, str | None] = {}
-    for name in names:
-        result[name] = None
-        for root, directory in places:
-            try:
-                if root.is_file(f"{directory}/{name}"):
-                    result[name] = str(root.resolve(f"{directory}/{name}"))
-                    break
-            except HostReadError as exc:
-                problems.append(Problem.of(exc))
-    return FirmwareFound(result, tuple(problems))
 
 
 def _fabric(paths: HostPaths) -> FabricInfo | None:
@@ -282,6 +246,9 @@ def inspect_host(paths: HostPaths, settings: Settings, platform: PlatformInfo | 
         publish_failure=publish.failure,
         publish_interrupted=publish.interrupted,
         pci_gpus=pci.gpus,
+        companions_loaded=loaded.companions,
+        firmware_search_path=firmware.search_path,
+        firmware_kernel_sees=firmware.kernel_sees,
         problems=tuple(dict.fromkeys(problems)),
         param_errors=requested.problems,
         fabric=fabric,

@@ -10,9 +10,11 @@ stops ``init`` as if it had read the file).
 
 A verdict is bound to what it was made for: this boot (``/proc/sys/kernel/random/boot_id``, new at every
 boot; /run is empty after a reboot on Talos anyway, but not on every host), the operator's
-``DRIVER_CONFIG_DIGEST``, the image's userspace version and the kernel release. Anything else - another
-boot, digest, image or release, another format version, a file that does not parse - is ignored with a
-warning, never trusted and never fatal. Pure parsing (``parse_verdict``) is separate from the I/O.
+``DRIVER_CONFIG_DIGEST`` and the kernel release. Anything else - another boot, digest or release, another
+format version, a file that does not parse - is ignored with a warning, never trusted and never fatal.
+The writer's image version is recorded but not compared: the module files' facts do not depend on any
+userspace, and the manager image may lag the driver image (``driver.manager.version``), which must not
+leave ``init`` without the files' check. Pure parsing (``parse_verdict``) is separate from the I/O.
 """
 
 from __future__ import annotations
@@ -42,11 +44,11 @@ _STR_FIELDS = ("version", "srcversion", "vermagic", "license", "signer", "error"
 
 
 class Binding(NamedRecord):
-    """What a verdict is valid for; all four must match the reader's."""
+    """What a verdict is valid for: boot id, digest and kernel release must match the reader's."""
 
     boot_id: str | None
     digest: str | None  # DRIVER_CONFIG_DIGEST (None outside the operator)
-    image_version: str | None  # NVIDIA userspace version in this image
+    image_version: str | None  # the writer's NVIDIA userspace version (recorded, not compared)
     kernel_release: str | None
 
 
@@ -152,7 +154,7 @@ def stale_reason(verdict: Binding, current: Binding) -> str | None:
     """Why a verdict does not apply here, or None when it does."""
     if current.boot_id is None:
         return f"this boot's id ({BOOT_ID}) is unreadable"
-    for what in ("boot_id", "digest", "image_version", "kernel_release"):
+    for what in ("boot_id", "digest", "kernel_release"):
         theirs, ours = getattr(verdict, what), getattr(current, what)
         if theirs != ours:
             return f"it was made for {what} {theirs!r}, this is {ours!r}"

@@ -21,6 +21,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from driver_container.errors import DriverContainerError, PublishError
+from driver_container.findings import check
 from driver_container.lifecycle.verify import loaded_version, verify
 from driver_container.node.rootmount import UNUSABLE_ROOT_FIX
 from driver_container.node.rootusable import PROOF_BINARY, prove_root_usable
@@ -113,7 +114,10 @@ def report_ready(published: Published) -> None:
 
     state = published.state
     flavour = state.nvidia_version.flavour if state.nvidia_version else None
-    report(NodeVerdict(READY, published.version, flavour, state.module_files_source))
+    # Warnings reach the Node too: a module parameter the running module does not have as requested
+    # (PARAMETER_DIFFERS) is otherwise a log line nobody reads.
+    warnings = "; ".join(f"{f.code}: {f.message}" for f in check(state) if f.severity == "warning") or None
+    report(NodeVerdict(READY, published.version, flavour, state.module_files_source, warnings=warnings))
 
 
 def check_published_root(paths: HostPaths) -> bool:

@@ -8,11 +8,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from driver_container.errors import (
-    HostReadError,
-    VerificationError,
-)
-from driver_container.findings import loaded_version, versions_mismatch
+from driver_container.errors import HostReadError
+from driver_container.findings import loaded_version, version_fix, versions_mismatch
 from driver_container.formats.kernel.mountinfo import mounts_at_or_below, parse_mountinfo, top_mount_at
 from driver_container.formats.numbers import parse_uint
 from driver_container.inspect.hoststate import HostState, inspect_host
@@ -119,16 +116,16 @@ def gather_facts(paths: HostPaths, settings: Settings) -> NodeFacts:
     )
 
 
-def check_versions(facts: NodeFacts) -> None:
+def version_note(facts: NodeFacts) -> str | None:
+    """The loaded module against this manager image's own userspace: a note, never a refusal. The manager
+    is version-agnostic like NVIDIA's (k8s-driver-manager reads no driver version); the driver image is
+    what must match the module, and ``init`` refuses it when it does not (VERSION_MISMATCH). So a
+    ``driver.manager.version`` that lags ``driver.version`` during an upgrade is fine; the note says how
+    to pin both together."""
     if not versions_mismatch(facts.nvidia_version, facts.image_version):
-        return
-    talos = facts.talos_version or "<Talos version>"
-    raise VerificationError(
-        f"the loaded nvidia module is version {facts.nvidia_version} but this image ships NVIDIA userspace "
-        f"{facts.image_version}; they must be identical",
-        codes=("VERSION_MISMATCH",),
-        loaded_version=facts.nvidia_version,
-        userspace_version=facts.image_version,
-        fix=f"use the driver image {facts.nvidia_version}-talos{talos} (driver.version), or install the Talos "
-        f"kmod extension of version {facts.image_version} and reboot (docs/talos.md)",
+        return None
+    return (
+        f"loaded nvidia {facts.nvidia_version}, this manager image ships {facts.image_version}: not a problem for "
+        f"the manager (init checks the driver image); to keep them together: "
+        + version_fix(facts.nvidia_version or "", facts.image_version or "", facts.talos_version)
     )

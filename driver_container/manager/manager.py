@@ -28,8 +28,8 @@ from driver_container.inspect import verdict
 from driver_container.inspect.hoststate import HostState, inspect_host
 from driver_container.manager.facts import (
     NodeFacts,
-    check_versions,
     gather_facts,
+    version_note,
 )
 from driver_container.manager.labels import (
     CLIENT_LABEL,
@@ -101,7 +101,10 @@ def hand_verdict_to_init(
         return "module-file verdict NOT written"
     if state.module_files_source != "host" or not state.module_files:
         verdict.remove_verdict(paths)
-        return f"no NVIDIA module files under {paths.host_root}: no module-file verdict for init"
+        return (
+            f"no NVIDIA module files under {paths.host_root} (the host's {paths.host_rootfs}): "
+            "no module-file verdict for init"
+        )
     found = check(state)
     checks = tuple(f"{f.code}: {f.message}" for f in found if f.code in verdict.FILE_FINDINGS)
     made = _make_verdict(paths, state, checks, digest)
@@ -219,7 +222,9 @@ def run_uninstall(
     api = api_factory()
     if facts.host_smi is not None:
         disable_container_driver(api, options, facts, sleep)
-    check_versions(facts)
+    note = version_note(facts)
+    if note:
+        log.info("%s", note)
     verdict_note = hand_verdict_to_init(paths, settings, options.driver_config_digest, facts.host)
     extra = (options.custom_operand_label,) if options.custom_operand_label else ()
     labels = api.node_labels(options.node_name) if _pause_needed(api, options, facts) else {}
@@ -265,8 +270,10 @@ def run_preflight(paths: HostPaths, settings: Settings, facts: NodeFacts | None 
             fix="remove the NVIDIA userspace (nvidia-container-toolkit) extension, keep only the kmod extension",
         )
     lines.append("no host NVIDIA userspace (the driver container is wanted here)")
-    check_versions(facts)
-    if facts.nvidia_loaded:
+    note = version_note(facts)
+    if note:
+        lines.append(note)
+    elif facts.nvidia_loaded:
         lines.append(f"loaded nvidia {facts.nvidia_version} = image userspace {facts.image_version}")
     else:
         lines.append("nvidia not loaded yet: versions checked by init once Talos loads it")

@@ -33,7 +33,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PREFIX = "nvidia-driver-container/"  # annotation keys: <PREFIX>version, flavour, result, module-files, reason
+# annotation keys: <PREFIX>version, flavour, result, module-files, reason, warnings
+PREFIX = "nvidia-driver-container/"
 VerdictResult = Literal["ready", "refused"]
 READY: Final = "ready"
 REFUSED: Final = "refused"
@@ -47,7 +48,8 @@ class NodeVerdict(NamedRecord):
     version: str | None = None  # loaded nvidia module version
     flavour: ModuleFlavour | None = None
     module_files: str | None = None  # where the module-file facts came from (HostState.module_files_source)
-    reason: str | None = None  # for a refusal: the error line
+    reason: str | None = None  # for a refusal: the error line and its fix
+    warnings: str | None = None  # when ready: "CODE: message" of each warning finding (PARAMETER_DIFFERS...)
 
 
 def _one_line(text: str, limit: int) -> str:
@@ -63,6 +65,7 @@ def annotation_patch(verdict: NodeVerdict) -> dict[str, str | None]:
         f"{PREFIX}flavour": verdict.flavour,
         f"{PREFIX}module-files": verdict.module_files,
         f"{PREFIX}reason": _one_line(verdict.reason, MAX_REASON) if verdict.reason else None,
+        f"{PREFIX}warnings": _one_line(verdict.warnings, MAX_REASON) if verdict.warnings else None,
     }
 
 

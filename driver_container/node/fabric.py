@@ -11,7 +11,7 @@ one stat.
 A daemon the host already runs is left alone: a pid file in FABRICMANAGER_RUN_DIR (the host's
 /run/nvidia-fabricmanager, where NVIDIA's packages and the Talos extension keep theirs) naming a live
 process of that name, a process of that name in /proc (hostPID), or the Talos extension's service
-definition under HOST_ROOT (siderolabs/extensions nvidia-gpu/nvidia-fabricmanager, commit 26822f5).
+definition under HOST_ROOT_MOUNT (siderolabs/extensions nvidia-gpu/nvidia-fabricmanager, commit 26822f5).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ BIN_DIRS = ("usr/bin", "usr/sbin", "usr/local/bin", "opt/nvidia/nvlsm/sbin")
 FM_CONFIG = "usr/share/nvidia/nvswitch/fabricmanager.cfg"
 NVLSM_CONFIG = "usr/share/nvidia/nvlsm/nvlsm.conf"
 PID_FILES = {FM_BINARY: "nv-fabricmanager.pid", NVLSM_BINARY: "nvlsm.pid"}
-TALOS_EXTENSION = "usr/local/etc/containers/nvidia-fabricmanager.yaml"  # under HOST_ROOT
+TALOS_EXTENSION = "usr/local/etc/containers/nvidia-fabricmanager.yaml"  # under HOST_ROOT_MOUNT
 NVLINK5_MODULES = ("mlx5_core", "ib_umad")
 VPD_LIMIT = 64 * 1024  # PCI VPD is at most 32 KiB (drivers/pci/vpd.c PCI_VPD_MAX_SIZE)
 COMM_LEN = 15  # /proc/<pid>/comm is TASK_COMM_LEN - 1 bytes: "nv-fabricmanage"

@@ -14,7 +14,7 @@ is recognised without trusting pid numbers: with Talos 1.14's ``workloadIsolatio
 clusters; talos pkg/machinery/config/types/runtime/security_profile_config.go, v1.14.0-rc.1) pods run in
 sandboxd's PID namespace, so a hostPID pod sees neither machined nor extension services, and the host's
 pid number may name an unrelated process there. A pid counts only when ``/proc/<pid>/comm`` is the daemon;
-otherwise its socket under HOST_ROOT answering a connect() proves a live host daemon.
+otherwise its socket under HOST_ROOT_MOUNT answering a connect() proves a live host daemon.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ BINARY = "nvidia-persistenced"
 ARGV = (BINARY, "--persistence-mode", "--foreground")
 # The daemon's fixed runtime directory inside this container (not a host path).
 CONTAINER_RUNTIME_DIR = Path("/var/run/nvidia-persistenced")
-HOST_PID_FILE = "run/nvidia-persistenced/nvidia-persistenced.pid"  # under HOST_ROOT (Talos ext service)
+HOST_PID_FILE = "run/nvidia-persistenced/nvidia-persistenced.pid"  # under HOST_ROOT_MOUNT (Talos ext service)
 HOST_SOCKET = "run/nvidia-persistenced/socket"
 COMM = BINARY[:15]  # /proc/<pid>/comm holds at most TASK_COMM_LEN - 1 = 15 bytes
 SOCKET_CONNECT_S = 0.5
@@ -102,7 +102,7 @@ def _socket_answers(paths: HostPaths) -> bool:
         real = paths.host.resolve(HOST_SOCKET)
         if not stat.S_ISSOCK(os.lstat(real).st_mode):
             return False
-        # sun_path holds 108 bytes (unix(7)); a deep HOST_ROOT is reached through the directory's fd instead.
+        # sun_path holds 108 bytes (unix(7)); a deep HOST_ROOT_MOUNT is reached through the directory's fd instead.
         parent = os.open(real.parent, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:

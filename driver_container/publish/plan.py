@@ -25,6 +25,7 @@ from driver_container.runtime.fsutil import check_relative
 
 SAFE_MODE_MASK = 0o755  # no setuid/setgid/sticky, no group/world write
 MANIFEST_DIR = PurePosixPath(".driver-container")
+SIDECAR_SRC_DIR = "usr/src"  # NVIDIA/gpu-operator 10ee5b36 object_controls.go transformGDSContainer's wait loop
 DIR_MODE = 0o755  # what journal.py's mkdir makes; a consumer mounts its own tmpfs over dev/shm
 
 
@@ -99,6 +100,9 @@ def _root_tools(layout: _Layout, space: PublishSources, libdir: PurePosixPath) -
         layout.file(PurePosixPath(ROOT_SHELL), space.shell, executable=True)
         for directory in (ROOT_SHM, ROOT_PROC, ROOT_SYS):  # mount points (node/rootproc.py for proc, sys)
             layout.add(PlannedEntry(PurePosixPath(directory), "dir", DIR_MODE))
+    # gpu-operator's GDS/GDRCopy sidecars wait for this directory before their command runs
+    # (lifecycle/companion.py); empty: nothing is ever built against it.
+    layout.add(PlannedEntry(PurePosixPath(SIDECAR_SRC_DIR), "dir", DIR_MODE))
     conf = f"# written by nvidia-driver: the published NVIDIA libraries\n/{libdir}\n".encode()
     layout.add(PlannedEntry(PurePosixPath("etc/ld.so.conf"), "text", 0o644, data=conf))
 

@@ -128,7 +128,7 @@ def _common(node: FixtureNode, digest: str) -> tuple[dict[str, str], dict[str, A
 
 def _manager(docker_client: Any, image: Any, node: FixtureNode, kubeconfig: Path) -> Finished:
     env, volumes = _common(node, "digest-1")
-    env |= {"HOST_ROOT": "/host", "KUBECONFIG": "/kube/config"}
+    env |= {"HOST_ROOT_MOUNT": "/host", "KUBECONFIG": "/kube/config"}
     volumes |= {
         str(node.host / "host"): {"bind": "/host", "mode": "ro"},  # the init container's host root
         str(kubeconfig.parent): {"bind": "/kube", "mode": "ro"},
@@ -138,7 +138,7 @@ def _manager(docker_client: Any, image: Any, node: FixtureNode, kubeconfig: Path
 
 def _init(docker_client: Any, image: Any, node: FixtureNode, digest: str = "digest-1") -> Finished:
     env, volumes = _common(node, digest)
-    env.pop("HOST_ROOT", None)  # the main container has no host root: only os-release at /host-etc
+    env.pop("HOST_ROOT_MOUNT", None)  # the main container has no host root: only os-release at /host-etc
     volumes[str(node.host / "host/etc/os-release")] = {"bind": "/host-etc/os-release", "mode": "ro"}
     return _run(docker_client, image, ["nvidia-driver", "init", "--no-wait"], env, volumes)
 

@@ -4,7 +4,7 @@
 #
 #   sudo tests/gpu/check.sh            # from the repository; < 5 minutes; exit 0 = all PASS
 #
-# It runs `nvidia-driver status` and `init --no-wait` against the real host (HOST_ROOT=/, /proc, /sys),
+# It runs `nvidia-driver status` and `init --no-wait` against the real host (HOST_ROOT_MOUNT=/, /proc, /sys),
 # publishing into a temporary DRIVER_ROOT/RUN_DIR, then, as gpu-operator's validator does,
 # `chroot <root> nvidia-smi -L` and nvidia-smi with LD_PRELOAD=<root's libnvidia-ml.so.1>.
 # Nothing on the host changes: module tools on PATH are stubs that refuse (and are reported if called),
@@ -120,7 +120,7 @@ for tool in modprobe rmmod insmod; do
     chmod 755 "$WORK/bin/$tool"
 done
 
-export PATH="$WORK/bin:$PATH" HOST_ROOT=$HOST PROCFS_ROOT=$PROC SYSFS_ROOT=$SYS HOST_OS_RELEASE=${HOST%/}/etc/os-release
+export PATH="$WORK/bin:$PATH" HOST_ROOT_MOUNT=$HOST PROCFS_ROOT=$PROC SYSFS_ROOT=$SYS HOST_OS_RELEASE=${HOST%/}/etc/os-release
 export USERSPACE_ROOT DRIVER_PLATFORM=${DRIVER_PLATFORM:-auto} RUN_DIR=$WORK/run DRIVER_ROOT=$WORK/run/driver
 export DRIVERS_CONF_DIR=$WORK/drivers NVIDIA_PERSISTENCED_RUNTIME_DIR=$WORK/persistenced
 mkdir -p "$DRIVERS_CONF_DIR" "$RUN_DIR"

@@ -161,7 +161,7 @@ def fixture_host_env(root: Path, base: Path, userspace: Path, *, drop: tuple[str
     runtime_dir = str(base / "container/var/run/nvidia-persistenced")
     env.update(
         PATH=f"{base / 'bin'}:{os.environ['PATH']}",
-        HOST_ROOT=str(root / "host"), PROCFS_ROOT=str(root / "proc"), SYSFS_ROOT=str(root / "sys"),
+        HOST_ROOT_MOUNT=str(root / "host"), PROCFS_ROOT=str(root / "proc"), SYSFS_ROOT=str(root / "sys"),
         DRIVERS_CONF_DIR=str(root / "drivers"), RUN_DIR=str(base / "run"), USERSPACE_ROOT=str(userspace),
         HOST_OS_RELEASE=str(root / "host/etc/os-release"), FAKE_LOG=str(base / "persistenced.log"),
         FAKE_PERSISTENCED_DIR=runtime_dir, NVIDIA_PERSISTENCED_RUNTIME_DIR=runtime_dir,
@@ -182,7 +182,7 @@ def node_env(host: Path, userspace: Path, run_dir: Path, path: str | None = None
         if value:
             env[key.strip()] = value.strip()
     return env | {
-        "HOST_ROOT": str(host / "host"), "PROCFS_ROOT": str(host / "proc"), "SYSFS_ROOT": str(host / "sys"),
+        "HOST_ROOT_MOUNT": str(host / "host"), "PROCFS_ROOT": str(host / "proc"), "SYSFS_ROOT": str(host / "sys"),
         "DRIVERS_CONF_DIR": str(host / "drivers"), "HOST_OS_RELEASE": str(host / "host/etc/os-release"),
         "USERSPACE_ROOT": str(userspace), "RUN_DIR": str(run_dir),
     }  # fmt: skip

@@ -114,7 +114,7 @@ def generic(tmp_path: Path) -> Callable[..., Generic]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DRIVER_", "NVIDIA_", "FAKE_"))}
         env.update(fake.env)
         env.update(
-            HOST_ROOT=str(fake.paths.host_root), PROCFS_ROOT=str(fake.paths.procfs_root),
+            HOST_ROOT_MOUNT=str(fake.paths.host_root), PROCFS_ROOT=str(fake.paths.procfs_root),
             SYSFS_ROOT=str(fake.paths.sysfs_root), DRIVERS_CONF_DIR=str(fake.paths.drivers_conf_dir),
             RUN_DIR=str(fake.paths.run_dir), USERSPACE_ROOT=str(image),
             HOST_OS_RELEASE=str(fake.root / "host/etc/os-release"), NVIDIA_PERSISTENCED="false",
@@ -221,7 +221,7 @@ def test_rdma_with_mellanox_loads_peermem_from_the_host_tree(generic: Callable[.
     g = generic("ubuntu-mellanox-unloaded")
     done = g.cli("init", "--no-wait", GPU_DIRECT_RDMA_ENABLED="true")
     assert done.returncode == 0, done.stderr
-    # The image has no module tree here: the host's DKMS modules are used (modprobe -d HOST_ROOT).
+    # The image has no module tree here: the host's DKMS modules are used (modprobe -d HOST_ROOT_MOUNT).
     assert g.fake.calls() == load_calls(g.fake.paths.host_root, peermem=True)
     assert g.loaded() == ["nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_peermem"]
     _published(g)

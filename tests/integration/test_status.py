@@ -27,7 +27,7 @@ def scenario_env(scenario: Path) -> dict[str, str]:
 
 def status_argv(scenario: Path, run_dir: Path, *extra: str) -> list[str]:
     return [
-        "--host-root", str(scenario / "host"),
+        "--host-root-mount", str(scenario / "host"),
         "--procfs-root", str(scenario / "proc"),
         "--sysfs-root", str(scenario / "sys"),
         "--userspace-root", str(scenario / "userspace"),

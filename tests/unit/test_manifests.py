@@ -71,7 +71,7 @@ def _driver_container() -> dict[str, Any]:
 
 def test_known_env_names_are_really_collected() -> None:
     names = known_env_names()
-    assert {"HOST_ROOT", "DRIVER_PLATFORM", "NODE_NAME", "LOG_FORMAT", "DRIVER_CONFIG_DIGEST"} <= names
+    assert {"HOST_ROOT_MOUNT", "DRIVER_PLATFORM", "NODE_NAME", "LOG_FORMAT", "DRIVER_CONFIG_DIGEST"} <= names
     assert "NOT_A_SETTING" not in names
 
 
@@ -114,7 +114,7 @@ def test_standalone_mounts_cover_every_path_the_code_reads() -> None:
     paths = HostPaths.from_env(env)
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     needed = {
-        "HOST_ROOT": paths.host_root,
+        "HOST_ROOT_MOUNT": paths.host_root,
         "PROCFS_ROOT": paths.procfs_root,
         "SYSFS_ROOT": paths.sysfs_root,
         "RUN_DIR": paths.run_dir,

@@ -87,14 +87,16 @@ def test_no_peermem_on_talos_init_does_not_wait_for_it(tmp_path: Path) -> None:
     assert found is not None and not found.modules["nvidia_peermem"].loaded
 
 
-def test_rdma_on_talos_warns_and_points_at_dma_buf(tmp_path: Path) -> None:
+def test_rdma_on_talos_is_refused_naming_the_setting_and_dma_buf(tmp_path: Path) -> None:
+    """The operator's validator would wait for nvidia_peermem forever (tests/integration/test_operator_settings.py
+    runs it): init refuses before Ready and names driver.rdma.enabled=false."""
     state = inspect_host(fixture_paths(_talos_tree(tmp_path)), Settings(gpu_direct_rdma=True))
     by_code = {f.code: f for f in check(state)}
     assert "PEERMEM_NOT_LOADED" not in by_code  # that one would say "list nvidia_peermem"
-    warning = by_code["PEERMEM_NOT_ON_TALOS"]
-    assert warning.severity == "warning" and "-EINVAL" in warning.message
-    assert "DMA-BUF" in warning.fix and "CONFIG_DMABUF_MOVE_NOTIFY" in warning.fix
-    assert "CONFIG_PCI_P2PDMA" in warning.fix and "- name: nvidia_peermem" not in warning.fix
+    error = by_code["PEERMEM_NOT_ON_TALOS"]
+    assert error.severity == "error" and "-EINVAL" in error.message and "driver.rdma.enabled=true" in error.message
+    assert error.fix.startswith("set driver.rdma.enabled=false") and "spec.rdma.enabled=false" in error.fix
+    assert "DMA-BUF" in error.fix and "- name: nvidia_peermem" not in error.fix
 
 
 def test_timeout_fix_is_one_form_for_the_version(tmp_path: Path) -> None:

@@ -48,7 +48,7 @@ def test_json_field_and_errors(tmp_path: Path, capsysbinary: pytest.CaptureFixtu
 def test_name_lookup_defaults_to_host_root_and_running_kernel(
     tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes]
 ) -> None:
-    # Stands for the pod's view: the host tree under --host-root, the kernel release from procfs.
+    # Stands for the pod's view: the host tree under --host-root-mount, the kernel release from procfs.
     host, proc = tmp_path / "host", tmp_path / "proc"
     extras = host / "lib" / "modules" / "6.18.24-talos" / "extras"
     extras.mkdir(parents=True)
@@ -56,9 +56,12 @@ def test_name_lookup_defaults_to_host_root_and_running_kernel(
     (proc / "sys" / "kernel").mkdir(parents=True)
     (proc / "sys" / "kernel" / "osrelease").write_text("6.18.24-talos\n")
     code, out, _ = _run(
-        ["--host-root", str(host), "--procfs-root", str(proc), "modinfo", "-F", "filename", "nvidia"], capsysbinary
+        ["--host-root-mount", str(host), "--procfs-root", str(proc), "modinfo", "-F", "filename", "nvidia"],
+        capsysbinary,
     )
     assert (code, out) == (0, f"{extras}/nvidia.ko.xz\n".encode())
-    code, _, err = _run(["--host-root", str(host), "--procfs-root", str(proc), "modinfo", "nvidia-drm"], capsysbinary)
+    code, _, err = _run(
+        ["--host-root-mount", str(host), "--procfs-root", str(proc), "modinfo", "nvidia-drm"], capsysbinary
+    )
     assert code == 1
     assert err.startswith(b"modinfo: ERROR: module nvidia-drm not found for kernel 6.18.24-talos under ")

@@ -132,7 +132,7 @@ def test_status_reports_the_fabric(tmp_path: Path, as_json: bool, capsys: pytest
     from driver_container.cli import main
 
     paths = _copy(tmp_path, B200, image=True)
-    args = ["--host-root", str(paths.host_root), "--procfs-root", str(paths.procfs_root),
+    args = ["--host-root-mount", str(paths.host_root), "--procfs-root", str(paths.procfs_root),
             "--sysfs-root", str(paths.sysfs_root), "--userspace-root", str(paths.userspace_root),
             "--run-dir", str(tmp_path / "run"), "--drivers-conf-dir", str(paths.drivers_conf_dir),
             "--host-os-release", str(paths.host_root / "etc/os-release"),

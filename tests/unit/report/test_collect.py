@@ -127,7 +127,7 @@ def test_the_allow_list_is_every_name_settings_reads() -> None:
 
 def test_the_environment_member_itself_holds_no_secret_value() -> None:
     """Before the archive's redaction pass: only allow-listed names, and a secret-looking one masked."""
-    env = {"HOST_ROOT": "/host", "NVFM_CONFIG_TOKEN": "t0ken", "MY_PASSWORD": "pw", "PATH": "/usr/bin"}
+    env = {"HOST_ROOT_MOUNT": "/host", "NVFM_CONFIG_TOKEN": "t0ken", "MY_PASSWORD": "pw", "PATH": "/usr/bin"}
     member = environment_member(env)
     assert member.data is not None
-    assert json.loads(member.data)["environment"] == {"HOST_ROOT": "/host", "NVFM_CONFIG_TOKEN": "<redacted>"}
+    assert json.loads(member.data)["environment"] == {"HOST_ROOT_MOUNT": "/host", "NVFM_CONFIG_TOKEN": "<redacted>"}

@@ -1,0 +1,42 @@
+"""``nvidia-gds-driver`` and ``nvidia-gdrcopy-driver``: the commands gpu-operator's GDS and GDRCopy sidecars
+run (``<command> install``), for this image set as their image on Talos (lifecycle/companion.py)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from driver_container import logs
+from driver_container.cli import report_error, report_unexpected
+from driver_container.errors import DriverContainerError, UsageError
+from driver_container.lifecycle.companion import run_companion
+from driver_container.paths import HostPaths
+from driver_container.settings import Settings, parse_bool
+
+USAGE = "usage: {prog} install   (on Talos: check that Talos loaded {module}, then wait for a signal)"
+
+
+def _run(prog: str, module: str, argv: list[str] | None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    try:
+        if args in (["-h"], ["--help"]):
+            sys.stdout.write(USAGE.format(prog=prog, module=module) + "\n")
+            return
+        if args != ["install"]:
+            raise UsageError(USAGE.format(prog=prog, module=module), name="command", value=" ".join(args))
+        env = os.environ
+        verbose = parse_bool("VERBOSE", env.get("VERBOSE"), False)
+        logs.configure(json_format=env.get("LOG_FORMAT") == "json", verbose=verbose)
+        run_companion(HostPaths.from_env(), Settings.from_env(), module)
+    except DriverContainerError as exc:
+        sys.exit(report_error(exc, prog))
+    except Exception as exc:  # the one boundary where an unexpected error becomes a message
+        sys.exit(report_unexpected(exc, prog))
+
+
+def gds_main(argv: list[str] | None = None) -> None:
+    _run("nvidia-gds-driver", "nvidia_fs", argv)
+
+
+def gdrcopy_main(argv: list[str] | None = None) -> None:
+    _run("nvidia-gdrcopy-driver", "gdrdrv", argv)
