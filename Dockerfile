@@ -263,8 +263,16 @@ RUN set -eu; \
       exit 1; fi; \
     ln -sf /opt/nvidia-driver/bin/nvidia-driver /usr/local/bin/nvidia-driver; \
     ln -sf /opt/nvidia-driver/bin/driver-manager /usr/local/bin/driver-manager; \
+    # gpu-operator's GDS/GDRCopy sidecars, with this image as theirs, run `bash -xc "until [ -d
+    # /run/nvidia/driver/usr/src ] && lsmod | grep nvidia; ...; exec nvidia-gds-driver install"` and probe
+    # with `lsmod | grep nvidia_fs` (NVIDIA/gpu-operator 10ee5b36 object_controls.go transformGDSContainer):
+    # busybox's lsmod reads /proc/modules as kmod's does.
+    ln -sf /opt/nvidia-driver/bin/nvidia-gds-driver /usr/local/bin/nvidia-gds-driver; \
+    ln -sf /opt/nvidia-driver/bin/nvidia-gdrcopy-driver /usr/local/bin/nvidia-gdrcopy-driver; \
+    command -v lsmod >/dev/null || ln -s /usr/bin/busybox /usr/local/bin/lsmod; \
     # The operator's startup probe runs sh, cat, mkdir, mv, rm and nvidia-smi from PATH.
-    for t in sh cat mkdir mv rm nvidia-smi ldconfig; do command -v "$t" >/dev/null || { echo "missing $t" >&2; exit 1; }; done; \
+    for t in sh cat mkdir mv rm nvidia-smi ldconfig bash grep lsmod nvidia-gds-driver nvidia-gdrcopy-driver; do \
+      command -v "$t" >/dev/null || { echo "missing $t" >&2; exit 1; }; done; \
     # The shell the root gets as bin/sh: busybox runs the applet argv[0] names.
     test "$(cd /tmp && ln -s /usr/bin/busybox sh && ./sh -c 'echo ok'; rm -f /tmp/sh)" = ok; \
     # ldconfig runs as `ldconfig -r <driver root>` on a root without libc: it must be static (no PT_INTERP).

@@ -77,26 +77,14 @@ class Settings(NamedRecord):
     fabric_overrides: tuple[tuple[str, str], ...] = ()  # NVFM_CONFIG_<FIELD>=<value> (NVIDIA's names)
 
     def unused_lines(self) -> list[str]:
-        """Operator settings this image parses but does not act on, each with what to do instead
-        (issue 14 item 9: they used to be ignored without a word)."""
+        """Operator settings this image parses but does not act on, each with what to do instead.
+        (GDS_ENABLED and GDRCOPY_ENABLED are acted on: findings/operator.py.)"""
         lines = []
         if self.use_host_mofed:
             lines.append(
                 "USE_HOST_MOFED=true has no effect: this image neither waits for MOFED nor loads nvidia_peermem "
                 "against it (on Talos there is no MOFED: GPUDirect RDMA goes through DMA-BUF)"
             )
-        gds = "the nonfree-kmod-nvidia extension ships extras/nvidia-fs.ko"
-        gdrcopy = "the nvidia-open-gpu-kernel-modules extension ships extras/gdrdrv.ko"
-        for name, enabled, module, where in (
-            ("GDS_ENABLED", self.gds_enabled, "nvidia_fs", gds),
-            ("GDRCOPY_ENABLED", self.gdrcopy_enabled, "gdrdrv", gdrcopy),
-        ):
-            if enabled:
-                lines.append(
-                    f"{name}=true: this image neither loads nor waits for {module}; the startup probe passes "
-                    f"{name} on to the operator's validator, which waits for {module} in /proc/modules: on Talos "
-                    f"load it from the machine config ({where})"
-                )
         return lines
 
     @classmethod

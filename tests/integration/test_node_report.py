@@ -6,17 +6,22 @@ from __future__ import annotations
 
 import datetime
 import logging
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
+from helpers.support import FIXTURES, fixture_paths
 from test_manager_api import NODE, NS, TOKEN, ApiState, Server, _start
 
+from driver_container.inspect.hoststate import inspect_host
+from driver_container.lifecycle.publishing import Published, report_ready
 from driver_container.manager.endpoint import Endpoint, KubeConfig
 from driver_container.manager.kube import KubeClient
 from driver_container.manager.nodereport import PREFIX, READY, REFUSED, NodeVerdict, event, report
+from driver_container.settings import Settings
 
 ENV = {"NODE_NAME": NODE, "KUBERNETES_SERVICE_HOST": "set-so-in-cluster"}
 REFUSAL = NodeVerdict(
@@ -58,6 +63,35 @@ def test_ready_annotates_the_node_and_posts_no_event(api: Server) -> None:
     (patch,) = api.state.requests
     assert (patch.method, patch.path) == ("PATCH", f"/api/v1/nodes/{NODE}")
     assert patch.headers["Content-Type"] == "application/merge-patch+json"
+
+
+def test_ready_with_warnings_puts_them_on_the_node(api: Server) -> None:
+    """A warning (PARAMETER_DIFFERS) used to be a log line only; now `kubectl describe node` shows it."""
+    warnings = "PARAMETER_DIFFERS: nvidia: NVreg_EnableGpuFirmware is 18 in the running kernel but 0 is requested"
+    assert _report(api, NodeVerdict(READY, "595.91.07", "open", "host", warnings=warnings)) is True
+    assert api.state.annotations[f"{PREFIX}warnings"] == warnings
+    assert _report(api, NodeVerdict(READY, "595.91.07", "open", "host")) is True
+    assert f"{PREFIX}warnings" not in api.state.annotations  # gone once fixed
+
+
+def test_a_ready_init_reports_parameter_differs_on_the_node(
+    api: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole path from a host whose nvidia runs with another value than kernelModuleConfig asks for."""
+    from driver_container.manager import kube
+
+    monkeypatch.setattr(kube, "in_cluster_endpoint", lambda env, config: Endpoint(api.url, token=TOKEN))
+    for key, value in ENV.items():
+        monkeypatch.setenv(key, value)
+    tree = tmp_path / "host"
+    shutil.copytree(FIXTURES / "hosts/talos-1.13-parameter-differs", tree, symlinks=True)
+    state = inspect_host(fixture_paths(tree), Settings())
+    report_ready(Published(state, "595.91.07"))
+    assert api.state.annotations[f"{PREFIX}result"] == "ready"
+    assert api.state.annotations[f"{PREFIX}warnings"] == (
+        "PARAMETER_DIFFERS: nvidia_uvm: uvm_perf_prefetch_enable is 1 in the running kernel but 0 is requested; "
+        "PARAMETER_DIFFERS: nvidia: NVreg_EnableGpuFirmware is 18 in the running kernel but 0 is requested"
+    )
 
 
 def test_refusal_annotates_and_posts_a_warning_event_about_the_node(api: Server) -> None:
@@ -130,9 +164,9 @@ def test_init_refusal_is_reported_by_the_cli(
     assert caught.value.code == 1
     assert api.state.annotations[f"{PREFIX}result"] == "refused"
     assert "nvidia" in api.state.annotations[f"{PREFIX}reason"]
-    assert len(api.state.events) == 1
+    (posted,) = api.state.events
+    assert "; fix: Talos loads them only from the machine config" in posted["message"]  # what to do, on the Node
     err = capsys.readouterr().err
-    assert "GDS_ENABLED=true: this image neither loads nor waits for nvidia_fs" in err  # issue 14 item 9
     assert TOKEN not in err
 
 
