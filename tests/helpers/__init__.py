@@ -21,6 +21,9 @@ puts tests/ on sys.path, and no conftest or test changes sys.path.
 - ``procsys``: ``init --no-wait`` on a Talos-like /run in a PID and mount namespace of its own (its tmpfs,
   procfs and sysfs in the root), then the DRA driver's MPS flow in that PID namespace, as hostPID pods.
 - ``mounts``: real mounts for the duration of a test: a tmpfs with Talos's /run flags, a procfs or sysfs.
+- ``operator_validator``: gpu-operator v26.7.0's driver startup probe and its real ``nvidia-validator --component
+  driver`` against a driver root, each in a root of its own in a private mount namespace, with a stand-in
+  nvidia-smi, a test-chosen /proc/modules and a stand-in Kubernetes API (https on 127.0.0.1).
 - ``fuzz_targets``, ``fuzz_mutate``: every untrusted-input parser with its samples, and the mutation
   strategy (the property tests and bench/fuzz.py).
 - ``bench``: bench/ scripts loaded from their files for the tests of their parsers.
