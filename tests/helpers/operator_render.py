@@ -410,8 +410,7 @@ def clusterpolicy_from_values(values: Mapping[str, Any]) -> dict[str, Any]:
     if _truthy(cdi.get("enabled")) and _truthy(cdi.get("nriPluginEnabled")):
         spec["cdi"]["nriPluginEnabled"] = _plain(cdi["nriPluginEnabled"])
     spec["driver"] = _driver(v.get("driver") or {})
-    spec["toolkit"] = _operand(v.get("toolkit") or {}, ("imagePullSecrets", "resources", "env", "installDir",
-                                                        "hostNetwork"))  # fmt: skip
+    spec["toolkit"] = _operand(v.get("toolkit") or {}, ("resources", "env", "installDir", "hostNetwork"))
     spec["migManager"] = _mig_manager(v.get("migManager") or {})
     if _truthy(v.get("gds")):
         spec["gds"] = _sidecar(v["gds"], enabled_default=False)
