@@ -14,6 +14,8 @@ puts tests/ on sys.path, and no conftest or test changes sys.path.
 - ``nvidia_sandbox``: NVIDIA's real binaries in a private mount namespace with a throw-away /dev.
 - ``toolkit``: NVIDIA's real container toolkit (nvidia-ctk, nvidia-container-runtime) reading a root, and the
   comparison of what it gives a container from two roots.
+- ``operator_render``: NVIDIA's gpu-operator v26.7.0 rendering its driver DaemonSets (``render-driver``),
+  Talos nodes as NFD labels them, the chart's ClusterPolicy from a values file.
 - ``published_roots``: every real userspace the suite publishes, and its publish by ``init --no-wait``.
 - ``imex``: stand-in nvidia-imex/nvidia-imex-ctl (Debian ships none) in a copy of a real userspace.
 - ``mps``: the MPS control daemon as NVIDIA's DRA driver and the device plugin run it from a driver root,
