@@ -226,7 +226,7 @@ class NodeFiles:
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> NodeFiles:
         """The fixture host of an ``nvidia-driver`` environment (helpers.fakes.node_env, Published.env)."""
-        return cls(Path(env["HOST_ROOT"]), Path(env["SYSFS_ROOT"]), Path(env["PROCFS_ROOT"]) / "devices")
+        return cls(Path(env["HOST_ROOT_MOUNT"]), Path(env["SYSFS_ROOT"]), Path(env["PROCFS_ROOT"]) / "devices")
 
 
 def proc_modules(names: Iterable[str]) -> str:

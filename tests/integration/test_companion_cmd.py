@@ -29,7 +29,9 @@ def _env(tmp_path: Path, *loaded: str) -> dict[str, str]:
 
 
 @pytest.mark.timeout(30)
-@pytest.mark.parametrize(("command", "module"), [("nvidia-gds-driver", "nvidia_fs"), ("nvidia-gdrcopy-driver", "gdrdrv")])
+@pytest.mark.parametrize(
+    ("command", "module"), [("nvidia-gds-driver", "nvidia_fs"), ("nvidia-gdrcopy-driver", "gdrdrv")]
+)
 def test_install_waits_while_talos_has_the_module_and_stops_on_sigterm(
     tmp_path: Path, command: str, module: str
 ) -> None:

@@ -128,15 +128,14 @@ class Case(NamedTuple):
 
 # What the samples leave off, switched on: (helm values key, value) for the ClusterPolicy, (NVIDIADriver
 # spec key, value) for the NVIDIADriver (rootFS is the ClusterPolicy's there too).
-SIDECAR = {"gds": {"enabled": True, "repository": "nvcr.io/nvidia/cloud-native", "image": "nvidia-fs",
-                   "version": "2.29.4"},
-           "gdrcopy": {"enabled": True, "repository": "nvcr.io/nvidia/cloud-native", "image": "gdrdrv",
-                       "version": "v2.6"}}  # fmt: skip
+# The sidecars run this image (docs/operator.md, "GDS and GDRCopy"): NVIDIA's would build and load a module.
+SIDECAR = {name: {"enabled": True, "repository": "ghcr.io/example", "image": "talos-nvidia-driver",
+                  "version": "595.91.07"} for name in ("gds", "gdrcopy")}  # fmt: skip
 VARIANTS: dict[str, tuple[list[tuple[str, Any]], list[tuple[str, Any]]]] = {
     "rdma": ([("driver.rdma", {"enabled": True, "useHostMofed": True})],
              [("rdma", {"enabled": True, "useHostMofed": True})]),
-    "gds": ([("gds.enabled", True)], [("gds", SIDECAR["gds"]), ("kernelModuleType", "open")]),
-    "gdrcopy": ([("gdrcopy.enabled", True)], [("gdrcopy", SIDECAR["gdrcopy"])]),
+    "gds": ([("gds", SIDECAR["gds"])], [("gds", SIDECAR["gds"]), ("kernelModuleType", "open")]),
+    "gdrcopy": ([("gdrcopy", SIDECAR["gdrcopy"])], [("gdrcopy", SIDECAR["gdrcopy"])]),
     "rootfs": ([("hostPaths.rootFS", "/custom")], []),
     "kmodcfg": ([("driver.kernelModuleConfig.name", "kernel-module-params")],
                 [("kernelModuleConfig", {"name": "kernel-module-params"})]),
@@ -188,14 +187,6 @@ def renders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Rendered]:
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         return dict(zip([c.name for c in CASES], pool.map(one, CASES), strict=True))
-
-
-def _params(xfails: dict[str, str]) -> list[Any]:
-    return [
-        pytest.param(c.name, id=c.name, marks=[pytest.mark.xfail(strict=True, reason=xfails[c.name])]
-                     if c.name in xfails else [])
-        for c in CASES
-    ]  # fmt: skip
 
 
 def test_the_samples_render_without_warnings(renders: dict[str, Rendered]) -> None:
@@ -260,20 +251,7 @@ def published() -> frozenset[str]:
     return frozenset(t for driver in rm.drivers(releases) for t in rm.tags(releases, driver, IMAGE))
 
 
-SIDECAR_IMAGE = (
-    "{c} pulls nvcr.io/nvidia/cloud-native/{image}-talosv1.13.9 (the operator appends the OS tag to the "
-    "chart's sidecar image): the release matrix publishes no such image, so the sidecar cannot start"
-)
-GDS_IMAGE = SIDECAR_IMAGE.format(c="nvidia-fs-ctr", image="nvidia-fs:2.29.4")
-GDRCOPY_IMAGE = SIDECAR_IMAGE.format(c="nvidia-gdrcopy-ctr", image="gdrdrv:v2.6")
-IMAGE_XFAILS = {
-    **{f"{p}-gds": GDS_IMAGE for p in ("cp", "nd")},
-    **{f"{p}-gdrcopy": GDRCOPY_IMAGE for p in ("cp", "nd")},
-    **{f"{p}-all": f"{GDS_IMAGE}; {GDRCOPY_IMAGE}" for p in ("cp", "nd")},
-}
-
-
-@pytest.mark.parametrize("name", _params(IMAGE_XFAILS))
+@pytest.mark.parametrize("name", [c.name for c in CASES])
 def test_every_image_is_one_the_release_matrix_publishes(renders: dict[str, Rendered], name: str) -> None:
     tags = published()
     assert f"{IMAGE}:595.91.07-talosv1.14.0-rc.1" in tags  # the matrix read right
@@ -367,6 +345,8 @@ COMMAND_READERS = {
     ("driver-manager", "uninstall_driver"): {"HOST_ROOTS", "Settings", "driver-manager", "CLI options"},
     ("nvidia-driver", "init"): {"HOST_ROOTS", "Settings", "node report", "CLI options"},
     ("nvidia-driver", "reload_nvidia_peermem"): {"HOST_ROOTS", "Settings", "CLI options"},
+    # The GDS/GDRCopy sidecars: `bash -xc "until ...; exec nvidia-gds-driver install"` (cli/companion_cmd.py).
+    ("bash", "-xc"): {"HOST_ROOTS", "Settings"},
 }
 # Below a root, the files the code reads there by name, from its own tables.
 SUBPATHS: dict[str, frozenset[str]] = {
@@ -449,7 +429,8 @@ class Passed(NamedTuple):
 def passed(name: str, rendered: Rendered) -> Iterator[Passed]:
     for ds in rendered.daemonsets:
         for c in containers_of(ds):
-            key = (c.get("command") or [""])[0], (c.get("args") or [""])[0]
+            command = [*(c.get("command") or []), *(c.get("args") or [])] or [""]
+            key = command[0], (command[1:] or [""])[0]
             readers = set(COMMAND_READERS.get(key, set()))
             mounts = mounts_of(c, ds)
             probe = ((c.get("startupProbe") or {}).get("exec") or {}).get("command") or []
@@ -505,15 +486,7 @@ def _judge(p: Passed, row: Row, readers: dict[str, frozenset[str]]) -> str | Non
     return None
 
 
-# hostPaths.rootFS=/custom: the operator sets HOST_ROOT to the rootFS HOST path on every container
-# (controllers/object_controls.go transformHostRootVolume at 10ee5b36) but still mounts that path at /host.
-HOST_ROOT_XFAIL = (
-    "HOST_ROOT=/custom: the operator passes the host's rootFS path, paths.HOST_ROOTS takes it as the container "
-    "path of the host's /, so driver-manager reads /custom, where nothing is mounted (host-root is at /host)"
-)
-
-
-@pytest.mark.parametrize("name", _params({"cp-rootfs": HOST_ROOT_XFAIL, "cp-all": HOST_ROOT_XFAIL}))
+@pytest.mark.parametrize("name", [c.name for c in CASES])
 def test_what_the_table_says_of_each_entry_holds(renders: dict[str, Rendered], name: str) -> None:
     rows = doc_rows()
     readers = env_readers(renders[name].probe_script())
@@ -559,8 +532,8 @@ def test_the_readers_are_really_collected() -> None:
     assert {"KERNEL_MODULE_TYPE", "GDS_ENABLED", "USE_HOST_MOFED"} <= readers["Settings"]
     assert {"HOST_ROOT", "RUN_DIR"} <= readers["HOST_ROOTS"] and readers["startup probe"] == {"GDS_ENABLED"}
     assert {"LOG_FORMAT", "VERBOSE"} <= readers["CLI options"]
-    roots = root_paths({"HOST_ROOT": "/h"})
-    assert roots["HOST_ROOT"] == PurePosixPath("/h") and roots["RUN_DIR"] == PurePosixPath("/run/nvidia")
+    roots = root_paths({"HOST_ROOT_MOUNT": "/h"})
+    assert roots["HOST_ROOT_MOUNT"] == PurePosixPath("/h") and roots["RUN_DIR"] == PurePosixPath("/run/nvidia")
     assert root_reads("SYSFS_ROOT", roots["SYSFS_ROOT"], "/sys/module/firmware_class/parameters/path")
     assert not root_reads("SYSFS_ROOT", roots["SYSFS_ROOT"], "/sys/devices/system")
     assert not root_reads("USERSPACE_ROOT", roots["USERSPACE_ROOT"], "/run/nvidia-topologyd")

@@ -224,8 +224,10 @@ def test_setting(
         return
     if case.outcome == REFUSED:
         assert ran.init.returncode == 1, ran.init.stderr
-        assert f"{case.code}: " in ran.init.stderr and f"nvidia-driver: fix: {case.fix}" in ran.init.stderr
-        assert not (tmp_path / "run/validations/.driver-daemons-status").exists()  # never Ready
+        error, _, fix = ran.init.stderr.partition("nvidia-driver: fix: ")
+        named = str(case.fix).removeprefix("set ").split("=")[0]  # the setting, e.g. driver.rdma.enabled
+        assert f"{case.code}: {named}=true" in error and str(case.fix) in fix, ran.init.stderr
+        assert (tmp_path / "run/validations/.driver-daemons-status").read_text() == "NotReady"  # the probe fails
         passed, output = _validator_verdict(ran, published, tmp_path, api, case, timeout=4.0)
         assert not passed, f"the validator passed although {case.setting} was refused:\n{output}"
         assert "command failed, retrying" in output  # it waits for the module, forever

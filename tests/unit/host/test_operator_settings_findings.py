@@ -60,7 +60,10 @@ def test_gds_and_gdrcopy_without_their_module_are_refused_on_talos(
 def test_gds_on_talos_1_13_says_there_is_no_nvidia_fs(tmp_path: Path) -> None:
     state = inspect_host(fixture_paths(_tree(tmp_path)), Settings(gds_enabled=True))
     refusal = next(f for f in check(state) if f.code == "GDS_MODULE_NOT_LOADED")
-    assert refusal.fix == "set gds.enabled=false (NVIDIADriver: spec.gds.enabled=false): Talos v1.13.9 ships no nvidia-fs.ko"
+    assert (
+        refusal.fix
+        == "set gds.enabled=false (NVIDIADriver: spec.gds.enabled=false): Talos v1.13.9 ships no nvidia-fs.ko"
+    )
 
 
 def test_companion_settings_are_not_refused_on_generic_hosts(tmp_path: Path) -> None:

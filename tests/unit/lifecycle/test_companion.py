@@ -40,7 +40,9 @@ def test_a_module_talos_loaded_is_held_up_until_a_signal(
     with caplog.at_level(logging.INFO):
         run_companion(paths, Settings(), module, _signalled())
     messages = [r.getMessage() for r in caplog.records]
-    assert f"{module} is loaded (Talos loaded it from the machine config): nothing to build or load; waiting" in messages
+    assert (
+        f"{module} is loaded (Talos loaded it from the machine config): nothing to build or load; waiting" in messages
+    )
     assert f"SIGTERM received: exiting ({module} stays loaded)" in messages
 
 
