@@ -76,21 +76,20 @@ def gdrcopy_fix(talos_version: str | None) -> str:
     )
 
 
-# setting, environment variable, module, finding code, fix: one row per companion module.
-COMPANIONS = {
-    NVIDIA_FS: ("gds.enabled", "GDS_ENABLED", "GDS_MODULE_NOT_LOADED", gds_fix),
-    GDRDRV: ("gdrcopy.enabled", "GDRCOPY_ENABLED", "GDRCOPY_MODULE_NOT_LOADED", gdrcopy_fix),
-}
+# module -> (setting, environment variable) of the operator's setting that makes the validator wait for it.
+COMPANIONS = {NVIDIA_FS: ("gds.enabled", "GDS_ENABLED"), GDRDRV: ("gdrcopy.enabled", "GDRCOPY_ENABLED")}
 
 
 def companion_missing(module: str, talos_version: str | None) -> Finding:
     """The refusal for a companion ``module`` the operator's validator would wait for on Talos."""
-    setting, env, code, fix = COMPANIONS[module]
+    setting, env = COMPANIONS[module]
     message = (
         f"{setting}=true ({env}=true), but {module} is not loaded and pods cannot load modules on Talos: "
         "the operator's validator would wait for it forever"
     )
-    return Finding("error", code, message, fix(talos_version))
+    if module == NVIDIA_FS:
+        return Finding("error", "GDS_MODULE_NOT_LOADED", message, gds_fix(talos_version))
+    return Finding("error", "GDRCOPY_MODULE_NOT_LOADED", message, gdrcopy_fix(talos_version))
 
 
 def companion_modules(state: HostState) -> list[Finding]:

@@ -108,9 +108,9 @@ def test_parameter_values_never_reach_a_shell(tmp_path: Path) -> None:
     init = h.run("init", "--no-wait", timeout=90)
     _check(h, tmp_path, before, status, init)
     assert [m for m in _markers(tmp_path) if m.exists()] == []
-    # The values differ from what Talos loaded: refused, and the refusal quotes them verbatim.
-    assert init.returncode == 1, init.stderr
-    assert "NVreg_RegistryDwords" in init.stderr
+    # On Talos the ConfigMap is never applied: init goes on, and its warnings quote the values verbatim.
+    assert init.returncode == 0, init.stderr
+    assert "NVreg_RegistryDwords" in init.stderr and "on Talos that ConfigMap is never applied" in init.stderr
 
 
 def test_parameter_values_are_single_argv_words_for_modprobe(tmp_path: Path) -> None:

@@ -81,6 +81,8 @@ def test_published_tree_layout_links_and_manifest(userspace: Path, tmp_path: Pat
         if rec["type"] == "file":
             assert hashlib.sha256(p.read_bytes()).hexdigest() == rec["sha256"] and p.stat().st_size == rec["size"]
             assert stat.S_IMODE(p.stat().st_mode) == rec["mode"]
+        elif rec["type"] == "dir":  # usr/src for the operator's GDS/GDRCopy sidecars: empty
+            assert p.is_dir() and not p.is_symlink() and not any(p.iterdir()), p
         else:
             assert os.readlink(p) == rec["target"]
 
