@@ -246,3 +246,26 @@ def _doc_rows() -> dict[str, str]:
 
 def test_the_docs_table_is_what_these_tests_prove() -> None:
     assert _doc_rows() == {c.setting: c.outcome for c in CASES}
+
+
+def test_host_root_from_hostpaths_rootfs_is_the_hosts_path(
+    published_userspaces: Callable[[Userspace], Published], tmp_path: Path
+) -> None:
+    """``hostPaths.rootFS: /custom``: the operator sets HOST_ROOT=/custom (the host's path) on the manager and
+    mounts that path at /host; the manager reads the module files through the mount. It used to take
+    HOST_ROOT as the path in the container, found nothing at /custom and checked nothing."""
+    case = next(c for c in CASES if c.setting == "hostPaths.rootFS")
+    published = published_userspaces(USERSPACE)
+    rendered = render(nodes=[talos_node("gpu-1", case.talos)], clusterpolicy=_clusterpolicy(case),
+                      tmp=tmp_path / "render")  # fmt: skip
+    manager = Rendered.container(rendered.daemonsets[0], "k8s-driver-manager")
+    assert manager["command"] == ["driver-manager"]
+    env = _literal_env(manager)
+    assert env["HOST_ROOT"] == "/custom"
+    host = _host(published, tmp_path, case)  # what the host-root volume shows at /host
+    cli_env = node_env(host, published.source, tmp_path / "run", published.env["PATH"]) | env
+    done = subprocess.run([str(CLI.parent / "driver-manager"), "preflight_check"], env=cli_env, capture_output=True,
+                          text=True, timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (line,) = [x for x in done.stdout.splitlines() if "module files match the loaded modules" in x]
+    assert "nvidia.ko" in line and "none under" not in line, done.stdout
