@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers.support import FIXTURES, fixture_paths
+from test_talos_facts import _talos_tree as _tree
 
 from driver_container.findings import check
 from driver_container.formats.kernel.pci import PciFunction
@@ -17,14 +18,6 @@ from driver_container.inspect.hoststate import HostState, inspect_host
 from driver_container.settings import Settings
 
 HOSTS = FIXTURES / "hosts"
-
-
-def _tree(tmp_path: Path, version: str = "v1.13.9", scenario: str = "talos-1.13-open-595") -> Path:
-    tree = tmp_path / "tree"
-    shutil.copytree(HOSTS / scenario, tree, symlinks=True)
-    release = tree / "host/etc/os-release"
-    release.write_text(release.read_text().replace("v1.13.9", version))
-    return tree
 
 
 def _load(tree: Path, *modules: str) -> None:
