@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from driver_container.findings.model import Finding, talos_module_snippet
-from driver_container.formats.numbers import parse_uint
+from driver_container.formats.numbers import driver_branch
 
 if TYPE_CHECKING:
     from driver_container.inspect.hoststate import HostState
@@ -30,14 +30,10 @@ FIRST_BRANCH = 580
 COHERENT_GPUS = {0x2342: "GH200", 0x2348: "GH200 144G", 0x2941: "GB200", 0x31C2: "GB300"}
 
 
-def _branch(version: str | None) -> int | None:
-    return parse_uint((version or "").split(".", 1)[0])
-
-
 def coherent_memory(state: HostState, loaded_version: str | None) -> list[Finding]:
     """A warning on a Grace node whose R580+ nvidia module runs without ``CoherentGPUMemoryMode=driver``."""
     nvidia = state.modules["nvidia"]
-    branch = _branch(loaded_version)
+    branch = driver_branch(loaded_version)
     gpus = sorted({COHERENT_GPUS[g.device] for g in state.pci_gpus if g.device in COHERENT_GPUS})
     current = nvidia.parameters.get(PARAMETER)
     if not nvidia.loaded or branch is None or branch < FIRST_BRANCH or not gpus or current is None:

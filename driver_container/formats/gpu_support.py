@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import Literal
 
 from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
+from driver_container.formats.numbers import driver_branch
 from driver_container.records import NamedRecord
 
 Support = Literal["yes", "no", "unknown"]
@@ -74,8 +75,8 @@ class GpuSupport(NamedRecord):
 
     def branch_too_old(self, driver_version: str | None) -> bool:
         """Whether ``driver_version``'s branch predates every release that knows this GPU's generation."""
-        major = (driver_version or "").partition(".")[0]
-        return self.generation == "Blackwell" and major.isdigit() and int(major) < BLACKWELL_FIRST_BRANCH
+        branch = driver_branch(driver_version)
+        return self.generation == "Blackwell" and branch is not None and branch < BLACKWELL_FIRST_BRANCH
 
 
 def _support(text: str) -> Support:

@@ -60,6 +60,11 @@ def parse_decimal_seconds(text: str) -> float | None:
     return float(text)
 
 
+def driver_branch(version: str | None) -> int | None:
+    """The branch of an NVIDIA driver version (``580`` of ``580.178.04``); None when it does not start with one."""
+    return parse_uint((version or "").split(".", 1)[0])
+
+
 def is_ascii_name(text: str) -> bool:
     """``[A-Za-z_][A-Za-z0-9_]*``: a shell variable or config field name (no regex: read on every start)."""
     return text.isascii() and text.isidentifier()

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import logging
 
-from driver_container.errors import HostReadError, VerificationError
+from driver_container.errors import VerificationError
 from driver_container.findings.operator import companion_missing
-from driver_container.formats.kernel.modules import parse_proc_modules
+from driver_container.inspect.hoststate import read_loaded_modules
 from driver_container.inspect.platform import detect_platform
 from driver_container.paths import HostPaths
 from driver_container.runtime.supervise import Shutdown
@@ -29,15 +29,6 @@ log = logging.getLogger(__name__)
 
 # The NVIDIA images these commands stand in for, for the message on hosts where they are the right choice.
 NVIDIA_IMAGES = {"nvidia_fs": "nvcr.io/nvidia/cloud-native/nvidia-fs", "gdrdrv": "nvcr.io/nvidia/cloud-native/gdrdrv"}
-
-
-def _loaded(paths: HostPaths, module: str) -> bool:
-    """As the operator's probe and validator see it: ``lsmod``, i.e. /proc/modules."""
-    try:
-        text = paths.proc.read_text_or_none("modules", limit=4 << 20) or ""
-    except HostReadError:
-        return False
-    return any(m.name == module for m in parse_proc_modules(text))
 
 
 def run_companion(paths: HostPaths, settings: Settings, module: str, shutdown: Shutdown | None = None) -> None:
@@ -50,7 +41,7 @@ def run_companion(paths: HostPaths, settings: Settings, module: str, shutdown: S
             codes=("COMPANION_NOT_TALOS",),
             fix=f"on this host use NVIDIA's image {NVIDIA_IMAGES[module]} for the sidecar (the chart's default)",
         )
-    if not _loaded(paths, module):
+    if module not in read_loaded_modules(paths).companions:  # /proc/modules, as the probe's lsmod reads it
         finding = companion_missing(module, info.talos_version)
         raise VerificationError(finding.message, codes=(finding.code,), fix=finding.fix)
     log.info("%s is loaded (Talos loaded it from the machine config): nothing to build or load; waiting", module)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from driver_container.formats.numbers import driver_branch
 from driver_container.paths import HostPaths
 from driver_container.publish.manifest import read_manifest
 from driver_container.records import NamedRecord
@@ -57,16 +58,11 @@ TOOLKIT_FEATURES = (
 )
 
 
-def _branch(version: str) -> int:
-    head = version.split(".", 1)[0]
-    return int(head) if head.isdigit() else 0
-
-
 def absent_features(published_paths: Iterable[str], version: str) -> tuple[ToolkitFeature, ...]:
     """The ``TOOLKIT_FEATURES`` a root published for driver ``version`` lacks (a branch-bound one only from
     its branch on)."""
     names = {path.rpartition("/")[2] for path in published_paths}
-    branch = _branch(version)
+    branch = driver_branch(version) or 0
 
     def present(f: ToolkitFeature) -> bool:
         return any(n.startswith(f.file_name) for n in names) if f.prefix else f.file_name in names
