@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from driver_container.errors import HostFileNotFound, HostReadError, PublishError
+from driver_container.formats.boundedjson import decode_json
 from driver_container.formats.elffacts import ElfDeps
 from driver_container.formats.userspace_layout import DIGEST_INDEX
 from driver_container.paths import Root
@@ -116,7 +117,7 @@ def _entry(fields: Any) -> IndexEntry:
 
 def parse_index(text: str, root: Path) -> UserspaceIndex:
     """The index in ``text`` (pure); ValueError, TypeError or KeyError when it is not one this code wrote."""
-    body = json.loads(text)
+    body = decode_json(text, limit=MAX_INDEX, what="index")
     if not isinstance(body, dict) or body.get("format") != INDEX_FORMAT:
         raise ValueError(f"not a format {INDEX_FORMAT} index")
     files, version = body.get("files"), body.get("version")

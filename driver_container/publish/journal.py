@@ -28,6 +28,7 @@ from pathlib import Path, PurePosixPath
 from typing import Literal, get_args
 
 from driver_container.errors import PublishError
+from driver_container.formats.boundedjson import decode_json
 from driver_container.records import NamedRecord
 from driver_container.runtime.fsutil import (
     atomic_write_text,
@@ -229,7 +230,7 @@ def _read_steps(state: int, root: Path) -> list[Step] | None:
 def parse_journal(data: bytes) -> list[Step] | None:
     """The steps of a journal (pure); None when it is not one this code wrote."""
     try:
-        body = json.loads(data.decode("utf-8"))
+        body = decode_json(data, limit=MAX_JOURNAL, what="journal")
         if not isinstance(body, dict) or body.get("format") != FORMAT or not isinstance(body.get("steps"), list):
             return None
         steps = []

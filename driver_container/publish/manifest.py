@@ -22,6 +22,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal, get_args
 
 from driver_container.errors import PublishError
+from driver_container.formats.boundedjson import decode_json
 from driver_container.formats.elffacts import ElfDeps
 from driver_container.records import NamedRecord
 from driver_container.runtime.fsutil import check_relative, open_regular, opened_dir
@@ -101,7 +102,7 @@ def _fields(record: Record) -> dict[str, Any]:
 def parse_manifest(text: str) -> Manifest | None:
     """The manifest, or None when it is not one this code wrote (then every file is treated as unknown)."""
     try:
-        body = json.loads(text)
+        body = decode_json(text, limit=MAX_MANIFEST, what="manifest")
         if not isinstance(body, dict) or body.get("format") != FORMAT or not isinstance(body.get("files"), list):
             return None
         version, triplet, inputs = body["version"], body["triplet"], body.get("inputs", "")
