@@ -24,12 +24,14 @@ import logging
 from pathlib import PurePosixPath
 from typing import Any, get_args
 
-from driver_container.errors import DriverContainerError, VerdictFormatError
+from driver_container.errors import DriverContainerError, JsonFormatError, VerdictFormatError
+from driver_container.formats.boundedjson import decode_json
 from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
 from driver_container.inspect.modfiles import ModuleFile
 from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
 from driver_container.runtime.fsutil import atomic_write_text
+from driver_container.runtime.statusfiles import make_room
 
 log = logging.getLogger(__name__)
 
@@ -132,9 +134,9 @@ def _module_file(record: object) -> ModuleFile:
 def parse_verdict(text: str) -> Verdict:
     """The document written by ``render_verdict``; VerdictFormatError for anything else."""
     try:
-        doc = json.loads(text)
-    except (ValueError, RecursionError) as exc:  # RecursionError: deeply nested arrays within the 1 MiB
-        raise VerdictFormatError(f"not JSON ({exc})") from exc
+        doc = decode_json(text, limit=VERDICT_LIMIT, what="verdict")
+    except JsonFormatError as exc:  # also too deep, too large, not UTF-8
+        raise VerdictFormatError(exc.message) from exc
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise VerdictFormatError(f"not a {FORMAT} document", key="format")
     if doc.get("format_version") != FORMAT_VERSION:
@@ -175,12 +177,14 @@ def current_binding(paths: HostPaths, digest: str | None, image_version: str | N
 def write_verdict(paths: HostPaths, verdict: Verdict) -> None:
 
     target = paths.run_dir / VERDICT_FILE
+    make_room(paths.run_dir, VERDICT_FILE)
     atomic_write_text(target, render_verdict(verdict), root=paths.run_dir)
     log.info("module-file verdict for init written to %s (%d file(s))", target, len(verdict.module_files))
 
 
 def remove_verdict(paths: HostPaths) -> None:
     """Drop an earlier verdict the writer can no longer stand behind (no host root this time)."""
+    make_room(paths.run_dir, VERDICT_FILE)  # a directory or link in its place: removed, not followed
     try:
         (paths.run_dir / VERDICT_FILE).unlink()
     except FileNotFoundError:

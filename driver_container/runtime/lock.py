@@ -8,18 +8,23 @@ written in place, not by rename, because renaming a new file over the path would
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import logging
 import os
+import stat
 from pathlib import Path
 from types import TracebackType
 
 from driver_container.errors import LockError
 from driver_container.formats.numbers import parse_uint
+from driver_container.runtime.statusfiles import make_room
 
 log = logging.getLogger(__name__)
 
 _ATTEMPTS = 5  # re-lock when the file was unlinked between our open and our flock
+# O_NONBLOCK: a FIFO planted at the path must not block the open; fstat then refuses it.
+_OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
 
 
 class PidLock:
@@ -50,13 +55,35 @@ class PidLock:
         raise LockError(f"{self.path}: keeps being replaced; cannot lock it", path=self.path)
 
     def _open(self) -> int:
+        """The pid file, opened without following a link or blocking on a FIFO. A directory, link or special
+        file in its place cannot be a lock anyone holds: it is removed (never followed) and replaced."""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+            fd = self._open_regular()
+            if fd is None:
+                make_room(self.path.parent, self.path.name)
+                fd = self._open_regular()
         except OSError as exc:
             raise LockError(
                 f"{self.path}: cannot open: {exc.strerror}", path=self.path, fix="check that RUN_DIR is writable"
             ) from exc
+        if fd is None:
+            raise LockError(f"{self.path}: not a regular file and cannot be replaced", path=self.path,
+                            fix=f"remove {self.path}")  # fmt: skip
+        return fd
+
+    def _open_regular(self) -> int | None:
+        """A descriptor of the pid file when it is (or is created as) a regular file; None otherwise."""
+        try:
+            fd = os.open(self.path, _OPEN_FLAGS, 0o644)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):  # a link, a directory, a socket
+                return None
+            raise
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            return fd
+        os.close(fd)
+        return None
 
     def _write_pid(self, fd: int) -> None:
         try:

@@ -8,7 +8,10 @@
 - ``nvidia-driver.verify.json`` (ours, ``HostPaths.verify_file``): the outcome of the check of
   DRIVER_ROOT against its manifest that ``init`` runs once after Ready (publish/integrity.py), bound to
   that manifest's digest. ``status`` reports a mismatch.
-All written atomically through fsutil (readers see the old or the new content).
+All written atomically through fsutil (readers see the old or the new content). RUN_DIR is a host
+directory other pods may write: a directory, link or special file found where one of these files (or
+``validations``) belongs is removed before the write (``make_room``), never followed, so it cannot fail
+every start; a record that does not parse is ignored by its reader and rewritten by the next write.
 """
 
 from __future__ import annotations
@@ -17,14 +20,54 @@ import contextlib
 import json
 import logging
 import os
+import stat
+from pathlib import Path, PurePosixPath
 
 from driver_container.errors import DriverContainerError, HostReadError
+from driver_container.formats.boundedjson import decode_json
 from driver_container.paths import HostPaths
-from driver_container.runtime.fsutil import atomic_write_text
+from driver_container.runtime.fsutil import DIR_FLAGS, atomic_write_text, check_relative, lstat_at, remove_tree_at
 
 log = logging.getLogger(__name__)
 
 DAEMONS_STATUS = ".driver-daemons-status"
+
+
+def make_room(run_dir: Path, rel: str | PurePosixPath) -> None:
+    """Before writing ``run_dir/rel``: whatever is in its place and is not a regular file (and, on the way,
+    not a directory) is removed with a warning: a link is unlinked, never followed; a directory tree is
+    removed through descriptors. A failure here is logged; the write that follows reports its own."""
+    parts = check_relative(rel, what="RUN_DIR file").parts
+    try:
+        fd = os.open(run_dir, DIR_FLAGS)
+    except OSError:
+        return  # no RUN_DIR yet: the write creates it
+    try:
+        for depth, name in enumerate(parts, start=1):
+            leaf = depth == len(parts)
+            st = lstat_at(fd, name)
+            if st is None:
+                return
+            if not (stat.S_ISREG(st.st_mode) if leaf else stat.S_ISDIR(st.st_mode)):
+                _remove_misplaced(fd, name, run_dir.joinpath(*parts[:depth]), st)
+                return
+            if not leaf:
+                child = os.open(name, DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = child
+    except OSError as exc:
+        log.warning("%s: cannot check what is in its place: %s", run_dir.joinpath(*parts), exc.strerror)
+    finally:
+        os.close(fd)
+
+
+def _remove_misplaced(dir_fd: int, name: str, shown: Path, st: os.stat_result) -> None:
+    kind = "a directory" if stat.S_ISDIR(st.st_mode) else "a symlink" if stat.S_ISLNK(st.st_mode) else "not a file"
+    log.warning("%s: %s where our state file belongs; removing it (not following it)", shown, kind)
+    try:
+        remove_tree_at(dir_fd, name)
+    except OSError as exc:
+        log.warning("%s: cannot remove: %s", shown, exc.strerror)
 READY = "Ready"
 NOT_READY = "NotReady"
 
@@ -32,6 +75,7 @@ NOT_READY = "NotReady"
 def write_daemons_status(paths: HostPaths, ready: bool) -> None:
     # No trailing newline: the probe compares `cat` output with "Ready" (shell strips it anyway).
     value = READY if ready else NOT_READY
+    make_room(paths.run_dir, f"validations/{DAEMONS_STATUS}")
     atomic_write_text(paths.validations_dir / DAEMONS_STATUS, value, root=paths.run_dir)
     log.info("%s = %s", paths.validations_dir / DAEMONS_STATUS, value)
 
@@ -46,6 +90,7 @@ def write_state(paths: HostPaths, digest: str | None) -> None:
     if not digest:
         log.info("DRIVER_CONFIG_DIGEST not set: %s not written", paths.state_file)
         return
+    make_room(paths.run_dir, paths.state_file.name)
     atomic_write_text(paths.state_file, digest, root=paths.run_dir)
     log.info("%s = %s", paths.state_file, digest)
 
@@ -55,12 +100,14 @@ def read_state(paths: HostPaths) -> str | None:
     return None if text is None else text.strip()
 
 
+MAX_FAILURE_RECORD = 16384  # the error is cut at 4000 characters
 PUBLISH_FAILED = "nvidia-driver.publish-failed"  # in RUN_DIR, beside DRIVER_ROOT: a rolled-back root stays as it was
 
 
 def write_publish_failure(paths: HostPaths, version: str, message: str) -> None:
     """Record that the last publish (of ``version``) failed: ``status`` reports it until one succeeds."""
     text = json.dumps({"version": version, "error": message[:4000]}) + "\n"
+    make_room(paths.run_dir, PUBLISH_FAILED)
     try:
         atomic_write_text(paths.run_dir / PUBLISH_FAILED, text, root=paths.run_dir)
     except DriverContainerError as exc:  # the publish error matters more than its record
@@ -68,6 +115,8 @@ def write_publish_failure(paths: HostPaths, version: str, message: str) -> None:
 
 
 def clear_publish_failure(paths: HostPaths) -> None:
+    """Remove the record (or whatever sits in its place: removed, never followed)."""
+    make_room(paths.run_dir, PUBLISH_FAILED)
     with contextlib.suppress(FileNotFoundError, NotADirectoryError):
         os.unlink(paths.run_dir / PUBLISH_FAILED)
 
@@ -76,13 +125,13 @@ def read_publish_failure(paths: HostPaths) -> tuple[str, str] | None:
     """(version, error) of the last failed publish; None when the last one succeeded (or none was made).
     A record that does not parse still means a failure, of an unknown version."""
     try:
-        text = paths.run.read_text_or_none(PUBLISH_FAILED, limit=16384)
+        text = paths.run.read_text_or_none(PUBLISH_FAILED, limit=MAX_FAILURE_RECORD)
     except HostReadError:
         return ("unknown", "unreadable record")
     if text is None:
         return None
     try:
-        body = json.loads(text)
+        body = decode_json(text, limit=MAX_FAILURE_RECORD, what="publish-failed record")
         return (str(body["version"]), str(body["error"]))
     except (ValueError, TypeError, KeyError):
         return ("unknown", "damaged record")
@@ -92,6 +141,7 @@ MAX_VERIFY_RECORD = 64 << 10  # at most 50 listed paths with their reasons
 
 
 def write_verify_record(paths: HostPaths, text: str) -> None:
+    make_room(paths.run_dir, paths.verify_file.name)
     atomic_write_text(paths.verify_file, text, root=paths.run_dir)
 
 
