@@ -176,6 +176,8 @@ def last_verification(paths: HostPaths) -> IntegrityReport | None:
         return None
     report = parse_report(text) if text else None
     if report is None:
+        if text:  # damaged: as if absent; the next check after Ready rewrites it
+            log.warning("%s: ignored, not a record this version wrote", paths.verify_file)
         return None
     current, _manifest = read_manifest(paths.driver_root)
     if not current or hashlib.sha256(current.encode()).hexdigest() != report.manifest_sha256:

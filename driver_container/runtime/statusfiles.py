@@ -126,14 +126,17 @@ def read_publish_failure(paths: HostPaths) -> tuple[str, str] | None:
     A record that does not parse still means a failure, of an unknown version."""
     try:
         text = paths.run.read_text_or_none(PUBLISH_FAILED, limit=MAX_FAILURE_RECORD)
-    except HostReadError:
+    except HostReadError as exc:  # too large, a directory, a FIFO: replaced by the next start (make_room)
+        log.warning("%s: ignored, %s", paths.run_dir / PUBLISH_FAILED, exc.message)
         return ("unknown", "unreadable record")
     if text is None:
         return None
     try:
         body = decode_json(text, limit=MAX_FAILURE_RECORD, what="publish-failed record")
         return (str(body["version"]), str(body["error"]))
-    except (ValueError, TypeError, KeyError):
+    except (ValueError, TypeError, KeyError) as exc:  # the next start that publishes (or keeps) the root clears it
+        log.warning("%s: ignored, not a record this version wrote (%s)", paths.run_dir / PUBLISH_FAILED,
+                    getattr(exc, "message", type(exc).__name__))  # fmt: skip
         return ("unknown", "damaged record")
 
 
