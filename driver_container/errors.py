@@ -293,11 +293,5 @@ class VerdictFormatError(DriverContainerError):
 
 
 class JsonFormatError(ValueError):
-    """A JSON document that is too large, too deeply nested, not UTF-8, not JSON or not of the expected
-    top-level type (formats/boundedjson.py). A ValueError, not a DriverContainerError: every reader treats
-    it as damage (the file is ignored, or the document refused with its own error), it never reaches the
-    CLI as such. ``what``: the document, as the caller named it."""
-
-    def __init__(self, message: str, *, what: str | None = None) -> None:
-        super().__init__(message)
-        self.message, self.what = message, what
+    """A JSON document too large, too deeply nested, not UTF-8, not JSON or not of the expected top-level
+    type (formats/boundedjson.py). A ValueError: every reader treats it as damage, never the CLI."""

@@ -38,29 +38,27 @@ def _refuse_constant(name: str) -> Any:
     raise JsonFormatError(f"{name} is not a JSON number")
 
 
-def decode_json(data: bytes | str, *, limit: int, what: str = "JSON", max_depth: int = MAX_DEPTH) -> Any:
+def decode_json(data: bytes | str, *, limit: int, max_depth: int = MAX_DEPTH) -> Any:
     """The value in ``data`` (UTF-8 when bytes): at most ``limit`` bytes (characters for text) and
-    ``max_depth`` levels of nesting; JsonFormatError for anything else."""
+    ``max_depth`` levels of nesting; JsonFormatError, saying what is wrong, for anything else."""
     if len(data) > limit:
-        raise JsonFormatError(f"{what}: larger than {limit} bytes", what=what)
+        raise JsonFormatError(f"larger than {limit} bytes")
     try:
         text = data.decode("utf-8") if isinstance(data, bytes) else data
     except UnicodeDecodeError as exc:
-        raise JsonFormatError(f"{what}: not UTF-8 (byte {exc.start})", what=what) from None
+        raise JsonFormatError(f"not UTF-8 (byte {exc.start})") from None
     depth = nesting_depth(text)
     if depth > max_depth:
-        raise JsonFormatError(f"{what}: nested {depth} levels deep (at most {max_depth})", what=what)
+        raise JsonFormatError(f"nested {depth} levels deep (at most {max_depth})")
     try:
         return json.loads(text, parse_constant=_refuse_constant)
-    except JsonFormatError as exc:
-        raise JsonFormatError(f"{what}: {exc.message}", what=what) from None
     except (ValueError, RecursionError) as exc:  # RecursionError: cannot happen below max_depth; kept as damage
-        raise JsonFormatError(f"{what}: not JSON ({str(exc)[:200]})", what=what) from None
+        raise JsonFormatError(f"not JSON ({str(exc)[:200]})") from None
 
 
-def decode_object(data: bytes | str, *, limit: int, what: str = "JSON", max_depth: int = MAX_DEPTH) -> dict[str, Any]:
+def decode_object(data: bytes | str, *, limit: int, max_depth: int = MAX_DEPTH) -> dict[str, Any]:
     """``decode_json`` of a document whose top level must be an object."""
-    value = decode_json(data, limit=limit, what=what, max_depth=max_depth)
+    value = decode_json(data, limit=limit, max_depth=max_depth)
     if not isinstance(value, dict):
-        raise JsonFormatError(f"{what}: a {type(value).__name__} where an object belongs", what=what)
+        raise JsonFormatError(f"a {type(value).__name__} where an object belongs")
     return value

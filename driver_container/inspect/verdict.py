@@ -134,9 +134,9 @@ def _module_file(record: object) -> ModuleFile:
 def parse_verdict(text: str) -> Verdict:
     """The document written by ``render_verdict``; VerdictFormatError for anything else."""
     try:
-        doc = decode_json(text, limit=VERDICT_LIMIT, what="verdict")
+        doc = decode_json(text, limit=VERDICT_LIMIT)
     except JsonFormatError as exc:  # also too deep, too large, not UTF-8
-        raise VerdictFormatError(exc.message) from exc
+        raise VerdictFormatError(str(exc)) from exc
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise VerdictFormatError(f"not a {FORMAT} document", key="format")
     if doc.get("format_version") != FORMAT_VERSION:

@@ -98,7 +98,7 @@ def _entry(fields: Any) -> IndexEntry:
     if not isinstance(fields, dict):
         raise TypeError("an entry must be an object")
     path, size, mtime, digest = fields["path"], fields["size"], fields["mtime_ns"], fields["sha256"]
-    if not isinstance(path, str) or not path or path != str(check_relative(path, what="indexed path")):
+    if not isinstance(path, str) or not path or path != str(check_relative(path)):
         raise ValueError(f"indexed path {str(path)[:200]!r} is not a plain relative path")
     for value in (size, mtime):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -117,7 +117,7 @@ def _entry(fields: Any) -> IndexEntry:
 
 def parse_index(text: str, root: Path) -> UserspaceIndex:
     """The index in ``text`` (pure); ValueError, TypeError or KeyError when it is not one this code wrote."""
-    body = decode_json(text, limit=MAX_INDEX, what="index")
+    body = decode_json(text, limit=MAX_INDEX)
     if not isinstance(body, dict) or body.get("format") != INDEX_FORMAT:
         raise ValueError(f"not a format {INDEX_FORMAT} index")
     files, version = body.get("files"), body.get("version")

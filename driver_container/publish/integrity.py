@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from driver_container.errors import DriverContainerError, HostReadError, PublishError
-from driver_container.formats.boundedjson import decode_json
+from driver_container.formats.boundedjson import decode_object
 from driver_container.paths import HostPaths
 from driver_container.publish.manifest import Record, read_manifest
 from driver_container.runtime import statusfiles
@@ -142,7 +142,7 @@ def report_json(report: IntegrityReport) -> dict[str, Any]:
 def parse_report(text: str) -> IntegrityReport | None:
     """The record ``verify_and_record`` wrote; None when it is not one (pure)."""
     try:
-        body = decode_json(text, limit=statusfiles.MAX_VERIFY_RECORD, what="verify record")
+        body = decode_object(text, limit=statusfiles.MAX_VERIFY_RECORD)
         listed = tuple(Mismatch(str(m["path"]), str(m["reason"])) for m in body["mismatches"][:MAX_LISTED])
         total = body["total_mismatches"]
         version = body["version"]

@@ -230,7 +230,7 @@ def _read_steps(state: int, root: Path) -> list[Step] | None:
 def parse_journal(data: bytes) -> list[Step] | None:
     """The steps of a journal (pure); None when it is not one this code wrote."""
     try:
-        body = decode_json(data, limit=MAX_JOURNAL, what="journal")
+        body = decode_json(data, limit=MAX_JOURNAL)
         if not isinstance(body, dict) or body.get("format") != FORMAT or not isinstance(body.get("steps"), list):
             return None
         steps = []

@@ -102,7 +102,7 @@ def _fields(record: Record) -> dict[str, Any]:
 def parse_manifest(text: str) -> Manifest | None:
     """The manifest, or None when it is not one this code wrote (then every file is treated as unknown)."""
     try:
-        body = decode_json(text, limit=MAX_MANIFEST, what="manifest")
+        body = decode_json(text, limit=MAX_MANIFEST)
         if not isinstance(body, dict) or body.get("format") != FORMAT or not isinstance(body.get("files"), list):
             return None
         version, triplet, inputs = body["version"], body["triplet"], body.get("inputs", "")

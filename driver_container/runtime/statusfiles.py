@@ -24,7 +24,7 @@ import stat
 from pathlib import Path, PurePosixPath
 
 from driver_container.errors import DriverContainerError, HostReadError
-from driver_container.formats.boundedjson import decode_json
+from driver_container.formats.boundedjson import decode_object
 from driver_container.paths import HostPaths
 from driver_container.runtime.fsutil import DIR_FLAGS, atomic_write_text, check_relative, lstat_at, remove_tree_at
 
@@ -37,7 +37,7 @@ def make_room(run_dir: Path, rel: str | PurePosixPath) -> None:
     """Before writing ``run_dir/rel``: whatever is in its place and is not a regular file (and, on the way,
     not a directory) is removed with a warning: a link is unlinked, never followed; a directory tree is
     removed through descriptors. A failure here is logged; the write that follows reports its own."""
-    parts = check_relative(rel, what="RUN_DIR file").parts
+    parts = check_relative(rel).parts
     try:
         fd = os.open(run_dir, DIR_FLAGS)
     except OSError:
@@ -132,11 +132,11 @@ def read_publish_failure(paths: HostPaths) -> tuple[str, str] | None:
     if text is None:
         return None
     try:
-        body = decode_json(text, limit=MAX_FAILURE_RECORD, what="publish-failed record")
+        body = decode_object(text, limit=MAX_FAILURE_RECORD)
         return (str(body["version"]), str(body["error"]))
     except (ValueError, TypeError, KeyError) as exc:  # the next start that publishes (or keeps) the root clears it
         log.warning("%s: ignored, not a record this version wrote (%s)", paths.run_dir / PUBLISH_FAILED,
-                    getattr(exc, "message", type(exc).__name__))  # fmt: skip
+                    str(exc)[:200] or type(exc).__name__)  # fmt: skip
         return ("unknown", "damaged record")
 
 
