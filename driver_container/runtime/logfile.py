@@ -23,6 +23,7 @@ from typing import TextIO
 
 from driver_container.errors import DriverContainerError
 from driver_container.runtime.fsutil import open_dir, write_all
+from driver_container.runtime.statusfiles import make_room
 
 LOG_FILE = "nvidia-driver.log"  # in RUN_DIR
 ROTATED_LOG_FILE = LOG_FILE + ".1"
@@ -45,9 +46,14 @@ class RunDirLog(logging.Handler):
         self.setFormatter(logging.Formatter(FILE_FORMAT, datefmt="%Y-%m-%dT%H:%M:%S%z"))
 
     def open(self) -> None:
-        """Open RUN_DIR and the log file; raises OSError or DriverContainerError."""
+        """Open RUN_DIR and the log file; raises OSError or DriverContainerError. A directory, link or FIFO
+        at the log's name is removed (never followed) and the file created once more."""
         self._dir_fd = open_dir(self.run_dir, "", create=True)
-        self._fd = self._open_file()
+        try:
+            self._fd = self._open_file()
+        except OSError:
+            make_room(self.run_dir, LOG_FILE)
+            self._fd = self._open_file()
 
     def _open_file(self) -> int:
         fd = os.open(LOG_FILE, _OPEN_FLAGS, 0o644, dir_fd=self._dir_fd)

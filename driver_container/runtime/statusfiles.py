@@ -96,7 +96,13 @@ def write_state(paths: HostPaths, digest: str | None) -> None:
 
 
 def read_state(paths: HostPaths) -> str | None:
-    text = paths.run.read_text_or_none(paths.state_file.name, limit=4096)
+    """The recorded digest; None when there is none or it is unreadable (a directory, a FIFO, too large:
+    as if absent, so the generic host reloads and step 10 replaces it instead of failing every start)."""
+    try:
+        text = paths.run.read_text_or_none(paths.state_file.name, limit=4096)
+    except HostReadError as exc:
+        log.warning("%s: ignored, %s", paths.state_file, exc.message)
+        return None
     return None if text is None else text.strip()
 
 

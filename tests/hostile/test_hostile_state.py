@@ -29,10 +29,11 @@ from driver_container.formats.boundedjson import MAX_DEPTH, decode_json, decode_
 from driver_container.formats.userspace_layout import DIGEST_INDEX
 from driver_container.inspect.verdict import BOOT_ID, VERDICT_FILE, Binding, load_verdict, parse_verdict
 from driver_container.manager.manager import hand_verdict_to_init
+from driver_container.paths import HostPaths
 from driver_container.publish.integrity import parse_report
 from driver_container.publish.journal import JOURNAL
 from driver_container.publish.manifest import MANIFEST_PATH, MAX_MANIFEST, read_manifest
-from driver_container.runtime.statusfiles import MAX_FAILURE_RECORD, PUBLISH_FAILED
+from driver_container.runtime.statusfiles import MAX_FAILURE_RECORD, PUBLISH_FAILED, read_state, write_state
 from driver_container.settings import Settings
 
 OUTSIDE = "precious: outside the roots\n"
@@ -210,9 +211,9 @@ def _replace(path: Path, kind: str, outside: Path) -> None:
 
 
 # Each failed every start on main with a directory (the pid file also with a link, validations with a link
-# or a file).
+# or a file); the log copy was switched off for good.
 RUN_FILES = ["nvidia-driver.pid", "nvidia-driver.state", "validations/.driver-daemons-status",
-             PUBLISH_FAILED, "validations"]  # fmt: skip
+             PUBLISH_FAILED, "validations", "nvidia-driver.log"]  # fmt: skip
 
 
 @pytest.mark.parametrize("rel", RUN_FILES)
@@ -230,12 +231,26 @@ def test_a_run_dir_file_replaced_by_a_directory_link_or_fifo_is_replaced(tmp_pat
         assert snapshot(tmp_path, skip=(h.run_dir,)) == before, (kind, "changed something outside RUN_DIR")
         assert outside.read_text() == OUTSIDE
         assert f"{path}: " in stderr and "where our state file belongs" in stderr, (kind, stderr)
-        if rel == "nvidia-driver.state":
+        if rel == "nvidia-driver.log":
+            assert "Done (--no-wait)" in path.read_text()
+        elif rel == "nvidia-driver.state":
             assert path.read_text() == "sha256-d"
         elif rel.startswith("validations"):
             assert (h.run_dir / "validations/.driver-daemons-status").read_text() == "Ready"
         else:
             assert not os.path.lexists(path)  # the pid file goes with init; the record after a good start
+
+
+def test_an_unreadable_state_file_reads_as_absent(tmp_path: Path) -> None:
+    # A generic host compares it with DRIVER_CONFIG_DIGEST before step 10 would replace it.
+    paths = HostPaths(run_dir=tmp_path / "run")
+    paths.state_file.mkdir(parents=True)
+    assert read_state(paths) is None
+    paths.state_file.rmdir()
+    os.mkfifo(paths.state_file)
+    assert read_state(paths) is None
+    write_state(paths, "sha256-d")
+    assert read_state(paths) == "sha256-d"
 
 
 def test_a_fifo_in_place_of_every_run_dir_file_at_once_never_blocks(tmp_path: Path) -> None:

@@ -63,25 +63,28 @@ def test_a_second_writer_that_rotated_first_is_followed_not_rotated_away(tmp_pat
         second.close()
 
 
-def test_a_symlink_planted_at_the_log_is_not_followed(tmp_path: Path, root_logger: logging.Logger) -> None:
+def test_a_symlink_planted_at_the_log_is_replaced_not_followed(tmp_path: Path, root_logger: logging.Logger) -> None:
     victim = tmp_path / "victim"
     victim.write_text("untouched\n")
     run = tmp_path / "run"
     run.mkdir()
     (run / LOG_FILE).symlink_to(victim)
     warnings = io.StringIO()
-    assert keep_log(run, stderr=warnings) is None
-    log.info("must go nowhere")
+    handler = keep_log(run, stderr=warnings)  # the link is removed, never followed, and the log kept
+    assert handler is not None
+    log.info("goes to the new file only")
+    handler.close()
     assert victim.read_text() == "untouched\n"
-    assert (run / LOG_FILE).is_symlink()
-    assert warnings.getvalue().count("warning: not keeping a copy of the log") == 1
+    assert not (run / LOG_FILE).is_symlink() and "goes to the new file only" in (run / LOG_FILE).read_text()
+    assert warnings.getvalue() == ""
 
 
-def test_a_fifo_at_the_log_cannot_block_init(tmp_path: Path, root_logger: logging.Logger) -> None:
+def test_a_fifo_at_the_log_cannot_block_init_and_is_replaced(tmp_path: Path, root_logger: logging.Logger) -> None:
     os.mkfifo(tmp_path / LOG_FILE)
-    warnings = io.StringIO()
-    assert keep_log(tmp_path, stderr=warnings) is None  # ENXIO: O_NONBLOCK write-open without a reader
-    assert "not keeping a copy" in warnings.getvalue()
+    handler = keep_log(tmp_path, stderr=io.StringIO())  # ENXIO (O_NONBLOCK, no reader): removed, replaced
+    assert handler is not None
+    handler.close()
+    assert (tmp_path / LOG_FILE).is_file()
 
 
 def test_a_symlinked_run_dir_is_refused(tmp_path: Path, root_logger: logging.Logger) -> None:
