@@ -19,19 +19,32 @@ from driver_container.errors import JsonFormatError
 
 MAX_DEPTH = 32  # the deepest document we write is 4 levels (manifest: body, files, record, elf)
 
-# A string literal, skipped whole; an unterminated one runs to the end, so a quote inside it never starts
-# another attempt. Possessive and unrolled (no two ways to match a character): linear, ~0.1 ms for a
-# 10 KB manifest.
-_STRING = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+(?:"|\Z)', re.DOTALL)
-_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_STRUCTURE_ONLY = bytes(c for c in range(256) if c not in b'"[]{}')  # bytes.translate deletes the rest
+_QUOTED = re.compile(rb'"[^"]*+(?:"|\Z)')  # possessive, one way to match: linear; unterminated runs to the end
+_SPLIT_MAX = 1 << 20
 _STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
 
 
-def nesting_depth(text: str) -> int:
-    """The deepest nesting of arrays and objects outside string literals (linear: two regex passes and
-    one pass over the brackets alone)."""
-    brackets = _NOT_BRACKET.sub("", _STRING.sub("", text))
-    return max(accumulate(map(_STEP.__getitem__, brackets.encode("ascii"))), default=0)
+def nesting_depth(text: str | bytes) -> int:
+    """The deepest nesting of arrays and objects outside string literals, in a few passes at C speed
+    (~0.1 ms for a 57 KB manifest, about 1 s for 16 MiB of brackets or quotes).
+
+    Escapes go first: ``\\\\`` pairs, then ``\\"`` (a run of backslashes pairs up from its start, as JSON
+    reads it); then every byte but quotes and brackets (UTF-8 continuation bytes are never ASCII); then
+    the quoted runs, which are exactly the string literals. Outside strings a backslash is not JSON:
+    json.loads stops there, and everything before it was counted exactly."""
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    if b"\\" in data:  # our own documents have none: two scans saved on the hot path
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    structure = data.translate(None, _STRUCTURE_ONLY)
+    return max(accumulate(map(_STEP.__getitem__, _outside_strings(structure))), default=0)
+
+
+def _outside_strings(structure: bytes) -> bytes:
+    """``structure`` (quotes and brackets only) without its string literals."""
+    if len(structure) <= _SPLIT_MAX:  # every other piece between quotes is outside a string (~10x the regex)
+        return b"".join(structure.split(b'"')[::2])
+    return _QUOTED.sub(b"", structure)  # without a list of up to 16 Mi pieces
 
 
 def _refuse_constant(name: str) -> Any:

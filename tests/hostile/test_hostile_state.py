@@ -23,9 +23,11 @@ from helpers.hostenv import Host, make_host
 from helpers.support import FIXTURES, fixture_paths
 from helpers.trees import snapshot
 from helpers.waits import wait_until
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from driver_container.errors import JsonFormatError
-from driver_container.formats.boundedjson import MAX_DEPTH, decode_json, decode_object
+from driver_container.formats.boundedjson import MAX_DEPTH, decode_json, decode_object, nesting_depth
 from driver_container.formats.userspace_layout import DIGEST_INDEX
 from driver_container.inspect.verdict import BOOT_ID, VERDICT_FILE, Binding, load_verdict, parse_verdict
 from driver_container.manager.manager import hand_verdict_to_init
@@ -79,6 +81,8 @@ def _plant(path: Path, data: bytes) -> None:
 def test_the_decoder_bounds_depth_size_and_type_and_skips_strings() -> None:
     assert decode_json('["[[[[", {"a": "{{{{\\"[["}]', limit=100) == ["[[[[", {"a": '{{{{"[['}]
     assert decode_json("[" * MAX_DEPTH + "]" * MAX_DEPTH, limit=100)
+    big = "[" + '"[[{",' * (1 << 19) + "[[1]]]"  # over 1 MiB of quotes and brackets: the regex path
+    assert nesting_depth(big) == 3 and len(decode_json(big, limit=len(big))) == (1 << 19) + 1
     for bad in ("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), "[" * 100000, '{"a":' * 3000 + "1" + "}" * 3000,
                 b"\xff[]", "NaN", "[1,", '"unterminated \\" [[['):  # fmt: skip
         with pytest.raises(JsonFormatError):
@@ -89,15 +93,38 @@ def test_the_decoder_bounds_depth_size_and_type_and_skips_strings() -> None:
         decode_object("[]", limit=10)
 
 
+def _depth(value: object) -> int:
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    return 0
+
+
+_TRICKY_TEXT = st.text(alphabet=st.sampled_from('[]{}"\\/ a\u00e9\u20ac\n'), max_size=12)
+_VALUES = st.recursive(st.none() | st.integers() | _TRICKY_TEXT,
+                       lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TRICKY_TEXT, inner, max_size=4),
+                       max_leaves=40)  # fmt: skip
+
+
+@given(value=_VALUES, ascii_only=st.booleans())
+@settings(max_examples=400, deadline=None)
+def test_the_depth_scan_agrees_with_the_value_json_decodes(value: object, ascii_only: bool) -> None:
+    # Strings full of brackets, quotes and backslashes (escaped or, with ensure_ascii=False, raw UTF-8).
+    text = json.dumps(value, ensure_ascii=ascii_only)
+    assert nesting_depth(text) == nesting_depth(text.encode()) == _depth(value)
+
+
 @pytest.mark.timeout(60)
 def test_the_depth_scan_is_linear_on_hostile_text() -> None:
     # Escaped quotes, lone quotes and brackets at the largest cap any reader uses (16 MiB): each one
     # would make a backtracking string pattern or a per-character loop take minutes.
-    for text in ('"' + '\\"' * (8 << 20), '"' * (16 << 20), "[" * (16 << 20), "[]" * (8 << 20)):
+    for text in ('"' + '\\"' * ((8 << 20) - 1), '"' * (16 << 20), "[" * (16 << 20), "[]" * (8 << 20),
+                 "[" * (8 << 20) + "]" * (8 << 20), "\\" * (16 << 20)):  # fmt: skip
         started = time.monotonic()
         with pytest.raises(JsonFormatError):
             decode_json(text, limit=16 << 20)
-        assert time.monotonic() - started < 5.0
+        assert time.monotonic() - started < 5.0, text[:10]
 
 
 def test_a_damaged_manifest_is_ignored_and_rewritten(tmp_path: Path) -> None:
