@@ -9,6 +9,7 @@ counting work (tracemalloc's peak) where the cost was memory.
 
 from __future__ import annotations
 
+import gzip
 import lzma
 import struct
 import time
@@ -87,21 +88,25 @@ def test_module_whose_name_table_repeats_a_wanted_name_is_read_in_linear_time() 
     assert took < FAST, f"{took:.1f} s for a {len(packed)}-byte module"
 
 
-def test_module_whose_wanted_section_is_last_of_many_is_found() -> None:
-    """The linear lookup keeps kmod's rule: the lowest section index whose name is the wanted one."""
-    modinfo = b"license=GPL\0name=late\0"
+def _module(modinfo: bytes, sections: int = 4) -> bytes:
+    """An ELF64 ET_REL: null, .shstrtab, ``sections - 4`` sections named "shstrtab" (a tail of a name, no
+    wanted one), then two named ".modinfo" holding ``modinfo``."""
     names = b"\0.modinfo\0.shstrtab\0"
-    sections = 4000
     data_off = 64 + len(names) + (-len(names) % 8)
     shoff = data_off + len(modinfo) + (-len(modinfo) % 8)
     ident = b"\x7fELF" + bytes([2, 1, 1]) + bytes(9)
     ehdr = ident + struct.pack("<HHIQQQIHHHHHH", 1, 62, 1, 0, 0, shoff, 0, 64, 0, 0, 64, sections, 1)
     row = "<IIQQQQIIQQ"
     table = [struct.pack(row, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), struct.pack(row, 10, 3, 0, 0, 64, len(names), 0, 0, 1, 0)]
-    table += [struct.pack(row, 11, 1, 0, 0, 64, 0, 0, 0, 1, 0)] * (sections - 4)  # "shstrtab": a tail, no hit
+    table += [struct.pack(row, 11, 1, 0, 0, 64, 0, 0, 0, 1, 0)] * (sections - 4)
     table += [struct.pack(row, 1, 1, 0, 0, data_off, len(modinfo), 0, 0, 1, 0)] * 2
     body = ehdr + names + bytes(-len(names) % 8) + modinfo + bytes(-len(modinfo) % 8)
-    info = read_module(body + b"".join(table))
+    return body + b"".join(table)
+
+
+def test_module_whose_wanted_section_is_last_of_many_is_found() -> None:
+    """The linear lookup keeps kmod's rule: the lowest section index whose name is the wanted one."""
+    info = read_module(_module(b"license=GPL\0name=late\0", sections=4000))
     assert info.name == "late" and ("license", "GPL") in info.fields
 
 
@@ -274,3 +279,40 @@ def test_closure_tries_a_missing_name_once_for_many_objects_with_the_same_search
         users.append(SourceFile(lib, f"USERSPACE_ROOT/{lib.name}", 0, 1, 0o644, facts))
     closure = resolve_closure(Root(tmp_path).snapshot(), "x86_64-linux-gnu", [], set(), [], users, ElfFacts())
     assert len(closure.missing) == 400 * 20
+
+
+# -- kernel modules: compression and signatures ------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["xz", "gzip"])
+def test_module_of_many_concatenated_streams_is_refused_in_linear_time(kind: str) -> None:
+    # Each stream restarted the decoder on a copy of the rest of the file: quadratic in the file.
+    empty = lzma.compress(b"", check=lzma.CHECK_NONE) if kind == "xz" else gzip.compress(b"", mtime=0)
+    data = empty * (5_000_000 // len(empty))
+    took = _elapsed(_raises_or_returns(ModuleFormatError, read_module, data))
+    assert took < FAST, f"{took:.1f} s for a {len(data) >> 20} MiB {kind} file of {len(data) // len(empty)} streams"
+    with pytest.raises(ModuleFormatError, match="concatenated"):
+        read_module(data)
+
+
+def test_module_of_a_few_concatenated_xz_streams_is_read() -> None:
+    module = _module(b"license=GPL\0name=split\0")
+    third = len(module) // 3
+    parts = (module[:third], module[third : 2 * third], module[2 * third :])
+    data = b"".join(lzma.compress(p, check=lzma.CHECK_CRC32) + bytes(4) for p in parts)
+    assert read_module(data).name == "split"
+
+
+def _der(tag: int, body: bytes) -> bytes:
+    return bytes([tag, 0x84]) + struct.pack(">I", len(body)) + body
+
+
+@pytest.mark.timeout(120)
+def test_module_signature_with_a_huge_object_identifier_is_refused_at_once() -> None:
+    # One OID arc of 400 KB: decoding it shifted a growing integer once per byte (quadratic, ~70 s).
+    signature = _der(0x30, _der(0x06, b"\xff" * 400_000 + b"\x7f") + _der(0xA0, b""))
+    trailer = struct.pack(">BBBBB3xI", 1, 4, 2, 0, 0, len(signature))
+    data = b"\x7fELF" + bytes(60) + signature + trailer + b"~Module signature appended~\n"
+    took = _elapsed(_raises_or_returns(ModuleFormatError, read_module, data))
+    assert took < FAST, f"{took:.1f} s for a {len(data) >> 10} KiB module"
