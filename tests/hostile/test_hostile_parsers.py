@@ -24,6 +24,7 @@ from elfdyn import build_dynamic_elf
 from driver_container.errors import DriverContainerError, ElfFormatError, LdCacheFormatError, ModuleFormatError
 from driver_container.formats.elfdeps import read_elf_deps
 from driver_container.formats.elffacts import ElfDeps
+from driver_container.formats.kernel.fabric import GpuFabric, parse_fabric_states
 from driver_container.formats.kernel.kmsg import parse_kmsg
 from driver_container.formats.kmod import read_module
 from driver_container.formats.ldcache import FLAGS_X86_64, NEW_ENTRY, NEW_HEADER, NEW_MAGIC, lookup, parse_ld_cache
@@ -333,3 +334,18 @@ def test_talos_version_of_thousands_of_digits_is_not_a_version() -> None:
 def test_kmsg_record_with_thousands_of_digits_is_malformed_not_an_error() -> None:
     messages, malformed = parse_kmsg(b"6," + b"9" * 5000 + b",3,-;NVRM: x\n6,1,2,-;NVRM: ok\n")
     assert [m.text for m in messages] == ["NVRM: ok"] and malformed == 1
+
+
+@pytest.mark.timeout(120)
+def test_fabric_state_output_with_a_long_blank_line_parses_in_linear_time() -> None:
+    # `nvidia-smi -q` comes from the image; the old key-value pattern backtracked cubically on blanks
+    # (3000 blanks: ~35 s inside one C call, so SIGTERM waited too).
+    text = "GPU 00000000:01:00.0\n    Fabric\n" + " " * 3000 + "\n        State : Completed\n        Status : Success\n"
+    took = _elapsed(lambda: parse_fabric_states(text))
+    assert took < FAST, f"{took:.1f} s for {len(text)} bytes of nvidia-smi -q"
+    assert parse_fabric_states(text) == [GpuFabric("00000000:01:00.0", "Completed", "Success")]
+
+
+def test_fabric_state_key_value_lines_keep_their_meaning() -> None:
+    text = "GPU 0000:01:00.0\n  Fabric\n    State   :   In Progress  \n    Status: N/A\n  Other : x\n"
+    assert parse_fabric_states(text) == [GpuFabric("0000:01:00.0", "In Progress", "N/A")]
