@@ -28,6 +28,11 @@ log = logging.getLogger(__name__)
 # it reads). The images' closures look up 114-398 paths (measured on .cache/artefacts); 8192 is 20x that
 # and ~0.1 s of lookups, where 2000 names x 2000 RUNPATH directories took 40 s.
 MAX_LOOKUPS = 8192
+# Components of a candidate path: resolving one inside the root costs the square of its depth (each
+# component is looked up by its whole prefix), ~55 ms at 2000 components. Real candidates have <= 8
+# (usr/lib/x86_64-linux-gnu/nvidia/current/NAME); deeper ones come only from crafted search dirs, DT_NEEDED
+# paths or ld.so.cache values, and are taken as absent.
+MAX_CANDIDATE_DEPTH = 64
 _NAMES_SHOWN = 20  # missing names one warning lists (init's log is read by people and archived by bug-report)
 
 
@@ -50,6 +55,9 @@ def _resolve_needed(
     dirs = list(dict.fromkeys([*(d for d in user.elf.runpath if d.startswith("/")), *_system_dirs(triplet)]))
     candidates += [f"{d.strip('/')}/{name}" for d in dirs]
     for inner in candidates:
+        if inner.count("/") >= MAX_CANDIDATE_DEPTH:
+            log.debug("%s: not looking up %.200s...: over %d components", user.shown, inner, MAX_CANDIDATE_DEPTH)
+            continue
         closure.lookups += 1
         if closure.lookups > MAX_LOOKUPS:
             raise UserspaceError(

@@ -12,14 +12,16 @@ from __future__ import annotations
 import contextlib
 import gzip
 import lzma
+import os
 import struct
 import time
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from elfdyn import build_dynamic_elf
+from helpers.hostenv import make_host
 
 from driver_container.errors import DriverContainerError, ElfFormatError, LdCacheFormatError, ModuleFormatError
 from driver_container.formats.elfdeps import read_elf_deps
@@ -349,3 +351,82 @@ def test_fabric_state_output_with_a_long_blank_line_parses_in_linear_time() -> N
 def test_fabric_state_key_value_lines_keep_their_meaning() -> None:
     text = "GPU 0000:01:00.0\n  Fabric\n    State   :   In Progress  \n    Status: N/A\n  Other : x\n"
     assert parse_fabric_states(text) == [GpuFabric("0000:01:00.0", "In Progress", "N/A")]
+
+
+def _remove_deep_dirs(top: Path) -> None:
+    """Remove the ``a/a/...`` chain below ``top`` one level at a time (shutil.rmtree, and so pytest's
+    cleanup of old temporary dirs, recurses once per level and fails on 2000): the second level is moved
+    up in place of the first, which is then empty."""
+    while (top / "a").is_dir():
+        if (top / "a/a").is_dir():
+            os.rename(top / "a/a", top / "next")
+            os.rmdir(top / "a")
+            os.rename(top / "next", top / "a")
+        else:
+            os.rmdir(top / "a")
+
+
+@pytest.fixture
+def deep_dirs() -> Iterator[Callable[[Path, int], str]]:
+    made: list[Path] = []
+
+    def make(top: Path, depth: int) -> str:
+        made.append(top)
+        return _deep_dirs(top, depth)
+
+    yield make
+    for top in made:
+        _remove_deep_dirs(top)
+
+
+def _deep_dirs(top: Path, depth: int) -> str:
+    """``depth`` nested directories ``a/a/...`` below ``top`` (made through descriptors: the path is longer
+    than PATH_MAX); returns the in-root path of the deepest."""
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for _ in range(depth):
+            os.mkdir("a", dir_fd=fd)
+            inner = os.open("a", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    finally:
+        os.close(fd)
+    return "/" + "/".join(["a"] * depth)
+
+
+@pytest.mark.timeout(120)
+def test_closure_through_very_deep_runpath_directories_is_bounded(
+    tmp_path: Path, deep_dirs: Callable[[Path, int], str]
+) -> None:
+    # One existing RUNPATH directory 2000 levels deep: each lookup resolved 2000 components by their whole
+    # prefix (~55 ms), for each of 1000 missing names.
+    deep = deep_dirs(tmp_path, 2000)
+    lib = tmp_path / "usr/lib/x86_64-linux-gnu/libnvidia-deep.so.1"
+    lib.parent.mkdir(parents=True)
+    lib.write_bytes(b"")
+    needed = tuple(f"libabsent{i}.so" for i in range(1000))
+    facts = ElfDeps("EM_X86_64", 64, "ET_DYN", None, lib.name, needed, (deep,))
+    user = SourceFile(lib, "USERSPACE_ROOT/deep", 0, 1, 0o644, facts)
+    root = Root(tmp_path).snapshot()
+    took = _elapsed(lambda: resolve_closure(root, "x86_64-linux-gnu", [], set(), [], [user], ElfFacts()))
+    assert took < FAST, f"{took:.1f} s to look up 1000 names through one deep directory"
+
+
+@pytest.mark.timeout(300)
+def test_init_with_an_ld_cache_of_very_deep_paths_is_bounded(
+    tmp_path: Path, deep_dirs: Callable[[Path, int], str]
+) -> None:
+    # The image's ld.so.cache names 1500 libraries in directories 500 to 2000 levels deep, all existing:
+    # the scan resolved each entry's directory, ~30 ms apiece.
+    h = make_host(tmp_path / "h")
+    deep = deep_dirs(h.userspace, 2000)
+    names, offsets = _names(1500)
+    paths = [f"{deep[: 2 * (500 + i)]}/lib{i:06d}.so".encode() + b"\0" for i in range(1500)]
+    values = [len(names) + sum(len(p) for p in paths[:i]) for i in range(len(paths))]
+    cache = _ld_cache([(FLAGS_X86_64, o, v) for o, v in zip(offsets, values, strict=True)], names + b"".join(paths))
+    (h.userspace / "etc/ld.so.cache").write_bytes(cache)
+    started = time.monotonic()
+    done = h.run("init", "--no-wait", timeout=240)
+    took = time.monotonic() - started
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert took < 10, f"init took {took:.0f} s; {done.stderr[-2000:]}"
