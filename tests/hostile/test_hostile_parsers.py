@@ -23,12 +23,18 @@ import pytest
 from elfdyn import build_dynamic_elf
 from helpers.hostenv import make_host
 
-from driver_container.errors import DriverContainerError, ElfFormatError, LdCacheFormatError, ModuleFormatError
+from driver_container.errors import (
+    DriverContainerError,
+    ElfFormatError,
+    LdCacheFormatError,
+    ModuleFormatError,
+    ModuleNotFoundInTreeError,
+)
 from driver_container.formats.elfdeps import read_elf_deps
 from driver_container.formats.elffacts import ElfDeps
 from driver_container.formats.kernel.fabric import GpuFabric, parse_fabric_states
 from driver_container.formats.kernel.kmsg import parse_kmsg
-from driver_container.formats.kmod import read_module
+from driver_container.formats.kmod import find_module, read_module
 from driver_container.formats.ldcache import FLAGS_X86_64, NEW_ENTRY, NEW_HEADER, NEW_MAGIC, lookup, parse_ld_cache
 from driver_container.formats.talos_config import parse_talos_version, uses_kernel_module_config
 from driver_container.paths import Root
@@ -430,3 +436,18 @@ def test_init_with_an_ld_cache_of_very_deep_paths_is_bounded(
     took = time.monotonic() - started
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert took < 10, f"init took {took:.0f} s; {done.stderr[-2000:]}"
+
+
+@pytest.mark.timeout(120)
+def test_modinfo_lookup_in_a_huge_modules_dep_is_refused_quickly(tmp_path: Path) -> None:
+    # 64 MiB of three-byte lines, the old read limit: the line-by-line search took ~17 s.
+    tree = tmp_path / "lib/modules/6.1.0-test"
+    tree.mkdir(parents=True)
+    (tree / "modules.dep").write_bytes(b"a:\n" * ((64 << 20) // 3))
+
+    def run() -> None:
+        with pytest.raises(ModuleNotFoundInTreeError):
+            find_module("nvidia", "6.1.0-test", tmp_path)
+
+    took = _elapsed(run)
+    assert took < FAST, f"{took:.1f} s to look a module up in a 64 MiB modules.dep"
