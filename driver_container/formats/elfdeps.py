@@ -29,6 +29,15 @@ ELF_MAGIC = b"\x7fELF"
 DT_NULL, DT_NEEDED, DT_STRTAB, DT_STRSZ, DT_SONAME, DT_RPATH, DT_RUNPATH = 0, 1, 5, 10, 14, 15, 29
 MAX_DYNAMIC = 1 << 20  # real PT_DYNAMIC segments are a few KiB
 MAX_TABLE = 16 << 20  # program header table and .dynstr: real ones are KiB (libcuda's .dynstr ~100 KiB)
+# Caps on what the dynamic array may ask to decode, so that the work is linear in the file whatever its
+# offsets say (entries naming one long string decoded it once per entry). Measured on the 2901 ELF
+# objects of the driver images in .cache/artefacts: at most 21 DT_NEEDED, 1 RUNPATH directory, strings
+# of at most 39 bytes. ld.so has no caps; these are ~50x the real maxima.
+MAX_NEEDED = 1024
+MAX_SEARCH_DIRS = 64  # DT_RUNPATH and DT_RPATH directories together (Nix-built objects carry ~20)
+MAX_STRING = 4096  # one name: PATH_MAX (linux/limits.h)
+MAX_SEARCH_STRING = 64 << 10  # one DT_RUNPATH/DT_RPATH list: a few MAX_SEARCH_DIRS directories of ~1 KiB
+MAX_DECODED = 1 << 20  # bytes of dynamic strings decoded in all (each distinct offset once)
 _SEGMENT_TYPES = {1: "PT_LOAD", 2: "PT_DYNAMIC", 3: "PT_INTERP"}  # the only p_type values used here
 
 
@@ -120,20 +129,52 @@ def _dynamic_strings(elf: _Header, segments: list[_Segment], dynamic: _Segment, 
     if load is None:
         raise ElfFormatError(f"{source}: DT_STRTAB {table[DT_STRTAB]:#x} is in no PT_LOAD segment", path=source)
     strtab = _read(elf.stream, table[DT_STRTAB] - load.vaddr + load.offset, table.get(DT_STRSZ, 0), source)
-
-    def string(offset: int) -> str:
-        end = strtab.find(b"\0", offset)
-        if offset >= len(strtab) or end < 0:
+    needed_offsets = [v for t, v in tags if t == DT_NEEDED]
+    if len(needed_offsets) > MAX_NEEDED:
+        raise ElfFormatError(
+            f"{source}: {len(needed_offsets)} DT_NEEDED entries, over the cap of {MAX_NEEDED}", path=source
+        )
+    strings = _DynamicStrings(strtab, source)
+    needed = [strings.get(v) for v in needed_offsets]
+    soname = strings.get(table[DT_SONAME]) if DT_SONAME in table else None
+    paths = []
+    for offset in (v for t, v in tags if t in (DT_RUNPATH, DT_RPATH)):
+        paths += [p for p in strings.get(offset, MAX_SEARCH_STRING).split(":") if p]
+        if len(paths) > MAX_SEARCH_DIRS:
             raise ElfFormatError(
-                f"{source}: dynamic string offset {offset} outside DT_STRSZ {len(strtab)}",
-                path=source,
+                f"{source}: over {MAX_SEARCH_DIRS} DT_RUNPATH/DT_RPATH directories", path=source
             )
-        return strtab[offset:end].decode("utf-8", "surrogateescape")
-
-    needed = [string(v) for t, v in tags if t == DT_NEEDED]
-    soname = string(table[DT_SONAME]) if DT_SONAME in table else None
-    paths = [p for t, v in tags if t in (DT_RUNPATH, DT_RPATH) for p in string(v).split(":") if p]
     return ElfStrings(needed, soname, paths)
+
+
+class _DynamicStrings:
+    """Strings of DT_STRTAB by offset, each decoded once, within MAX_STRING and MAX_DECODED bytes."""
+
+    def __init__(self, strtab: bytes, source: str) -> None:
+        self.strtab, self.source = strtab, source
+        self.decoded: dict[int, str] = {}
+        self.total = 0
+
+    def get(self, offset: int, limit: int = MAX_STRING) -> str:
+        text = self.decoded.get(offset)
+        if text is not None and len(text) <= limit:
+            return text
+        end = self.strtab.find(b"\0", offset, offset + limit + 1)
+        if offset >= len(self.strtab) or (end < 0 and offset + limit >= len(self.strtab)):
+            raise ElfFormatError(
+                f"{self.source}: dynamic string offset {offset} outside DT_STRSZ {len(self.strtab)}", path=self.source
+            )
+        if end < 0:
+            raise ElfFormatError(
+                f"{self.source}: dynamic string at offset {offset} is longer than {limit} bytes", path=self.source
+            )
+        self.total += end - offset
+        if self.total > MAX_DECODED:
+            raise ElfFormatError(
+                f"{self.source}: dynamic strings decode to over {MAX_DECODED} bytes", path=self.source
+            )
+        text = self.decoded[offset] = self.strtab[offset:end].decode("utf-8", "surrogateescape")
+        return text
 
 
 class ElfStrings(NamedRecord):

@@ -16,7 +16,9 @@ that ``ldconfig -p`` still prints finds nothing here either, exactly as ld.so wo
 
 from __future__ import annotations
 
+import re
 import struct
+from collections import Counter
 from collections.abc import Sequence
 
 from driver_container.errors import LdCacheFormatError
@@ -40,6 +42,18 @@ LD_SO_CACHE = "etc/ld.so.cache"
 # Read bound for a cache: a distribution image's is ~100 KiB; 64 MiB only stops a hostile file.
 LD_SO_CACHE_LIMIT = 64 << 20
 
+# Work caps: parsing is linear in the file, whatever its offsets say. Real caches (measured): 91-153
+# entries in the driver images, 540 on a Debian workstation; names up to 58 bytes, paths up to 80.
+MAX_ENTRIES = 1 << 16  # 100x a workstation's cache; ldconfig itself has no cap
+MAX_NAME = 255  # a key is a SONAME, a file name ld.so opens: NAME_MAX (linux/limits.h)
+MAX_PATH = 4096  # a value is a path ld.so opens: PATH_MAX (linux/limits.h)
+# Text decoded in all: each distinct string offset is decoded once; 16 MiB is ~250 bytes for each of
+# MAX_ENTRIES entries, ~25x a real cache's per-entry text, and stops tails of one long string.
+MAX_DECODED = 16 << 20
+# Entries of one name (libcmp-equal): one per flags x hwcap subdirectory in a real cache (i386 + x86_64,
+# glibc-hwcaps x86-64-v2/v3/v4: at most ~8); ld.so walks that run, and so does ``lookup``.
+MAX_SAME_NAME = 64
+
 # cache_file_new.flags endianness values (dl-cache.h): 0 unset (pre-2.33, host order), 2 little, 3 big.
 _ENDIAN = {0: "<", 2: "<", 3: ">"}
 
@@ -60,14 +74,40 @@ def _fail(source: str, what: str) -> LdCacheFormatError:
     )
 
 
-def _string(data: bytes, start: int, offset: int, source: str) -> str:
-    pos = start + offset
-    if offset < 0 or pos >= len(data):
-        raise _fail(source, f"string offset {offset} beyond the end ({len(data)} bytes)")
-    end = data.find(b"\0", pos)
-    if end < 0:
-        raise _fail(source, f"string at offset {offset} is not NUL-terminated")
-    return data[pos:end].decode("utf-8", errors="surrogateescape")
+class _Strings:
+    """The cache's strings, each offset decoded once, within MAX_DECODED bytes in all."""
+
+    def __init__(self, data: bytes, start: int, source: str) -> None:
+        self.data, self.start, self.source = data, start, source
+        self.decoded: dict[tuple[int, int], str] = {}
+        self.total = 0
+
+    def get(self, offset: int, limit: int, what: str) -> str:
+        text = self.decoded.get((offset, limit))
+        if text is not None:
+            return text
+        data, pos = self.data, self.start + offset
+        if offset < 0 or pos >= len(data):
+            raise _fail(self.source, f"string offset {offset} beyond the end ({len(data)} bytes)")
+        end = data.find(b"\0", pos, pos + limit + 1)
+        if end < 0:
+            if pos + limit + 1 <= len(data):
+                raise _fail(self.source, f"{what} at offset {offset} is longer than {limit} bytes")
+            raise _fail(self.source, f"string at offset {offset} is not NUL-terminated")
+        self.total += end - pos
+        if self.total > MAX_DECODED:
+            raise _fail(self.source, f"its strings decode to over {MAX_DECODED} bytes")
+        text = data[pos:end].decode("utf-8", errors="surrogateescape")
+        self.decoded[offset, limit] = text
+        return text
+
+    def entry(self, flags: int, key: int, value: int, osversion: int = 0, hwcap: int = 0) -> CacheEntry:
+        return CacheEntry(flags, self.get(key, MAX_NAME, "name"), self.get(value, MAX_PATH, "path"), osversion, hwcap)
+
+
+def _count(nlibs: int, source: str) -> None:
+    if nlibs > MAX_ENTRIES:
+        raise _fail(source, f"{nlibs} entries, over the cap of {MAX_ENTRIES}")
 
 
 def _parse_new(data: bytes, base: int, source: str) -> list[CacheEntry]:
@@ -80,13 +120,10 @@ def _parse_new(data: bytes, base: int, source: str) -> list[CacheEntry]:
     end = base + NEW_HEADER + nlibs * NEW_ENTRY
     if end > len(data):
         raise _fail(source, f"{nlibs} entries do not fit in {len(data)} bytes")
-    entries = []
-    for i in range(nlibs):
-        flags, key, value, osv, hwcap = struct.unpack_from(endian + "iIIIQ", data, base + NEW_HEADER + i * NEW_ENTRY)
-        entries.append(
-            CacheEntry(flags, _string(data, base, key, source), _string(data, base, value, source), osv, hwcap)
-        )
-    return entries
+    _count(nlibs, source)
+    strings = _Strings(data, base, source)
+    rows = struct.Struct(endian + "iIIIQ").iter_unpack(data[base + NEW_HEADER : end])
+    return _checked([strings.entry(*row) for row in rows], source)
 
 
 def _parse_old(data: bytes, source: str) -> tuple[list[CacheEntry], int]:
@@ -97,9 +134,23 @@ def _parse_old(data: bytes, source: str) -> tuple[list[CacheEntry], int]:
     end = OLD_HEADER + nlibs * OLD_ENTRY
     if end > len(data):
         raise _fail(source, f"{nlibs} old-format entries do not fit in {len(data)} bytes")
-    raw = [struct.unpack_from("<iII", data, OLD_HEADER + i * OLD_ENTRY) for i in range(nlibs)]
-    entries = [CacheEntry(f, _string(data, end, k, source), _string(data, end, v, source)) for f, k, v in raw]
-    return entries, end
+    _count(nlibs, source)
+    strings = _Strings(data, end, source)
+    return [strings.entry(*row) for row in struct.Struct("<iII").iter_unpack(data[OLD_HEADER:end])], end
+
+
+# libcmp treats digit runs as numbers, so "lib01" and "lib1" are one name: drop leading zeros of a run.
+_LEADING_ZEROS = re.compile(r"(?<![0-9])0+(?=[0-9])")
+
+
+def _checked(entries: list[CacheEntry], source: str) -> list[CacheEntry]:
+    """Refuse a cache with a run of one name that no real cache has (``lookup`` walks such a run)."""
+    if not entries:
+        return entries
+    name, count = Counter(_LEADING_ZEROS.sub("", e.key) for e in entries).most_common(1)[0]
+    if count > MAX_SAME_NAME:
+        raise _fail(source, f"{count} entries for the name {name[:80]!r}, over the cap of {MAX_SAME_NAME}")
+    return entries
 
 
 def parse_ld_cache(data: bytes, *, source: str = "ld.so.cache") -> list[CacheEntry]:
@@ -112,7 +163,7 @@ def parse_ld_cache(data: bytes, *, source: str = "ld.so.cache") -> list[CacheEnt
     new_base = (end + 7) & ~7  # ALIGN_CACHE to __alignof__(struct cache_file_new)
     if data[new_base : new_base + len(NEW_MAGIC)] == NEW_MAGIC:
         return _parse_new(data, new_base, source)
-    return old_entries
+    return _checked(old_entries, source)
 
 
 def _compare_digit_runs(run1: bytes, run2: bytes) -> int:
@@ -126,6 +177,8 @@ def _compare_digit_runs(run1: bytes, run2: bytes) -> int:
 
 def libcmp(a: str, b: str) -> int:
     """glibc ``_dl_cache_libcmp``: byte order, but runs of digits compare as numbers; digits sort after others."""
+    if a == b:  # the common answer of ``lookup``'s walk over a run of one name, without the loop below
+        return 0
     p1, p2 = a.encode() + b"\0", b.encode() + b"\0"
     i = j = 0
     while p1[i] != 0:

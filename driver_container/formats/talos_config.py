@@ -18,7 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)?(?:-([0-9A-Za-z.]+))?$")
+# ASCII digits only (``\d`` also takes Arabic-Indic ones), at most 20: int() of 4301+ digits raises.
+_VERSION = re.compile(r"^v?([0-9]{1,20})\.([0-9]{1,20})(?:\.[0-9]+)?(?:-([0-9A-Za-z.]+))?$")
 KERNEL_MODULE_CONFIG_SINCE = (1, 14)
 
 

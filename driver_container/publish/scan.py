@@ -24,7 +24,7 @@ from driver_container.formats.ldcache import FLAGS_BY_MACHINE, LD_SO_CACHE_LIMIT
 from driver_container.formats.ldcache import LD_SO_CACHE as CACHE_PATH
 from driver_container.formats.userspace_layout import IMAGE_FIRMWARE_DIRS, LIBRARY_DIRS, TRIPLETS, driver_versions
 from driver_container.paths import MAX_SYMLINKS, Root
-from driver_container.publish.closure import resolve_closure
+from driver_container.publish.closure import MAX_CANDIDATE_DEPTH, resolve_closure
 from driver_container.publish.index import UserspaceIndex
 from driver_container.publish.manifest import SourceKey
 from driver_container.publish.model import PublishSources, SourceFile
@@ -95,7 +95,12 @@ def _select_libraries(root: Root, version: str, cache: list[CacheEntry], elf: El
     found: dict[str, SourceFile] = {}
     listed = _listed_libraries(root, version)
     listed_set = set(listed)
-    cached = [PurePosixPath(e.value) for e in cache if e.flags in FLAGS_BY_MACHINE.values()]
+    # Values deeper than MAX_CANDIDATE_DEPTH come only from a crafted cache (resolving one costs its depth squared).
+    cached = [
+        PurePosixPath(e.value)
+        for e in cache
+        if e.flags in FLAGS_BY_MACHINE.values() and e.value.count("/") < MAX_CANDIDATE_DEPTH
+    ]
     real_dirs: dict[PurePosixPath, Path] = {}
     for inner in [*listed, *cached]:
         if inner not in listed_set and not pattern.fullmatch(_final_name(root, inner, real_dirs)):

@@ -28,7 +28,6 @@ NVLINK5_VPD_MARKER = b"SW_MNG"
 IS_SM_DISABLED = 0x00000400  # IB PortInfo CapabilityMask bit (IBTA vol. 1, 14.2.5.6)
 
 _GPU_HEADER = re.compile(r"^GPU ([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
-_KEY_VALUE = re.compile(r"^(\s*)([^:]+?)\s*:\s*(.*?)\s*$")
 
 
 def is_nvlink5_vpd(vpd: bytes) -> bool:
@@ -102,6 +101,15 @@ class GpuFabric(NamedRecord):
         return self.state not in ("N/A", "Not Supported")
 
 
+def _key_value(line: str) -> tuple[str, str] | None:
+    """``  Key   : value  `` -> (key, value), stripped; None without a colon after at least one character.
+
+    str methods, not a regular expression: the pattern this replaces backtracked cubically on a line of
+    blanks (a 2000-blank line of `nvidia-smi -q` output held the fabric wait, and its SIGTERM, for 10 s)."""
+    key, sep, value = line.partition(":")
+    return (key.strip(), value.strip()) if sep and key else None
+
+
 def parse_fabric_states(text: str) -> list[GpuFabric]:
     """One ``GpuFabric`` per ``GPU <bus id>`` section that has a ``Fabric`` block with a ``State``."""
     out: list[GpuFabric] = []
@@ -119,7 +127,7 @@ def parse_fabric_states(text: str) -> list[GpuFabric]:
             flush()
             gpu, fabric_indent, state, status = header.group(1), None, None, None
             continue
-        match = _KEY_VALUE.match(line)
+        match = _key_value(line)
         indent = len(line) - len(line.lstrip())
         if gpu is None:
             continue
@@ -131,7 +139,7 @@ def parse_fabric_states(text: str) -> list[GpuFabric]:
         if indent <= fabric_indent:
             fabric_indent = None  # the next block began
             continue
-        key, value = match.group(2).strip(), match.group(3)
+        key, value = match
         if key == "State" and state is None:
             state = value
         elif key == "Status" and status is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from driver_container.formats.numbers import parse_uint
 from driver_container.records import NamedRecord
 
 # What the NVIDIA kernel modules print: "NVRM: ..." (nvidia.ko, Xid lines included), "nvidia-uvm: ...",
@@ -31,10 +32,13 @@ def parse_record_line(line: bytes) -> KernelMessage | None:
     if not line or line.startswith(b" "):
         return None
     header, sep, text = line.partition(b";")
-    fields = header.split(b",")
-    if not sep or len(fields) < 3 or not all(f.isdigit() for f in fields[:3]):
+    fields = header.split(b",", 3)
+    # parse_uint: at most 20 ASCII digits (a u64); int() of thousands of digits raised ValueError.
+    numbers = [parse_uint(f.decode("ascii", "replace")) for f in fields[:3]]
+    if not sep or len(numbers) < 3 or None in numbers:
         return None
-    priority, sequence, usec = (int(f) for f in fields[:3])
+    priority, sequence, usec = numbers
+    assert priority is not None and sequence is not None and usec is not None
     return KernelMessage(priority, sequence, usec, text.decode("utf-8", "replace"))
 
 

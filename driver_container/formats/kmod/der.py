@@ -10,6 +10,9 @@ from driver_container.errors import DerError
 from driver_container.formats.numbers import parse_uint
 
 _MAX_LENGTH_BYTES = 4  # lengths above 4 GiB cannot occur inside a module signature
+# Contents of an OBJECT IDENTIFIER decoded to text: the OIDs of a module signature are 3-10 bytes. An arc
+# is built by shifting, quadratic in its length: a 200 KB OID took 17 s before Python's int-to-text cap.
+MAX_OID_BYTES = 64
 
 # One element as offsets into the buffer it was read from: (identifier octet, start of its contents, end
 # of its contents). Offsets, not a record holding a slice: a module's signature is ~20 elements, a module
@@ -67,6 +70,8 @@ def oid_text(value: bytes) -> str:
     """Dotted text of an OBJECT IDENTIFIER's contents."""
     if not value:
         raise DerError("empty OBJECT IDENTIFIER")
+    if len(value) > MAX_OID_BYTES:
+        raise DerError(f"OBJECT IDENTIFIER of {len(value)} bytes (over {MAX_OID_BYTES})")
     arcs: list[int] = []
     arc = 0
     for byte in value:
