@@ -16,7 +16,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -27,7 +27,9 @@ from driver_container.beneath import open_beneath
 from driver_container.errors import HostReadError, PublishError
 from driver_container.node.devices import DeviceNode, create_device_nodes
 from driver_container.node.firmware import FirmwarePathResult, set_firmware_search_path
+from driver_container.node.rootproc import ensure_proc_sys
 from driver_container.paths import HostPaths, Root
+from driver_container.runtime.runner import CompletedCommand, Runner
 
 OUTSIDE_TEXT = b"outside the roots: must never change\n"
 RACE_SECONDS = 20.0  # each race runs at most this long (it stops earlier once enough swaps landed)
@@ -235,3 +237,57 @@ def test_a_directory_swapped_for_a_link_after_resolving_is_not_read_through(tmp_
     with pytest.raises(HostReadError):
         snap.listdir("a/b")
     assert Root(root).read_text_or_none("a/b/file") is None  # a fresh root resolves the link inside the root
+
+
+class SwappingMountRunner(Runner):
+    """mount(8) as a racer meets it: the mount point, checked a moment ago, is now a link to ``outside``.
+    Records where the mount would land: the kernel's answer for the target mount(8) is given."""
+
+    def __init__(self, driver_root: Path, outside: Path) -> None:
+        super().__init__()
+        self.driver_root, self.outside = driver_root, outside
+        self.landed: list[str] = []
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float = 120.0,
+        check: bool = True,
+        stdin: str | None = None,
+        cwd: str | None = None,
+    ) -> CompletedCommand:
+        point = self.driver_root / "proc"
+        if point.is_dir() and not point.is_symlink():
+            point.rename(self.driver_root / "proc.moved")
+            point.symlink_to(self.outside)
+        target = argv[-1]
+        if cwd is not None:  # relative to the working directory the child would enter (a descriptor of ours)
+            base = os.readlink(f"/proc/self/fd/{cwd.rsplit('/', 1)[1]}")
+            target = os.path.join(base, target)
+        self.landed.append(os.path.realpath(target))
+        return CompletedCommand(tuple(argv), 0, "", "")
+
+
+def test_a_link_renamed_over_the_proc_mount_point_is_not_mounted_through(tmp_path: Path) -> None:
+    """The root's proc directory was checked, then mount(8) was given its path: a link renamed over it in
+    between (mount(8) takes milliseconds to start) put the procfs onto the link's target outside the root.
+    Now mount(8) mounts on the directory that was opened: the renamed one, still inside the root."""
+    paths = HostPaths(run_dir=tmp_path / "run", own_procfs_root=tmp_path / "own-proc")
+    root = paths.driver_root
+    for directory in ("bin", "proc", "sys"):
+        (root / directory).mkdir(parents=True)
+    (root / "bin/sh").write_bytes(b"\x7fELF stand-in for busybox")
+    (tmp_path / "own-proc/self").mkdir(parents=True)
+    (tmp_path / "own-proc/self/mountinfo").write_text(
+        f"30 1 0:26 /nvidia {paths.run_dir} rw,nosuid,nodev,noexec shared:18 - tmpfs none rw\n"
+        f"40 30 0:52 / {root} rw,nosuid shared:44 - tmpfs nvidia-driver-root rw\n"
+    )
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    runner = SwappingMountRunner(root, outside)
+    ensure_proc_sys(paths, runner)
+    assert (root / "proc").is_symlink(), "the swap did not happen: the race was not run"
+    assert runner.landed, "nothing was mounted"
+    assert not any(p == str(outside) or p.startswith(f"{outside}/") for p in runner.landed), runner.landed
+    assert runner.landed[0] == str(root / "proc.moved")
