@@ -197,9 +197,9 @@ def _try_make_node(dir_fd: int, name: str, node: DeviceNode, shown: Path) -> boo
     Every step goes through ``dir_fd`` and none follows a link, so another process that can write this
     directory (a pod with the root mounted read-write) cannot point it outside: the chmod is glibc's
     fchmodat(AT_SYMLINK_NOFOLLOW) (a link is refused, never followed; Python raises ValueError), and what
-    was made is then checked through an O_PATH descriptor of it (O_PATH opens no device). Anything else
-    found at the temporary or the target name (None) is made again. Not umask(0) around mknod: the umask
-    is the whole process's.
+    was made is then checked through an O_PATH descriptor of it (O_PATH opens no device), and after the
+    rename the target's inode. Anything else found at the temporary or the target name is removed (None:
+    made again). Not umask(0) around mknod: the umask is the whole process's.
     """
     tmp = f".{name}.tmp"
     try:
@@ -223,7 +223,11 @@ def _try_make_node(dir_fd: int, name: str, node: DeviceNode, shown: Path) -> boo
             return None
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         placed = lstat_at(dir_fd, name)
-        return True if placed is not None and placed.st_ino == made.st_ino and placed.st_dev == made.st_dev else None
+        if placed is not None and (placed.st_ino, placed.st_dev) == (made.st_ino, made.st_dev):
+            return True
+        if not _is_node(placed, node):  # what the rename moved in was swapped in: not left at the name
+            _discard(dir_fd, name)
+        return None
     except (ValueError, NotImplementedError):  # a link at the temporary name: refused, not followed
         _discard(dir_fd, tmp)
         return None

@@ -10,6 +10,7 @@ that never landed proves nothing). The deterministic tests build the swapped sta
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import signal
 import stat
@@ -108,12 +109,15 @@ def _assert_untouched(outside: Path) -> None:
 
 @pytest.mark.root
 @pytest.mark.timeout(120)
-def test_a_symlink_renamed_over_a_node_being_made_never_reaches_outside(tmp_path: Path) -> None:
+def test_a_symlink_renamed_over_a_node_being_made_never_reaches_outside(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """mknod(tmp), chmod(tmp), rename(tmp, target) by path let the swapper chmod a host file 0666 and make
     dev/nvidiactl a link to it. Every step now goes through the dev directory's descriptor and none
-    follows a link: the outside file keeps its mode and content, and dev/nvidiactl is the node or absent
-    (a refusal naming the other writer)."""
+    follows a link: the outside file keeps its mode and content, and after every round dev/nvidiactl is
+    the node or absent (a refusal naming the other writer), never what the swapper renamed in."""
     require(os.geteuid() == 0, "root (CAP_MKNOD) to create device nodes", how="run the tests as root")
+    caplog.set_level(logging.ERROR, logger="driver_container.node.devices")  # a warning for each swap it meets
     outside = _outside_file(tmp_path)
     driver_root = tmp_path / "run/driver"
     (driver_root / "dev").mkdir(parents=True)
