@@ -1,19 +1,21 @@
 """The host description: every root the entrypoint reads or writes, and chroot-like access inside them.
 
-No other module names an absolute host path. A ``Root`` resolves symlinks the way the kernel would
-after ``chroot(root)``: absolute link targets restart at the root, ``..`` stops at the root, and more
-than 40 links is a loop (Linux ``MAXSYMLINKS``, fs/namei.c). So nothing outside a root is ever read,
-whatever the links in a hostile tree say.
+No other module names an absolute host path. A ``Root`` resolves symlinks as the kernel would after
+``chroot(root)`` (absolute targets restart at the root, ``..`` stops there, over 40 links is a loop: Linux
+``MAXSYMLINKS``, fs/namei.c), then opens the result from the root with no link at any component
+(beneath.py). So nothing outside a root is read, whatever the links in a hostile tree say or become.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections import deque
 from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath
 
+from driver_container.beneath import open_beneath
 from driver_container.errors import HostFileNotFound, HostReadError, SymlinkLoopError
 from driver_container.records import NamedRecord
 
@@ -26,19 +28,14 @@ def _split(inner: str | PurePosixPath) -> list[str]:
 
 
 class Root(NamedRecord):
-    """A directory seen as ``/`` by the code that reads below it.
-
-    The records on the start-up path are NamedRecords (records.py), not frozen dataclasses: on CPython 3.11
-    creating a frozen dataclass compiles six methods (~1 ms each class, ~40 ms of an unchanged restart for
-    38 classes); a namedtuple compiles one (bench/startup.py, issue 18)."""
+    """A directory seen as ``/`` by the code that reads below it (a NamedRecord: records.py says why)."""
 
     path: Path
     # lstat answers remembered for the lifetime of this object (see ``snapshot``): None = not remembered.
     lstat_memo: dict[str, tuple[int, str] | None] | None = None
 
     def snapshot(self) -> Root:
-        """The same root, remembering every lstat: for one pass over a tree that does not change meanwhile
-        (a publish resolves ~170 paths through the same few directories)."""
+        """The same root, remembering every lstat: one pass over a tree (a publish resolves ~170 paths)."""
         return Root(self.path, {})
 
     def _kind(self, candidate: str) -> tuple[int, str] | None:
@@ -47,18 +44,22 @@ class Root(NamedRecord):
             return self.lstat_memo[candidate]
         try:
             mode = os.lstat(candidate).st_mode
+            found = (mode, os.readlink(candidate) if stat.S_ISLNK(mode) else "")
         except (FileNotFoundError, NotADirectoryError):
             found = None
         except OSError as exc:
             raise HostReadError(f"{candidate}: {exc.strerror}", path=candidate) from exc
-        else:
-            found = (mode, os.readlink(candidate) if stat.S_ISLNK(mode) else "")
         if self.lstat_memo is not None:
             self.lstat_memo[candidate] = found
         return found
 
     def resolve(self, inner: str | PurePosixPath, *, follow_last: bool = True) -> Path:
         """Resolve ``inner`` below the root as chroot would; missing tails are kept verbatim."""
+        parts = self.resolve_parts(inner, follow_last=follow_last)
+        return self.path.joinpath(*parts)
+
+    def resolve_parts(self, inner: str | PurePosixPath, *, follow_last: bool = True) -> list[str]:
+        """``resolve``'s answer as components below the root: no link among them (a missing tail aside)."""
         # Strings, not pathlib, on purpose: this runs for every published file and every poll.
         base = os.fspath(self.path).rstrip("/") or ""
         pending = deque(_split(inner))
@@ -70,54 +71,52 @@ class Root(NamedRecord):
                 if done:
                     done.pop()
                 continue
-            candidate = "/".join((base, *done, name))
-            kind = self._kind(candidate)
+            kind = self._kind("/".join((base, *done, name)))
             if kind is None:
-                return Path("/".join((base, *done, name, *pending)))
+                return [*done, name, *pending]
             if not stat.S_ISLNK(kind[0]) or (not pending and not follow_last):
                 done.append(name)
                 continue
             links += 1
             if links > MAX_SYMLINKS:
                 where = self.path / str(inner).lstrip("/")
-                raise SymlinkLoopError(
-                    f"{where}: too many levels of symbolic links",
-                    path=where,
-                    fix="remove the symlink loop from the tree",
-                )
+                fix = "remove the symlink loop from the tree"
+                raise SymlinkLoopError(f"{where}: too many levels of symbolic links", path=where, fix=fix)
             target = kind[1]
             if target.startswith("/"):
                 done = []
             pending.extendleft(reversed(_split(target)))
-        return Path("/".join((base, *done))) if done else self.path
+        return done
 
     def inner_path(self, real: Path) -> PurePosixPath:
         """The in-root absolute path of a real path below the root."""
         return PurePosixPath("/") / real.relative_to(self.path)
 
-    def read_bytes(self, inner: str | PurePosixPath, *, limit: int = DEFAULT_READ_LIMIT) -> bytes:
-        real = self.resolve(inner)
+    def open_resolved(self, inner: str | PurePosixPath, flags: int) -> tuple[int, Path]:
+        """(fd, real path) of ``inner`` resolved, then opened with no link at any component (beneath.py)."""
+        parts = self.resolve_parts(inner)
+        real = self.path.joinpath(*parts)
         try:
-            # O_NOFOLLOW: the last component was resolved above; a link swapped in since is refused.
-            fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-        except FileNotFoundError as exc:
+            return open_beneath(self.path, "/".join(parts), flags | os.O_NOFOLLOW | os.O_CLOEXEC), real
+        except (FileNotFoundError, NotADirectoryError) as exc:  # a file where a directory is: as _kind says
             raise HostFileNotFound(f"{real}: no such file", path=real) from exc
         except OSError as exc:
-            raise HostReadError(f"{real}: cannot open: {exc.strerror}", path=real) from exc
+            why = "a symlink appeared in it while it was read" if exc.errno == errno.ELOOP else exc.strerror
+            raise HostReadError(f"{real}: cannot open: {why}", path=real) from exc
+
+    def read_bytes(self, inner: str | PurePosixPath, *, limit: int = DEFAULT_READ_LIMIT) -> bytes:
+        fd, real = self.open_resolved(inner, os.O_RDONLY | os.O_NONBLOCK)
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
-            raise HostReadError(
-                f"{real}: not a regular file", path=real, fix="check what is mounted or linked at this path"
-            )
+            fix = "check what is mounted or linked at this path"
+            raise HostReadError(f"{real}: not a regular file", path=real, fix=fix)
         with os.fdopen(fd, "rb") as handle:
             try:
                 data = handle.read(limit + 1)
             except OSError as exc:
                 raise HostReadError(f"{real}: cannot read: {exc.strerror}", path=real) from exc
         if len(data) > limit:
-            raise HostReadError(
-                f"{real}: larger than {limit} bytes", path=real, fix="check that this is the right file"
-            )
+            raise HostReadError(f"{real}: larger than {limit} bytes", path=real, fix="check that it is the right file")
         return data
 
     def read_text(self, inner: str | PurePosixPath, *, limit: int = DEFAULT_READ_LIMIT) -> str:
@@ -131,13 +130,14 @@ class Root(NamedRecord):
 
     def listdir(self, inner: str | PurePosixPath) -> list[str]:
         """Sorted entry names of a directory; empty when it does not exist."""
-        real = self.resolve(inner)
         try:
-            return sorted(os.listdir(real))
-        except (FileNotFoundError, NotADirectoryError):
+            fd, _real = self.open_resolved(inner, os.O_RDONLY | os.O_DIRECTORY)
+        except HostFileNotFound:
             return []
-        except OSError as exc:
-            raise HostReadError(f"{real}: cannot list: {exc.strerror}", path=real) from exc
+        try:
+            return sorted(os.listdir(fd))
+        finally:
+            os.close(fd)
 
     def lstat(self, inner: str | PurePosixPath) -> os.stat_result | None:
         try:

@@ -16,6 +16,7 @@ import stat
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
+from driver_container.beneath import open_beneath
 from driver_container.errors import HostReadError, Problem
 from driver_container.formats.elfarch import HEADER_BYTES, elf_machine
 from driver_container.formats.ldcache import FLAGS_BY_MACHINE, LD_SO_CACHE, LD_SO_CACHE_LIMIT, parse_ld_cache
@@ -129,9 +130,10 @@ def find_userspace(paths: HostPaths) -> UserspaceVersion:
 def _elf_machine_of(root: Root, inner: PurePosixPath, problems: list[Problem]) -> int | None:
     """e_machine from the first 20 bytes of a library: opened without following a last link (it was
     resolved inside the root), non-blocking, and only when it is a regular file."""
-    real = root.resolve(inner)
-    try:
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    parts = root.resolve_parts(inner)
+    real = root.path.joinpath(*parts)
+    try:  # from the root, no link at any component (beneath.py): a directory swapped for one is refused
+        fd = open_beneath(root.path, "/".join(parts), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         problems.append(Problem(real, f"cannot open: {exc.strerror}"))
         return None

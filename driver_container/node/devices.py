@@ -25,7 +25,7 @@ import errno
 import logging
 import os
 import stat
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from driver_container.errors import HostReadError, PublishError
 from driver_container.formats.kernel.devices import (
@@ -39,7 +39,7 @@ from driver_container.formats.kernel.nvidia_proc import read_gpus
 from driver_container.node.rootproc import has_shell
 from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
-from driver_container.runtime.fsutil import contained
+from driver_container.runtime.fsutil import check_relative, lstat_at, open_dir
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +51,7 @@ CAP_CONFIG_MODE = 0o400  # OS_RUSR (os.c, module docstring): root alone may reco
 CAP_MODE = 0o444  # OS_RUGO: monitor and the GI/CI access capabilities
 CAPABILITIES = "driver/nvidia/capabilities"
 MEM_MAJOR, NULL_MINOR = 1, 3  # /dev/null (devices.txt)
+NODE_ATTEMPTS = 3  # a node replaced while being made this often: another writer is at work, refuse
 
 
 class DeviceNode(NamedRecord):
@@ -137,15 +138,22 @@ def create_device_nodes(driver_root: Path, nodes: tuple[DeviceNode, ...]) -> Nod
     created: list[str] = []
     unchanged: list[str] = []
     refused: list[str] = []
-    for node in nodes:
-        target = contained(driver_root, driver_root / "dev" / node.name)
-        if _matches(target, node):
-            unchanged.append(node.name)
-            continue
-        if _make_node(target, node):
-            created.append(node.name)
-        else:
-            refused.append(node.name)
+    dirs: dict[PurePosixPath, int] = {}
+    try:
+        for node in nodes:
+            rel = check_relative(PurePosixPath("dev", node.name), what="device node")
+            if rel.parent not in dirs:  # reached without following a link (fsutil.open_dir)
+                dirs[rel.parent] = open_dir(driver_root, rel.parent, create=True)
+            shown = driver_root / rel
+            if _matches(dirs[rel.parent], rel.name, node, shown):
+                unchanged.append(node.name)
+            elif _make_node(dirs[rel.parent], rel.name, node, shown):
+                created.append(node.name)
+            else:
+                refused.append(node.name)
+    finally:
+        for fd in dirs.values():
+            os.close(fd)
     if refused:
         log.warning(
             "mknod not permitted (no CAP_MKNOD?): device nodes not created in %s: %s",
@@ -155,37 +163,81 @@ def create_device_nodes(driver_root: Path, nodes: tuple[DeviceNode, ...]) -> Nod
     return NodeReport(tuple(created), tuple(unchanged), tuple(refused))
 
 
-def _matches(target: Path, node: DeviceNode) -> bool:
+def _is_node(st: os.stat_result | None, node: DeviceNode) -> bool:
+    return st is not None and stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(node.major, node.minor)
+
+
+def _matches(dir_fd: int, name: str, node: DeviceNode, shown: Path) -> bool:
     try:
-        st = os.lstat(target)
+        st = os.lstat(name, dir_fd=dir_fd)
     except FileNotFoundError:
         return False
     except OSError as exc:
-        raise PublishError(f"{target}: cannot stat: {exc.strerror}", path=target) from exc
-    return (
-        stat.S_ISCHR(st.st_mode)
-        and st.st_rdev == os.makedev(node.major, node.minor)
-        and stat.S_IMODE(st.st_mode) == node.mode
+        raise PublishError(f"{shown}: cannot stat: {exc.strerror}", path=shown) from exc
+    return _is_node(st, node) and stat.S_IMODE(st.st_mode) == node.mode
+
+
+def _make_node(dir_fd: int, name: str, node: DeviceNode, shown: Path) -> bool:
+    """True once installed, False when mknod is not permitted; a node replaced meanwhile is made again."""
+    for _ in range(NODE_ATTEMPTS):
+        made = _try_make_node(dir_fd, name, node, shown)
+        if made is not None:
+            return made
+        log.warning("%s: replaced by another process while being created; creating it again", shown)
+    raise PublishError(
+        f"{shown}: replaced by another process while being created, {NODE_ATTEMPTS} times",
+        path=shown,
+        fix="stop the other process that writes into the driver root's dev directory",
     )
 
 
-def _make_node(target: Path, node: DeviceNode) -> bool:
-    """mknod at a temporary name, chmod (umask), rename over the target: readers see old or new."""
-    tmp = target.with_name(f".{target.name}.tmp")
+def _try_make_node(dir_fd: int, name: str, node: DeviceNode, shown: Path) -> bool | None:
+    """mknodat at a temporary name, its mode set, renameat over the target: readers see old or new.
+
+    Every step goes through ``dir_fd`` and none follows a link, so another process that can write this
+    directory (a pod with the root mounted read-write) cannot point it outside: the chmod is glibc's
+    fchmodat(AT_SYMLINK_NOFOLLOW) (a link is refused, never followed; Python raises ValueError), and what
+    was made is then checked through an O_PATH descriptor of it (O_PATH opens no device), and after the
+    rename the target's inode. Anything else found at the temporary or the target name is removed (None:
+    made again). Not umask(0) around mknod: the umask is the whole process's.
+    """
+    tmp = f".{name}.tmp"
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        os.mknod(tmp, stat.S_IFCHR | node.mode, os.makedev(node.major, node.minor))
+            os.unlink(tmp, dir_fd=dir_fd)  # a leftover of a killed start (unlink never follows a link)
+        os.mknod(tmp, stat.S_IFCHR | node.mode, os.makedev(node.major, node.minor), dir_fd=dir_fd)
+        fd = os.open(tmp, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno in (errno.EPERM, errno.EACCES):
             return False
-        raise PublishError(f"{target}: cannot create device node: {exc.strerror}", path=target) from exc
+        if exc.errno in (errno.EEXIST, errno.ENOENT):  # another process took the temporary name
+            return None
+        raise PublishError(f"{shown}: cannot create device node: {exc.strerror}", path=shown) from exc
     try:
-        os.chmod(tmp, node.mode)
-        os.replace(tmp, target)
+        made = os.fstat(fd)
+        if _is_node(made, node) and stat.S_IMODE(made.st_mode) != node.mode:
+            os.chmod(tmp, node.mode, dir_fd=dir_fd, follow_symlinks=False)
+            made = os.fstat(fd)
+        if not _is_node(made, node) or stat.S_IMODE(made.st_mode) != node.mode:
+            _discard(dir_fd, tmp)
+            return None
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        placed = lstat_at(dir_fd, name)
+        if placed is not None and (placed.st_ino, placed.st_dev) == (made.st_ino, made.st_dev):
+            return True
+        if not _is_node(placed, node):  # what the rename moved in was swapped in: not left at the name
+            _discard(dir_fd, name)
+        return None
+    except (ValueError, NotImplementedError):  # a link at the temporary name: refused, not followed
+        _discard(dir_fd, tmp)
+        return None
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise PublishError(f"{target}: cannot install device node: {exc.strerror}", path=target) from exc
-    return True
+        _discard(dir_fd, tmp)
+        raise PublishError(f"{shown}: cannot install device node: {exc.strerror}", path=shown) from exc
+    finally:
+        os.close(fd)
+
+
+def _discard(dir_fd: int, name: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(name, dir_fd=dir_fd)

@@ -17,6 +17,7 @@ import logging
 import os
 from pathlib import PurePosixPath
 
+from driver_container.beneath import open_beneath
 from driver_container.errors import HostReadError
 from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
@@ -103,9 +104,15 @@ def set_firmware_search_path(paths: HostPaths) -> FirmwarePathReport:
 def _write(paths: HostPaths, param_file: str, wanted: str) -> FirmwarePathReport:
     # A sysfs attribute cannot be replaced by rename (fsutil's atomic write): it is written in place,
     # in one write(2), as NVIDIA's script does with `echo -n`. The kernel stores it whole or refuses it.
-    real = paths.sys.resolve(PARAM)
+    # Resolved chroot-like, then opened from SYSFS_ROOT with no link at any component (beneath.py): a
+    # directory swapped for a link in between is refused (ELOOP), never followed out of the sysfs root.
     try:
-        fd = os.open(real, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
+        parts = paths.sys.resolve_parts(PARAM)
+    except HostReadError as exc:  # changed since it was read (a link now, a loop)
+        log.warning("%s; firmware search path not set", exc.message)
+        return FirmwarePathReport(FirmwarePathResult.READ_ONLY, wanted, "")
+    try:
+        fd = open_beneath(paths.sysfs_root, "/".join(parts), os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             os.write(fd, wanted.encode())
         finally:

@@ -27,13 +27,13 @@ import socket
 import stat
 import subprocess
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from driver_container.errors import CommandError, HostReadError, PublishError
 from driver_container.formats.numbers import parse_uint
 from driver_container.paths import HostPaths
-from driver_container.runtime.fsutil import contained
+from driver_container.runtime.fsutil import ensure_dir
 from driver_container.runtime.runner import Runner
 
 if TYPE_CHECKING:
@@ -136,9 +136,9 @@ def should_start(paths: HostPaths, mode: DaemonChoice, runner: Runner) -> bool:
 
 def link_runtime_dir(driver_root: Path, runtime_dir: Path = CONTAINER_RUNTIME_DIR) -> Path:
     """Point the daemon's fixed runtime dir at DRIVER_ROOT/run/nvidia-persistenced; returns the socket path."""
-    published = contained(driver_root, driver_root / "run/nvidia-persistenced")
+    # Made below DRIVER_ROOT through O_NOFOLLOW descriptors (fsutil.ensure_dir): a link swapped in is refused.
+    published = ensure_dir(driver_root, PurePosixPath("run/nvidia-persistenced"))
     try:
-        published.mkdir(parents=True, exist_ok=True)
         if runtime_dir.is_symlink():
             if Path(os.readlink(runtime_dir)) == published:
                 return published / "socket"

@@ -32,8 +32,9 @@ Only where the root has its shell (no chroot consumer otherwise) and DRIVER_ROOT
 Bidirectional /run/nvidia), stay when the container stops and go with it. A directory of another
 filesystem (an operator's exec-capable RUN_DIR, a test's temporary directory) never gets one: a host init
 does not own keeps no mount of ours. The mount points are the root's ``proc`` and ``sys`` directories
-(publish/plan.py), checked to be real directories of the root (reached through ``O_NOFOLLOW`` descriptors)
-just before ``mount(8)`` runs: a link planted there is never followed.
+(publish/plan.py), opened as real directories of the root through ``O_NOFOLLOW`` descriptors; ``mount(8)``
+runs in that directory and mounts on ``.`` uncanonicalized, so a link planted there, or renamed over it
+while ``mount(8)`` starts, is never followed.
 
 A restart finds them in its own mountinfo and keeps them; a procfs there that does not show this process
 (the PID namespace of a container started without hostPID, since gone) is replaced.
@@ -47,13 +48,14 @@ import stat
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from driver_container.errors import CommandError, HostReadError
+from driver_container.errors import CommandError, HostReadError, PublishError
 from driver_container.formats.kernel.mountinfo import Mount, mount_containing, top_mount_at
 from driver_container.formats.userspace_layout import ROOT_PROC, ROOT_SHELL, ROOT_SYS
 from driver_container.node.rootmount import MOUNT_SOURCE, describe, is_ours, read_mounts
 from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
 from driver_container.runtime.dirtree import Tree
+from driver_container.runtime.fsutil import open_dir
 
 if TYPE_CHECKING:  # status reads the mounts through this module too: no subprocess import for it
     from driver_container.runtime.runner import Runner
@@ -79,8 +81,9 @@ PROC_SYS_FIX = (
 )
 
 
-def mount_argv(fs: PseudoFs, target: str) -> list[str]:
-    return ["mount", "-t", fs.fstype, "-o", fs.options, fs.source, target]
+def mount_argv(fs: PseudoFs) -> list[str]:
+    """mount(8) onto its working directory, taken as given (``--no-canonicalize``: no realpath of it)."""
+    return ["mount", "--no-canonicalize", "-t", fs.fstype, "-o", fs.options, fs.source, "."]
 
 
 def has_shell(driver_root: Path) -> bool:
@@ -159,10 +162,10 @@ def ensure_proc_sys(paths: HostPaths, runner: Runner) -> int:
     if reason is not None:
         log.info("no /proc or /sys mounted in the root: %s (MPS through NVIDIA's DRA driver needs them)", reason)
         return 0
-    return sum(_ensure_one(paths.driver_root, target, fs, mounts, runner) for fs in PSEUDO_FS)
+    return sum(_ensure_one(paths, target, fs, mounts, runner) for fs in PSEUDO_FS)
 
 
-def _ensure_one(driver_root: Path, target: str, fs: PseudoFs, mounts: list[Mount], runner: Runner) -> int:
+def _ensure_one(paths: HostPaths, target: str, fs: PseudoFs, mounts: list[Mount], runner: Runner) -> int:
     point = f"{target}/{fs.path}"
     found = mounted_at(mounts, target, fs)
     if found is not None:
@@ -173,11 +176,19 @@ def _ensure_one(driver_root: Path, target: str, fs: PseudoFs, mounts: list[Mount
                     describe(found))  # fmt: skip
         if not _run(runner, ["umount", point], point):
             return 0
-    if not _is_root_dir(driver_root, fs.path):
+    # mount(8) runs in the root's own directory, entered through an O_NOFOLLOW descriptor of it (its
+    # /proc/self/fd entry; the child still holds it when it changes directory, before exec), and mounts on
+    # "." uncanonicalized: a link renamed over the name meanwhile is never followed out of the root.
+    try:
+        fd = open_dir(paths.driver_root, fs.path)
+    except PublishError:
         log.warning("%s is not a directory of the root (a link or a file?): nothing mounted there", point)
         return 0
-    if not _run(runner, mount_argv(fs, point), point):
-        return 0
+    try:
+        if not _run(runner, mount_argv(fs), point, cwd=f"{paths.own_procfs_root}/self/fd/{fd}"):
+            return 0
+    finally:
+        os.close(fd)
     log.info("mounted %s %s at %s (%s) for programs run chrooted in the root", fs.fstype, fs.source, point,
              fs.options)  # fmt: skip
     return 1
@@ -191,17 +202,9 @@ def _shows_this_process(point: str) -> bool:
     return True
 
 
-def _is_root_dir(driver_root: Path, name: str) -> bool:
-    tree = Tree(driver_root)
+def _run(runner: Runner, argv: list[str], point: str, cwd: str | None = None) -> bool:
     try:
-        return tree.dir_fd(PurePosixPath(name)) is not None
-    finally:
-        tree.close()
-
-
-def _run(runner: Runner, argv: list[str], point: str) -> bool:
-    try:
-        done = runner.run(argv, check=False)
+        done = runner.run(argv, check=False, cwd=cwd)
     except CommandError as exc:  # not found, timed out
         log.warning("%s: %s; %s", point, exc.message, PROC_SYS_FIX)
         return False

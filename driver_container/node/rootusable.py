@@ -87,19 +87,20 @@ def _map_failure(root: Root) -> str:
         inner = find_proof_library(root)
         if inner is None:
             return f"none of {', '.join(PROOF_LIBRARIES)} is in {LIBRARY_PARENT}/*/ of the published root"
-        real = root.resolve(inner)
+        # Opened from the root with no link at any component (paths.Root.open_resolved, beneath.py).
+        fd, real = root.open_resolved(inner, os.O_RDONLY | os.O_NONBLOCK)
     except HostReadError as exc:
         return exc.message
     try:
-        map_executable(real)
+        map_executable(fd)
     except OSError as exc:
         return f"mapping {real} executable (mmap PROT_EXEC): {exc.strerror}"
     return ""
 
 
-def map_executable(real: Path) -> None:
-    """mmap one page of a regular file PROT_READ|PROT_EXEC, as the dynamic loader does; OSError if refused."""
-    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+def map_executable(fd: int) -> None:
+    """mmap one page of a regular file PROT_READ|PROT_EXEC, as the dynamic loader does; OSError if refused.
+    Closes ``fd``."""
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size == 0:

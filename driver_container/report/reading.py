@@ -13,7 +13,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import PurePosixPath
 
-from driver_container.errors import HostReadError
+from driver_container.errors import HostFileNotFound, HostReadError
 from driver_container.paths import Root
 from driver_container.report.model import ABSENT, Member, missing
 from driver_container.runtime.fsutil import READ_FLAGS
@@ -28,15 +28,12 @@ def source_of(root: Root, inner: str | PurePosixPath) -> str:
 
 def read_capped(root: Root, inner: str | PurePosixPath, cap: int) -> tuple[bytes | None, str]:
     """(the first ``cap`` + 1 bytes at most, "") or (None, why not)."""
-    try:
-        real = root.resolve(inner)
-        fd = os.open(real, READ_FLAGS)
-    except (FileNotFoundError, NotADirectoryError):
+    try:  # from the root, no link at any component (paths.Root.open_resolved, beneath.py)
+        fd, _real = root.open_resolved(inner, READ_FLAGS)
+    except HostFileNotFound:
         return None, ABSENT
     except HostReadError as exc:
         return None, f"unreadable: {exc.message}"
-    except OSError as exc:
-        return None, f"unreadable: {exc.strerror}"
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):

@@ -123,26 +123,6 @@ def lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
         return None
 
 
-def contained(root: Path, target: Path) -> Path:
-    """``target`` (below ``root``, no '..') with every existing parent checked not to be a symlink.
-
-    For callers that then write by path (device nodes); the publish itself writes through ``open_dir``.
-    """
-    rel = relative_to(root, target)
-    current = root
-    for part in rel.parts[:-1]:
-        current = current / part
-        try:
-            st = os.lstat(current)
-        except FileNotFoundError:
-            break
-        if stat.S_ISLNK(st.st_mode):
-            raise PublishError(f"{current}: is a symlink; refusing to write through it", path=current)
-        if not stat.S_ISDIR(st.st_mode):
-            raise PublishError(f"{current}: exists and is not a directory", path=current, fix=f"remove {current}")
-    return target
-
-
 def ensure_dir(root: Path, rel: PurePosixPath) -> Path:
     """Create ``root/rel`` component by component without following links; refuses anything in the way."""
     os.close(open_dir(root, rel, create=True))

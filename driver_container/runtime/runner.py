@@ -63,12 +63,15 @@ class Runner:
         timeout: float = 120.0,
         check: bool = True,
         stdin: str | None = None,
+        cwd: str | None = None,
     ) -> CompletedCommand:
+        """``cwd``: the child's working directory (a /proc/self/fd/N path names a descriptor of ours: the child
+        changes directory before exec closes it, node/rootproc.py)."""
         args = (self.which(argv[0]), *argv[1:])
         log.debug("running %s", " ".join(argv))
         try:
             proc = subprocess.run(
-                args, input=stdin, capture_output=True, text=True, timeout=timeout, env=self.env, check=False
+                args, input=stdin, capture_output=True, text=True, timeout=timeout, env=self.env, check=False, cwd=cwd
             )
         except subprocess.TimeoutExpired as exc:
             raise CommandError(f"{argv[0]}: timed out after {timeout:g} s", argv=tuple(argv)) from exc

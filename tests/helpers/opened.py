@@ -4,6 +4,10 @@ as in production and the hook only records.
 
 A hook cannot be removed once added, so one is installed on first use and records only while an
 ``opened_paths()`` block is active.
+
+A name without a slash is an open relative to a directory descriptor (one component of a walk that
+``driver_container/beneath.py`` announces as a whole path beforehand): not recorded, so each file read
+below a root is recorded once, by its full path.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
     path = args[0]
     if isinstance(path, str | bytes | os.PathLike):
         name = os.fsdecode(path)
+        if "/" not in name:
+            return
         for recorder in _RECORDERS:
             recorder.append(name)
 
@@ -51,7 +57,7 @@ _fd, _words = int(os.environ["OPENED_FD"]), os.environ["OPENED_MATCH"].split(","
 def _opened(event, args):
     if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
         name = os.fsdecode(args[0])
-        if any(w in name for w in _words):
+        if "/" in name and any(w in name for w in _words):
             os.write(_fd, (name + "\\n").encode())
 sys.addaudithook(_opened)
 """

@@ -7,6 +7,7 @@ test_procsys_real.py mounts for real)."""
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -22,22 +23,33 @@ TALOS_RUN = "30 1 0:26 /nvidia {run} rw,nosuid,nodev,noexec,relatime shared:18 -
 OURS = "40 30 0:52 / {root} rw,nosuid,relatime shared:44 - tmpfs nvidia-driver-root rw,mode=755\n"
 PROC = "41 40 0:53 / {root}/proc rw,nosuid,nodev,noexec,relatime shared:45 - proc nvidia-driver-proc rw\n"
 SYS = "42 40 0:21 / {root}/sys ro,nosuid,nodev,noexec,relatime shared:46 - sysfs nvidia-driver-sys rw\n"
-PROC_ARGV = ["mount", "-t", "proc", "-o", "nosuid,nodev,noexec", "nvidia-driver-proc", "{root}/proc"]
-SYS_ARGV = ["mount", "-t", "sysfs", "-o", "ro,nosuid,nodev,noexec", "nvidia-driver-sys", "{root}/sys"]
+# Onto "." as given: mount(8) runs in the mount point, entered through a descriptor of it (MountRunner.dirs).
+PROC_ARGV = ["mount", "--no-canonicalize", "-t", "proc", "-o", "nosuid,nodev,noexec", "nvidia-driver-proc", "."]
+SYS_ARGV = ["mount", "--no-canonicalize", "-t", "sysfs", "-o", "ro,nosuid,nodev,noexec", "nvidia-driver-sys", "."]
 
 
 class MountRunner(Runner):
-    """Records every argv; answers ``returncode`` with ``stderr`` (mount(8)'s EPERM wording by default)."""
+    """Records every argv and the directory its working directory names (``cwd`` is OWN_PROCFS_ROOT/self/fd/N,
+    a descriptor of this process: read through the real /proc here); answers ``returncode`` with ``stderr``
+    (mount(8)'s EPERM wording by default)."""
 
     def __init__(self, returncode: int = 0, stderr: str = "") -> None:
         super().__init__()
         self.argvs: list[list[str]] = []
+        self.dirs: list[str | None] = []
         self.returncode, self.stderr = returncode, stderr
 
     def run(
-        self, argv: Sequence[str], *, timeout: float = 120.0, check: bool = True, stdin: str | None = None
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float = 120.0,
+        check: bool = True,
+        stdin: str | None = None,
+        cwd: str | None = None,
     ) -> CompletedCommand:
         self.argvs.append(list(argv))
+        self.dirs.append(None if cwd is None else os.readlink(f"/proc/self/fd/{cwd.rsplit('/', 1)[1]}"))
         return CompletedCommand(tuple(argv), self.returncode, "", self.stderr)
 
 
@@ -64,6 +76,7 @@ def test_our_shared_tmpfs_gets_a_procfs_and_a_read_only_sysfs(tmp_path: Path) ->
     paths, runner = _node(tmp_path, TALOS_RUN, OURS), MountRunner()
     assert ensure_proc_sys(paths, runner) == 2
     assert runner.argvs == [_argv(PROC_ARGV, paths), _argv(SYS_ARGV, paths)]
+    assert runner.dirs == [str(paths.driver_root / "proc"), str(paths.driver_root / "sys")]
 
 
 @pytest.mark.parametrize(
