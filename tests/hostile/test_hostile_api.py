@@ -108,6 +108,21 @@ class _Handler(BaseHTTPRequestHandler):
     def _html(self) -> None:
         self._body(b"<html><body>502 Bad Gateway</body></html>")
 
+    def _refused(self, data: bytes) -> None:
+        self.send_response(403)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _forbidden_deep(self) -> None:
+        self._refused(b'{"kind":"Status","details":' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+
+    def _forbidden_list(self) -> None:
+        self._refused(b'["Forbidden"]')
+
+    def _forbidden_long(self) -> None:
+        self._refused(json.dumps({"kind": "Status", "message": "m" * 100_000}).encode())
+
     def _pods_bad(self) -> None:
         self._body(b'{"kind":"PodList","items":[{"metadata":[]}]}')
 
@@ -250,6 +265,18 @@ def test_a_malformed_answer_is_a_kubernetes_error(api: Api, mode: str, call: str
             getattr(client, call)(NODE)
     assert "malformed answer" in caught.value.message and what in caught.value.message
     assert caught.value.fix is not None and "Kubernetes API server" in caught.value.fix
+
+
+@pytest.mark.parametrize("mode", ["forbidden_deep", "forbidden_list", "forbidden_long"])
+def test_a_refusal_with_a_malformed_body_still_names_its_status(api: Api, mode: str) -> None:
+    """The error path reads the Status message too: a deep or list body raised RecursionError or
+    AttributeError there, and a 100 000-character message went whole into the error line."""
+    api.mode = mode
+    with _client(api) as client, pytest.raises(KubernetesError) as caught:
+        client.patch_node_labels(NODE, {"a": "b"})
+    assert caught.value.status == 403 and caught.value.message.startswith(f"PATCH /api/v1/nodes/{NODE}: 403 Forbidden")
+    assert len(caught.value.message) < 600
+    assert caught.value.fix is not None and "grant" in caught.value.fix
 
 
 @pytest.mark.timeout(60)
