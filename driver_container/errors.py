@@ -264,6 +264,14 @@ class KubernetesError(PathError):
         self.method, self.resource, self.status = method, resource, status
 
 
+class ApiAnswerError(KubernetesError):
+    """No usable answer to one API request (manager/transport.py); ``retry``: another attempt may get one."""
+
+    def __init__(self, message: str, *, retry: bool, stopped: bool = False) -> None:
+        super().__init__(message)
+        self.retry, self.stopped = retry, stopped
+
+
 class DaemonError(DriverContainerError):
     """A supervised ``daemon`` (nvidia-persistenced; ``pid``, ``returncode``) died; the pod must restart."""
 

@@ -146,7 +146,8 @@ def _init_stages(
     statusfiles.write_daemons_status(paths, ready=True)
     if opts.no_wait:
         log.info("Done (--no-wait): driver root published at %s", paths.driver_root)
-        report_ready(published)  # after Ready: the Node's annotations are not on its critical path
+        # After Ready: the Node's annotations are not on its critical path; a signal ends the call in flight.
+        report_ready(published, stop=lambda: shutdown.requested)
         return
     log.info("Done, now waiting for signal")
     # Once, in a child: annotate the Node, then (nice 19, SCHED_IDLE) hash the published root against its

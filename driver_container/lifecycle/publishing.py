@@ -32,6 +32,8 @@ from driver_container.runtime.supervise import Shutdown, lowest_priority, run_in
 from driver_container.settings import Settings
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from driver_container.inspect.hoststate import HostState, LoadedModules
     from driver_container.inspect.platform import PlatformInfo
 
@@ -108,8 +110,9 @@ def require_usable_root(paths: HostPaths, runner: Runner) -> None:
     )
 
 
-def report_ready(published: Published) -> None:
-    """Annotate the Node (after ``Ready``); a no-op outside a cluster, never fatal, 1.5 s at most."""
+def report_ready(published: Published, stop: Callable[[], bool] | None = None) -> None:
+    """Annotate the Node (after ``Ready``); a no-op outside a cluster, never fatal, 1.5 s at most; ``stop``
+    (init's ``Shutdown.requested``) ends it within 50 ms of a signal."""
     from driver_container.manager.nodereport import READY, NodeVerdict, report  # lazy, hot path: after Ready
 
     state = published.state
@@ -117,7 +120,7 @@ def report_ready(published: Published) -> None:
     # Warnings reach the Node too: a module parameter the running module does not have as requested
     # (PARAMETER_DIFFERS) is otherwise a log line nobody reads.
     warnings = "; ".join(f"{f.code}: {f.message}" for f in check(state) if f.severity == "warning") or None
-    report(NodeVerdict(READY, published.version, flavour, state.module_files_source, warnings=warnings))
+    report(NodeVerdict(READY, published.version, flavour, state.module_files_source, warnings=warnings), stop=stop)
 
 
 def check_published_root(paths: HostPaths) -> bool:

@@ -1,10 +1,13 @@
 """A small Kubernetes API client on ``requests``: the few calls driver-manager makes.
 
-Credentials come from the pod's service account (in-cluster) or from KUBECONFIG. Every call has a
-timeout; 409, 429 and 5xx answers and connection failures are retried with capped exponential backoff
-(honouring ``Retry-After``); every other failure is a ``KubernetesError`` that names the request and a
-fix. Tokens and keys never reach a log line or a repr. ``requests`` is imported only when a client is
-built, so modules that merely import this one stay light.
+Credentials come from the pod's service account (in-cluster) or from KUBECONFIG, and are only ever sent
+over TLS (an ``http://`` server with a token or client certificate is refused before any request). Every
+request has one wall-clock deadline over connect and the whole answer, a body cap and a stop hook
+(transport.py); 409, 429 and 5xx answers and connection failures are retried with capped exponential
+backoff (honouring ``Retry-After``); every other failure, a malformed answer included (not JSON, nested
+too deeply, a list where an object belongs), is a ``KubernetesError`` that names the request and a fix.
+Tokens and keys never reach a log line or a repr. ``requests`` is imported only when a client is built,
+so modules that merely import this one stay light.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from driver_container.errors import KubernetesError
+from driver_container.errors import ApiAnswerError, KubernetesError
 from driver_container.formats.numbers import parse_uint
 from driver_container.manager.endpoint import (
     Endpoint,
@@ -29,7 +32,7 @@ from driver_container.manager.endpoint import (
 )
 
 if TYPE_CHECKING:
-    import requests  # lazy, hot path: as in KubeClient.__init__
+    from driver_container.manager.transport import Answer  # lazy, hot path: as in KubeClient.__init__
 
 log = logging.getLogger(__name__)
 
@@ -48,15 +51,24 @@ class KubeClient:
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
         workdir: Path | None = None,
+        stop: Callable[[], bool] | None = None,
     ) -> None:
-        import requests  # lazy, hot path: init imports this module (node report); requests only when it reports
+        # Lazy, hot path: init imports this module (node report); requests only when it reports.
+        import requests
 
+        from driver_container.manager.transport import DeadlineAdapter
+
+        _require_tls_for_credentials(endpoint)
         self.endpoint = endpoint
         self.config = config or KubeConfig()
         self._sleep = sleep
         self._clock = clock
         self._workdir = workdir
+        self._stop = stop  # true once a termination signal arrived: the request in flight ends within 50 ms
         self._session: requests.Session = requests.Session()
+        adapter = DeadlineAdapter(max_retries=0)  # retries are this client's (below), not urllib3's
+        self._session.mount("https://", adapter)
+        self._session.mount("http://", adapter)
         self._session.verify = endpoint.verify
         if endpoint.client_cert is not None:
             self._session.cert = endpoint.client_cert
@@ -66,20 +78,22 @@ class KubeClient:
         self._session.headers["User-Agent"] = "driver-manager (talos-nvidia-driver-container)"
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, config: KubeConfig | None = None) -> KubeClient:
+    def from_env(
+        cls, env: Mapping[str, str] | None = None, config: KubeConfig | None = None,
+        stop: Callable[[], bool] | None = None,
+    ) -> KubeClient:  # fmt: skip
         """KUBECONFIG when set, else the in-cluster service account."""
         e = os.environ if env is None else env
         cfg = config or KubeConfig()
         if e.get("KUBECONFIG"):
             workdir = Path(tempfile.mkdtemp(prefix="driver-manager-"))
             try:
-                endpoint = kubeconfig_endpoint(e["KUBECONFIG"], workdir)
+                return cls(kubeconfig_endpoint(e["KUBECONFIG"], workdir), cfg, workdir=workdir, stop=stop)
             except BaseException:
                 shutil.rmtree(workdir, ignore_errors=True)
                 raise
-            return cls(endpoint, cfg, workdir=workdir)
         if e.get("KUBERNETES_SERVICE_HOST"):
-            return cls(in_cluster_endpoint(e, cfg), cfg)
+            return cls(in_cluster_endpoint(e, cfg), cfg, stop=stop)
         raise KubernetesError(
             "no Kubernetes API configuration: KUBECONFIG and KUBERNETES_SERVICE_HOST are both unset",
             fix="run inside the cluster with a service account, or set KUBECONFIG",
@@ -103,14 +117,14 @@ class KubeClient:
         return self._json("GET", f"/api/v1/nodes/{quote(name, safe='')}")
 
     def node_labels(self, name: str) -> dict[str, str]:
-        labels = self.get_node(name).get("metadata", {}).get("labels") or {}
-        return {str(k): str(v) for k, v in labels.items()}
+        path = f"/api/v1/nodes/{quote(name, safe='')}"
+        return _labels(self._json("GET", path), "GET", path)
 
     def patch_node_labels(self, name: str, labels: Mapping[str, str | None]) -> dict[str, str]:
         """JSON merge patch (RFC 7386) of node labels; ``None`` removes a label. Returns the new labels."""
         body = {"metadata": {"labels": dict(labels)}}
-        node = self._json("PATCH", f"/api/v1/nodes/{quote(name, safe='')}", body=body, content_type=MERGE_PATCH)
-        return {str(k): str(v) for k, v in (node.get("metadata", {}).get("labels") or {}).items()}
+        path = f"/api/v1/nodes/{quote(name, safe='')}"
+        return _labels(self._json("PATCH", path, body=body, content_type=MERGE_PATCH), "PATCH", path)
 
     def patch_node_annotations(self, name: str, annotations: Mapping[str, str | None]) -> None:
         """JSON merge patch of node annotations (nodereport.py); ``None`` removes one."""
@@ -127,7 +141,9 @@ class KubeClient:
         if label_selector:
             params["labelSelector"] = label_selector
         items = self._json("GET", path, params=params).get("items") or []
-        return [item for item in items if isinstance(item, dict)]
+        if not isinstance(items, list) or not all(_pod_shaped(item) for item in items):
+            raise _malformed("GET", path, "items is not a list of pods")
+        return items
 
     def evict_pod(self, namespace: str, name: str) -> None:
         """Eviction (policy/v1); 429 means a disruption budget refuses it for now and is retried."""
@@ -141,10 +157,8 @@ class KubeClient:
         """Poll until no pod matches on ``node``; KubernetesError naming the pods after ``timeout`` s."""
         deadline = self._clock() + timeout
         while True:
-            names = [
-                p.get("metadata", {}).get("name", "?")
-                for p in self.list_pods(namespace, node=node, label_selector=label_selector)
-            ]
+            pods = self.list_pods(namespace, node=node, label_selector=label_selector)
+            names = [str(p.get("metadata", {}).get("name", "?")) for p in pods]
             if not names:
                 return
             if self._clock() >= deadline:
@@ -168,86 +182,109 @@ class KubeClient:
         content_type: str = "application/json",
         missing_ok: bool = False,
     ) -> dict[str, Any]:
-        response = self._request(method, path, params=params, body=body, content_type=content_type)
-        if response.status_code == 404 and missing_ok:
+        """The answer's JSON object; a KubernetesError for a failed status or any other kind of answer."""
+        answer = self._request(method, path, params=params, body=body, content_type=content_type)
+        if answer.status_code == 404 and missing_ok:
             return {}
-        if response.status_code >= 300:
-            raise _status_error(method, path, response)
+        if answer.status_code >= 300:
+            raise _status_error(method, path, answer)
         try:
-            data = response.json()
-        except ValueError as exc:
-            raise KubernetesError(
-                f"{method} {path}: the answer is not JSON", method=method, resource=path, status=response.status_code
-            ) from exc
-        return data if isinstance(data, dict) else {}
+            data = answer.json()
+        except ApiAnswerError as exc:
+            raise _malformed(method, path, exc.message, answer.status_code) from exc
+        if not isinstance(data, dict):
+            raise _malformed(method, path, f"the answer is a JSON {type(data).__name__}, not an object")
+        return data
 
     def _request(
         self, method: str, path: str, *, params: Mapping[str, str] | None, body: object, content_type: str
-    ) -> requests.Response:
-        import requests  # lazy, hot path: init imports this module (node report); requests only when it reports
+    ) -> Answer:
+        from driver_container.manager.transport import exchange  # lazy, hot path: as in __init__
 
         cfg = self.config
         delay = cfg.backoff
         for attempt in range(1, cfg.attempts + 1):
             last = attempt == cfg.attempts
             try:
-                response = self._session.request(
-                    method,
-                    self.endpoint.server + path,
-                    params=params,
-                    json=body,
-                    headers={"Content-Type": content_type} if body is not None else None,
-                    timeout=(cfg.timeout, cfg.timeout),
+                answer = exchange(
+                    self._session, method, self.endpoint.server + path, seconds=cfg.timeout, stop=self._stop,
+                    params=params, json=body, headers={"Content-Type": content_type} if body is not None else None,
                     # Explicit per request: requests lets REQUESTS_CA_BUNDLE override a session's CA otherwise.
                     verify=self.endpoint.verify,
-                )
-            except requests.RequestException as exc:
-                reason = _describe(exc)
-                # A certificate that does not verify will not verify on a retry either.
-                if last or isinstance(exc, requests.exceptions.SSLError):
+                )  # fmt: skip
+            except ApiAnswerError as exc:
+                # A certificate that does not verify will not verify on a retry either; nor will a stop.
+                if last or not exc.retry:
                     raise KubernetesError(
-                        f"{method} {path} on {self.endpoint.server}: {reason} ({attempt} attempt(s))",
+                        f"{method} {path} on {self.endpoint.server}: {exc.message} ({attempt} attempt(s))",
                         method=method,
                         resource=path,
                         fix="check that the API server is reachable from the pod (network policy, DNS, CA)",
                     ) from exc
-                log.warning("%s %s: %s; retry %d/%d in %.1f s", method, path, reason, attempt, cfg.attempts, delay)
+                log.warning("%s %s: %s; retry %d/%d in %.1f s", method, path, exc.message, attempt, cfg.attempts, delay)
             else:
-                log.debug("%s %s -> %d", method, path, response.status_code)
-                if response.status_code not in RETRY_STATUSES or last:
-                    return response
-                delay = _retry_after(response, delay, cfg.backoff_max)
+                log.debug("%s %s -> %d", method, path, answer.status_code)
+                if answer.status_code not in RETRY_STATUSES or last:
+                    return answer
+                delay = _retry_after(answer, delay, cfg.backoff_max)
                 log.warning(
-                    "%s %s: %d; retry %d/%d in %.1f s", method, path, response.status_code, attempt, cfg.attempts, delay
+                    "%s %s: %d; retry %d/%d in %.1f s", method, path, answer.status_code, attempt, cfg.attempts, delay
                 )
             self._sleep(delay)
             delay = min(delay * 2, cfg.backoff_max)
         raise AssertionError("unreachable")
 
 
-def _describe(exc: Exception) -> str:
-    import requests  # lazy, hot path: as in KubeClient.__init__
+def _require_tls_for_credentials(endpoint: Endpoint) -> None:
+    """A token or client certificate goes over TLS only: over ``http://`` anyone on the path reads it."""
+    if (endpoint.token or endpoint.client_cert) and not endpoint.server.lower().startswith("https://"):
+        raise KubernetesError(
+            f"{endpoint.server}: credentials (a token or client certificate) are sent only over https://, "
+            "never in the clear",
+            fix="use the API server's https:// URL (with its CA in certificate-authority-data)",
+        )
 
-    if isinstance(exc, requests.Timeout):
-        return "timed out"
-    if isinstance(exc, requests.exceptions.SSLError):
-        return "TLS verification failed"
-    return f"connection failed ({type(exc).__name__})"
+
+def _malformed(method: str, path: str, what: str, status: int | None = None) -> KubernetesError:
+    return KubernetesError(
+        f"{method} {path}: malformed answer: {what}", method=method, resource=path, status=status,
+        fix="check that the server is the Kubernetes API server (not a proxy or another service)",
+    )  # fmt: skip
 
 
-def _retry_after(response: requests.Response, delay: float, cap: float) -> float:
-    value = response.headers.get("Retry-After", "")
+def _labels(node: dict[str, Any], method: str, path: str) -> dict[str, str]:
+    metadata = node.get("metadata") or {}
+    labels = metadata.get("labels") or {} if isinstance(metadata, dict) else None
+    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
+        raise _malformed(method, path, "metadata.labels is not a mapping of strings")
+    return {str(k): v for k, v in labels.items()}
+
+
+def _pod_shaped(pod: object) -> bool:
+    """The fields the manager reads (labels.client_pods) have the types it reads them as."""
+    if not isinstance(pod, dict):
+        return False
+    metadata, spec = pod.get("metadata", {}), pod.get("spec", {})
+    if not isinstance(metadata, dict) or not isinstance(spec, dict):
+        return False
+    owners, selector = metadata.get("ownerReferences") or [], spec.get("nodeSelector") or {}
+    return isinstance(owners, list) and all(isinstance(o, dict) for o in owners) and isinstance(selector, dict)
+
+
+def _retry_after(answer: Answer, delay: float, cap: float) -> float:
+    value = answer.headers.get("Retry-After", "")
     # RFC 9110 section 10.2.3: delay-seconds is 1*DIGIT (an HTTP-date is not honoured: the caller's delay).
     seconds = parse_uint(value.strip())
     return min(float(seconds), cap) if seconds is not None else delay
 
 
-def _status_error(method: str, path: str, response: requests.Response) -> KubernetesError:
+def _status_error(method: str, path: str, answer: Answer) -> KubernetesError:
     try:
-        detail = str(response.json().get("message", ""))
-    except ValueError:
-        detail = ""
-    text = f"{method} {path}: {response.status_code} {response.reason}" + (f": {detail}" if detail else "")
+        data = answer.json()
+    except ApiAnswerError:
+        data = None
+    detail = str(data.get("message", ""))[:512] if isinstance(data, dict) else ""
+    text = f"{method} {path}: {answer.status_code} {answer.reason}" + (f": {detail}" if detail else "")
     fixes = {
         401: "the API server rejected the credentials: check the service-account token (or KUBECONFIG user)",
         403: "grant the driver pod's service account get/list/patch on nodes, list on pods and create on "
@@ -255,5 +292,5 @@ def _status_error(method: str, path: str, response: requests.Response) -> Kubern
         404: "check NODE_NAME (fieldRef spec.nodeName) and OPERATOR_NAMESPACE",
     }
     return KubernetesError(
-        text, method=method, resource=path, status=response.status_code, fix=fixes.get(response.status_code)
+        text, method=method, resource=path, status=answer.status_code, fix=fixes.get(answer.status_code)
     )

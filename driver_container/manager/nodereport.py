@@ -4,8 +4,9 @@ never loaded).
 
 Kept off the critical path: nothing here can fail ``init``. Outside a cluster (no NODE_NAME, or neither
 KUBERNETES_SERVICE_HOST nor KUBECONFIG) it does nothing and imports nothing; in a cluster the client
-(``requests``) is imported only then, every call has a 1.5 s timeout and no retry, and whatever goes
-wrong - API unreachable, RBAC without the verb - is logged once as a warning.
+(``requests``) is imported only then, every call has a 1.5 s wall-clock deadline (connect and the whole
+answer) and no retry, a termination signal ends the call in flight within 50 ms (``stop``), and whatever
+goes wrong - API unreachable, RBAC without the verb, a malformed answer - is logged once as a warning.
 
 RBAC: ``patch`` on ``nodes`` (the annotations) and ``create`` on ``events``. The operator's driver
 ClusterRole grants get/list/patch/update/watch on nodes but nothing on events (NVIDIA/gpu-operator
@@ -94,14 +95,17 @@ def in_cluster(env: Mapping[str, str]) -> bool:
     return bool(env.get("NODE_NAME", "").strip()) and bool(env.get("KUBERNETES_SERVICE_HOST") or env.get("KUBECONFIG"))
 
 
-def _client(env: Mapping[str, str]) -> KubeClient:
+CALL_DEADLINE_S = 1.5  # per call, connect and the whole answer: SIGTERM is answered within 2 s
+
+
+def _client(env: Mapping[str, str], stop: Callable[[], bool] | None = None) -> KubeClient:
     # Lazy, hot path: every init imports this module (the Node verdict); the client only in a cluster.
     from driver_container.manager.endpoint import KubeConfig
     from driver_container.manager.kube import KubeClient
 
     # One short try per call: a slow or absent API must not hold up a node that is otherwise ready, nor a
-    # SIGTERM (the publishing child that reports ignores it; init must stop within 2 s, issue 14).
-    return KubeClient.from_env(env, KubeConfig(timeout=1.5, attempts=1))
+    # SIGTERM (the waiting init kills its reporting child; --no-wait and a refusal pass ``stop``).
+    return KubeClient.from_env(env, KubeConfig(timeout=CALL_DEADLINE_S, attempts=1), stop=stop)
 
 
 def _namespace(env: Mapping[str, str]) -> str:
@@ -114,10 +118,12 @@ def report(
     verdict: NodeVerdict,
     env: Mapping[str, str] | None = None,
     *,
-    client_factory: Callable[[Mapping[str, str]], KubeClient] = _client,
+    client_factory: Callable[[Mapping[str, str], Callable[[], bool] | None], KubeClient] = _client,
     namespace: Callable[[Mapping[str, str]], str] = _namespace,
+    stop: Callable[[], bool] | None = None,
 ) -> bool:
-    """Annotate the Node (and post an Event on a refusal). True when everything was accepted; never raises."""
+    """Annotate the Node (and post an Event on a refusal). True when everything was accepted; never raises.
+    ``stop`` (init's ``Shutdown.requested``) ends the call in flight and skips the rest."""
     e = os.environ if env is None else env
     if not in_cluster(e):
         log.debug("not in a cluster (NODE_NAME, KUBERNETES_SERVICE_HOST/KUBECONFIG): node verdict not reported")
@@ -125,26 +131,35 @@ def report(
     node = e["NODE_NAME"].strip()
     failures: list[str] = []
     try:
-        with client_factory(e) as client:
-            calls: list[tuple[str, Callable[[], None]]] = [
-                ("annotate node", lambda: client.patch_node_annotations(node, annotation_patch(verdict)))
-            ]
-            if verdict.result == REFUSED:
-                ns = namespace(e)
-                import datetime  # lazy, hot path: only a refusal posts an Event; every start imports this module
-
-                body = event(verdict, node, ns, datetime.datetime.now(datetime.UTC))
-                calls.append((f"post an Event in {ns}", lambda: client.create_event(ns, body)))
-            for what, call in calls:
-                try:
-                    call()
-                except DriverContainerError as exc:
-                    failures.append(f"{what}: {exc.message}")
+        _report_calls(verdict, e, node, client_factory(e, stop), namespace, failures)
     except DriverContainerError as exc:  # no usable API configuration
         failures.append(exc.message)
+    except Exception as exc:  # a bug must not fail init nor skip its check after Ready (never fatal, above)
+        failures.append(f"unexpected {type(exc).__name__}")
     if failures:
         # Once, whatever failed: the node works without it (docs/operator.md lists the RBAC it needs).
         log.warning("node verdict for %s not fully reported (init carries on): %s", node, "; ".join(failures))
         return False
     log.info("node %s annotated %sresult=%s", node, PREFIX, verdict.result)
     return True
+
+
+def _report_calls(
+    verdict: NodeVerdict, e: Mapping[str, str], node: str, client: KubeClient,
+    namespace: Callable[[Mapping[str, str]], str], failures: list[str],
+) -> None:  # fmt: skip
+    with client:
+        calls: list[tuple[str, Callable[[], None]]] = [
+            ("annotate node", lambda: client.patch_node_annotations(node, annotation_patch(verdict)))
+        ]
+        if verdict.result == REFUSED:
+            ns = namespace(e)
+            import datetime  # lazy, hot path: only a refusal posts an Event; every start imports this module
+
+            body = event(verdict, node, ns, datetime.datetime.now(datetime.UTC))
+            calls.append((f"post an Event in {ns}", lambda: client.create_event(ns, body)))
+        for what, call in calls:
+            try:
+                call()
+            except DriverContainerError as exc:
+                failures.append(f"{what}: {exc.message}")

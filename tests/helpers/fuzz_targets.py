@@ -86,7 +86,7 @@ class Target:
 
 
 class _Response:
-    """What kube._retry_after reads of a requests.Response."""
+    """What kube._retry_after reads of an answer (manager/transport.Answer)."""
 
     def __init__(self, retry_after: str) -> None:
         self.headers = {"Retry-After": retry_after}

@@ -173,15 +173,6 @@ def _start(state: ApiState, context: ssl.SSLContext | None = None) -> tuple[Thre
     return httpd, thread
 
 
-@pytest.fixture
-def server() -> Iterator[Server]:
-    state = ApiState(labels={"nvidia.com/gpu.deploy.driver": "true"})
-    httpd, _ = _start(state)
-    yield Server(f"http://127.0.0.1:{httpd.server_address[1]}", state)
-    httpd.shutdown()
-    httpd.server_close()
-
-
 def _self_signed(directory: Path, name: str) -> tuple[Path, Path]:
     require(shutil.which("openssl"), "openssl", how="apt-get install openssl")
     cert, key = directory / f"{name}.crt", directory / f"{name}.key"
@@ -191,6 +182,27 @@ def _self_signed(directory: Path, name: str) -> tuple[Path, Path]:
         check=True, capture_output=True,
     )  # fmt: skip
     return cert, key
+
+
+@pytest.fixture(scope="module")
+def server_cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return _self_signed(tmp_path_factory.mktemp("api-tls"), "server")
+
+
+def start_tls(state: ApiState, cert: tuple[Path, Path]) -> tuple[ThreadingHTTPServer, Server]:
+    """The API server over HTTPS (the client sends its token over TLS only), its CA being ``cert``."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*cert)
+    httpd, _ = _start(state, context)
+    return httpd, Server(f"https://127.0.0.1:{httpd.server_address[1]}", state, cert[0])
+
+
+@pytest.fixture
+def server(server_cert: tuple[Path, Path]) -> Iterator[Server]:
+    httpd, srv = start_tls(ApiState(labels={"nvidia.com/gpu.deploy.driver": "true"}), server_cert)
+    yield srv
+    httpd.shutdown()
+    httpd.server_close()
 
 
 @pytest.fixture
@@ -216,7 +228,11 @@ class Sleeps(list[float]):
 
 def _client(server: Server, sleeps: Sleeps | None = None, **config: Any) -> KubeClient:
     cfg = KubeConfig(**{"timeout": 2.0, "attempts": 4, "backoff": 0.25, "backoff_max": 1.0, **config})
-    return KubeClient(Endpoint(server.url, token=TOKEN), cfg, sleep=sleeps if sleeps is not None else Sleeps())
+    return KubeClient(endpoint(server), cfg, sleep=sleeps if sleeps is not None else Sleeps())
+
+
+def endpoint(server: Server) -> Endpoint:
+    return Endpoint(server.url, verify=str(server.ca), token=TOKEN)
 
 
 # -- calls ----------------------------------------------------------------------------------------
@@ -306,7 +322,7 @@ def test_a_stalled_server_times_out_every_attempt(server: Server) -> None:
     with _client(server, sleeps, timeout=0.3, attempts=2) as client, pytest.raises(KubernetesError) as caught:
         client.get_node(NODE)
     assert time.monotonic() - started < 1.4
-    assert "timed out (2 attempt(s))" in caught.value.message
+    assert "no complete answer within 0.3 s (2 attempt(s))" in caught.value.message
     assert len(sleeps) == 1
 
 
@@ -322,7 +338,7 @@ def test_wait_for_pods_gone_polls_until_the_pods_end(server: Server) -> None:
         if len(sleeps) == 2:
             server.state.labels["gfd"] = PAUSED
 
-    client = KubeClient(Endpoint(server.url, token=TOKEN), KubeConfig(timeout=2), sleep=sleep)
+    client = KubeClient(endpoint(server), KubeConfig(timeout=2), sleep=sleep)
     with client:
         client.wait_for_pods_gone(NS, node=NODE, label_selector="app=gpu-feature-discovery", timeout=60, poll=2)
     assert sleeps == [2, 2]
@@ -338,7 +354,7 @@ def test_wait_for_pods_gone_times_out_naming_the_pods(server: Server) -> None:
     def sleep(seconds: float) -> None:
         now[0] += seconds
 
-    client = KubeClient(Endpoint(server.url, token=TOKEN), KubeConfig(timeout=2), sleep=sleep, clock=lambda: now[0])
+    client = KubeClient(endpoint(server), KubeConfig(timeout=2), sleep=sleep, clock=lambda: now[0])
     with client, pytest.raises(KubernetesError) as caught:
         client.wait_for_pods_gone(NS, node=NODE, label_selector="app=nvidia-dcgm", timeout=10, poll=3)
     assert caught.value.message == f"pods dcgm-1 (app=nvidia-dcgm) still on node {NODE} after 10 s"

@@ -9,16 +9,16 @@ import logging
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
 from helpers.support import FIXTURES, fixture_paths
-from test_manager_api import NODE, NS, TOKEN, ApiState, Server, _start
+from test_manager_api import NODE, NS, TOKEN, ApiState, Server, _self_signed, endpoint, start_tls
 
 from driver_container.inspect.hoststate import inspect_host
 from driver_container.lifecycle.publishing import Published, report_ready
-from driver_container.manager.endpoint import Endpoint, KubeConfig
+from driver_container.manager.endpoint import KubeConfig
 from driver_container.manager.kube import KubeClient
 from driver_container.manager.nodereport import PREFIX, READY, REFUSED, NodeVerdict, event, report
 from driver_container.settings import Settings
@@ -29,18 +29,22 @@ REFUSAL = NodeVerdict(
 )
 
 
+@pytest.fixture(scope="module")
+def api_cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return _self_signed(tmp_path_factory.mktemp("api-tls"), "server")
+
+
 @pytest.fixture
-def api() -> Iterator[Server]:
-    state = ApiState(labels={"nvidia.com/gpu.deploy.driver": "true"})
-    httpd, _ = _start(state)
-    yield Server(f"http://127.0.0.1:{httpd.server_address[1]}", state)
+def api(api_cert: tuple[Path, Path]) -> Iterator[Server]:
+    httpd, server = start_tls(ApiState(labels={"nvidia.com/gpu.deploy.driver": "true"}), api_cert)
+    yield server
     httpd.shutdown()
     httpd.server_close()
 
 
 def _factory(server: Server) -> object:
-    def make(env: Mapping[str, str]) -> KubeClient:
-        return KubeClient(Endpoint(server.url, token=TOKEN), KubeConfig(timeout=2.0, attempts=1))
+    def make(env: Mapping[str, str], stop: Callable[[], bool] | None = None) -> KubeClient:
+        return KubeClient(endpoint(server), KubeConfig(timeout=2.0, attempts=1), stop=stop)
 
     return make
 
@@ -80,7 +84,7 @@ def test_a_ready_init_reports_parameter_differs_on_the_node(
     """The whole path from a host whose nvidia runs with another value than kernelModuleConfig asks for."""
     from driver_container.manager import kube
 
-    monkeypatch.setattr(kube, "in_cluster_endpoint", lambda env, config: Endpoint(api.url, token=TOKEN))
+    monkeypatch.setattr(kube, "in_cluster_endpoint", lambda env, config: endpoint(api))
     for key, value in ENV.items():
         monkeypatch.setenv(key, value)
     tree = tmp_path / "host"
@@ -115,7 +119,7 @@ def test_rbac_without_events_logs_once_and_does_not_fail(api: Server, caplog: py
 
 
 def test_an_unreachable_api_logs_once_within_the_timeout(caplog: pytest.LogCaptureFixture) -> None:
-    dead = Server("http://127.0.0.1:9", ApiState())  # discard port: connection refused
+    dead = Server("https://127.0.0.1:9", ApiState(), Path("/nonexistent-ca.crt"))  # discard port: connection refused
     start = datetime.datetime.now()
     with caplog.at_level(logging.DEBUG):
         assert _report(dead, REFUSAL) is False
@@ -142,7 +146,7 @@ def test_init_refusal_is_reported_by_the_cli(
     Node gets the refusal (the in-cluster endpoint is pointed at the local server)."""
     from driver_container.manager import kube
 
-    monkeypatch.setattr(kube, "in_cluster_endpoint", lambda env, config: Endpoint(api.url, token=TOKEN))
+    monkeypatch.setattr(kube, "in_cluster_endpoint", lambda env, config: endpoint(api))
     (tmp_path / "proc/sys/kernel").mkdir(parents=True)
     (tmp_path / "proc/sys/kernel/osrelease").write_text("6.18.44-talos\n")
     (tmp_path / "proc/modules").write_text("")

@@ -1,0 +1,401 @@
+"""A hostile or broken Kubernetes API server: answers dribbled a byte at a time, malformed answers (JSON
+nested 100 000 deep, a list where an object belongs, not JSON at all), answers far beyond any Node, and a
+plain-HTTP server that would read the bearer token.
+
+The client (manager/kube.py, manager/transport.py) must end every request at its wall-clock deadline
+(connect and the whole answer), end it within 50 ms of a stop (init's SIGTERM), read at most 16 MiB,
+turn every malformed answer into a KubernetesError, and never send a credential over http://. init's
+Node report must never fail init, hold a SIGTERM past 2 s, or skip the check of the root after Ready.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import signal
+import ssl
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from helpers.hostenv import Host, make_host
+from helpers.support import require
+from helpers.waits import wait_until
+
+from driver_container.errors import KubernetesError
+from driver_container.manager.endpoint import Endpoint, KubeConfig
+from driver_container.manager.kube import KubeClient
+from driver_container.manager.nodereport import READY, NodeVerdict, report
+
+TOKEN = "hostile-api-token-value"
+NODE = "node-1"
+NODE_JSON = {"kind": "Node", "metadata": {"name": NODE, "labels": {"a": "b"}}}
+DRIP_BYTES = 300  # one every 0.1 s: a 30 s answer whose every read arrives well within any read timeout
+HUGE = 64 << 20  # four times the client's 16 MiB cap
+
+
+@dataclass
+class Api:
+    mode: str = "node"
+    url: str = ""
+    ca: Path | None = None
+    seen: list[tuple[str, str, dict[str, str]]] = field(default_factory=list)
+    arrived: threading.Event = field(default_factory=threading.Event)
+    sent: int = 0  # body bytes the server managed to write
+
+
+class _Handler(BaseHTTPRequestHandler):
+    api: Api
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length:
+            self.rfile.read(length)
+        self.api.seen.append((self.command, self.path, dict(self.headers)))
+        self.api.arrived.set()
+        with contextlib.suppress(OSError):  # the client gave up (BrokenPipe, reset, TLS EOF): what a test wants
+            getattr(self, "_" + self.api.mode)()
+
+    do_GET = do_PATCH = do_POST = _serve  # noqa: N815
+
+    def _body(self, data: bytes, *, length: bool = True) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        if length:
+            self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _node(self) -> None:
+        self._body(json.dumps(NODE_JSON).encode())
+
+    def _drip(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(DRIP_BYTES))
+        self.end_headers()
+        self.wfile.flush()
+        for _ in range(DRIP_BYTES):
+            self.wfile.write(b" ")
+            time.sleep(0.1)
+
+    def _drip_headers(self) -> None:
+        self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+        for _ in range(DRIP_BYTES):
+            self.wfile.write(b"a")
+            time.sleep(0.1)
+
+    def _deep(self) -> None:
+        self._body(b'{"kind":"Node","metadata":' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+
+    def _list(self) -> None:
+        self._body(b"[]")
+
+    def _labels_list(self) -> None:
+        self._body(b'{"kind":"Node","metadata":{"labels":["a"]}}')
+
+    def _metadata_text(self) -> None:
+        self._body(b'{"kind":"Node","metadata":"x"}')
+
+    def _html(self) -> None:
+        self._body(b"<html><body>502 Bad Gateway</body></html>")
+
+    def _refused(self, data: bytes) -> None:
+        self.send_response(403)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _forbidden_deep(self) -> None:
+        self._refused(b'{"kind":"Status","details":' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+
+    def _forbidden_list(self) -> None:
+        self._refused(b'["Forbidden"]')
+
+    def _forbidden_long(self) -> None:
+        self._refused(json.dumps({"kind": "Status", "message": "m" * 100_000}).encode())
+
+    def _pods_bad(self) -> None:
+        self._body(b'{"kind":"PodList","items":[{"metadata":[]}]}')
+
+    def _huge(self, *, length: bool = True) -> None:
+        head, tail = b'{"kind":"Node","metadata":{"name":"node-1","labels":{"a":"', b'"}}}'
+        self.send_response(200)
+        if length:
+            self.send_header("Content-Length", str(len(head) + HUGE + len(tail)))
+        self.end_headers()
+        self.wfile.write(head)
+        block = b"x" * (1 << 20)
+        for _ in range(HUGE >> 20):
+            self.wfile.write(block)
+            self.api.sent += len(block)
+        self.wfile.write(tail)
+
+    def _huge_unsized(self) -> None:
+        self._huge(length=False)  # HTTP/1.0 and no Content-Length: the body ends when the server closes
+
+
+def _serve(api: Api, context: ssl.SSLContext | None) -> ThreadingHTTPServer:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), type("H", (_Handler,), {"api": api}))
+    httpd.daemon_threads = True
+    httpd.handle_error = lambda request, address: None  # type: ignore[method-assign]
+    if context is not None:
+        httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
+    scheme = "https" if context is not None else "http"
+    api.url = f"{scheme}://127.0.0.1:{httpd.server_address[1]}"
+    return httpd
+
+
+@pytest.fixture(scope="module")
+def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    require(shutil.which("openssl"), "openssl", how="apt-get install openssl")
+    directory = tmp_path_factory.mktemp("tls")
+    crt, key = directory / "server.crt", directory / "server.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(crt)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return crt, key
+
+
+@pytest.fixture
+def api(cert: tuple[Path, Path]) -> Iterator[Api]:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(*cert)
+    state = Api(ca=cert[0])
+    httpd = _serve(state, context)
+    yield state
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture
+def plain_api() -> Iterator[Api]:
+    state = Api()
+    httpd = _serve(state, None)
+    yield state
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def _client(api: Api, timeout: float = 1.0, stop: Callable[[], bool] | None = None) -> KubeClient:
+    endpoint = Endpoint(api.url, verify=str(api.ca), token=TOKEN)
+    hook = {"stop": stop} if stop is not None else {}  # (only where a test needs it)
+    return KubeClient(endpoint, KubeConfig(timeout=timeout, attempts=1), **hook)
+
+
+def _kubeconfig(path: Path, api: Api, user: dict[str, str]) -> Path:
+    cluster = {"server": api.url, **({"certificate-authority": str(api.ca)} if api.ca else {})}
+    path.write_text(json.dumps({
+        "clusters": [{"name": "c", "cluster": cluster}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+        "users": [{"name": "u", "user": user}],
+        "current-context": "x",
+    }))  # fmt: skip
+    return path
+
+
+# -- the deadline and the stop ----------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", ["drip", "drip_headers"])
+def test_a_dribbled_answer_ends_at_the_deadline(api: Api, mode: str) -> None:
+    """Every read arrives within 0.1 s, so a per-read timeout never fires: only a deadline ends it."""
+    api.mode = mode
+    started = time.monotonic()
+    with _client(api) as client, pytest.raises(KubernetesError) as caught:
+        client.get_node(NODE)
+    took = time.monotonic() - started
+    assert took < 1.6, f"the 1 s request took {took:.1f} s"
+    assert "no complete answer within 1 s (1 attempt(s))" in caught.value.message
+
+
+@pytest.mark.timeout(60)
+def test_a_stop_ends_the_request_in_flight(api: Api) -> None:
+    """init's SIGTERM (Shutdown.requested) ends a request long before its deadline."""
+    api.mode = "drip"
+    stop = threading.Event()
+    stopped_at: list[float] = []
+
+    def press() -> None:
+        if api.arrived.wait(30):
+            time.sleep(0.3)
+            stopped_at.append(time.monotonic())
+            stop.set()
+
+    threading.Thread(target=press, daemon=True).start()
+    with _client(api, timeout=30, stop=stop.is_set) as client, pytest.raises(KubernetesError) as caught:
+        client.get_node(NODE)
+    assert stopped_at, "the request never reached the server"
+    assert time.monotonic() - stopped_at[0] < 0.5
+    assert "stopped by a termination signal" in caught.value.message
+
+
+# -- malformed and oversized answers ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("mode", "call", "what"),
+    [
+        ("deep", "node_labels", "nested too deeply"),
+        ("list", "get_node", "a JSON list, not an object"),
+        ("labels_list", "node_labels", "metadata.labels is not a mapping of strings"),
+        ("metadata_text", "node_labels", "metadata.labels is not a mapping of strings"),
+        ("html", "get_node", "not JSON"),
+        ("pods_bad", "list_pods", "items is not a list of pods"),
+    ],
+)
+def test_a_malformed_answer_is_a_kubernetes_error(api: Api, mode: str, call: str, what: str) -> None:
+    api.mode = mode
+    with _client(api) as client, pytest.raises(KubernetesError) as caught:
+        if call == "list_pods":
+            client.list_pods(None, node=NODE)
+        else:
+            getattr(client, call)(NODE)
+    assert "malformed answer" in caught.value.message and what in caught.value.message
+    assert caught.value.fix is not None and "Kubernetes API server" in caught.value.fix
+
+
+@pytest.mark.parametrize("mode", ["forbidden_deep", "forbidden_list", "forbidden_long"])
+def test_a_refusal_with_a_malformed_body_still_names_its_status(api: Api, mode: str) -> None:
+    """The error path reads the Status message too: a deep or list body raised RecursionError or
+    AttributeError there, and a 100 000-character message went whole into the error line."""
+    api.mode = mode
+    with _client(api) as client, pytest.raises(KubernetesError) as caught:
+        client.patch_node_labels(NODE, {"a": "b"})
+    assert caught.value.status == 403 and caught.value.message.startswith(f"PATCH /api/v1/nodes/{NODE}: 403 Forbidden")
+    assert len(caught.value.message) < 600
+    assert caught.value.fix is not None and "grant" in caught.value.fix
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", ["huge", "huge_unsized"])
+def test_an_answer_beyond_the_cap_is_not_read(api: Api, mode: str) -> None:
+    api.mode = mode
+    with _client(api, timeout=20) as client, pytest.raises(KubernetesError, match="larger than 16777216 bytes"):
+        client.get_node(NODE)
+    time.sleep(0.2)  # the server's last write fails once the client has closed
+    assert api.sent < 32 << 20, f"the server wrote {api.sent >> 20} MiB"
+
+
+@pytest.mark.parametrize("mode", ["deep", "list", "html"])
+def test_the_node_report_survives_a_malformed_answer(
+    api: Api, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    api.mode = mode
+    env = {"NODE_NAME": NODE, "KUBERNETES_SERVICE_HOST": "set"}
+    assert report(NodeVerdict(READY, "595.91.07"), env, client_factory=lambda e, *_: _client(api)) is False
+    (warning,) = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert "init carries on" in warning.getMessage() and "malformed answer" in warning.getMessage()
+
+
+# -- credentials only over TLS ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("user", [{"token": TOKEN}, {"tokenFile": "token"}])
+def test_no_token_is_sent_over_http(plain_api: Api, tmp_path: Path, user: dict[str, str]) -> None:
+    plain_api.mode = "node"
+    (tmp_path / "token").write_text(TOKEN)
+    kubeconfig = _kubeconfig(tmp_path / "config", plain_api, user)
+    config = KubeConfig(timeout=2, attempts=1)
+    with (
+        pytest.raises(KubernetesError, match="only over https://") as caught,
+        KubeClient.from_env({"KUBECONFIG": str(kubeconfig)}, config) as client,
+    ):
+        client.get_node(NODE)
+    assert plain_api.seen == [], "a request reached the plain-HTTP server"
+    assert plain_api.url in caught.value.message and caught.value.fix is not None
+
+
+def test_no_endpoint_with_a_credential_talks_plain_http(plain_api: Api) -> None:
+    for endpoint in (Endpoint(plain_api.url, token=TOKEN), Endpoint(plain_api.url, client_cert=("c", "k"))):
+        with pytest.raises(KubernetesError, match="only over https://"):
+            KubeClient(endpoint, KubeConfig(timeout=2, attempts=1))
+    assert plain_api.seen == []
+
+
+# -- through real processes -------------------------------------------------------------------------
+
+
+def _in_cluster(h: Host, api: Api, tmp_path: Path) -> dict[str, str]:
+    kubeconfig = _kubeconfig(tmp_path / "kubeconfig", api, {"token": TOKEN})
+    return {"NODE_NAME": NODE, "KUBECONFIG": str(kubeconfig), "OPERATOR_NAMESPACE": "gpu-operator"}
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_during_a_dribbled_node_report_of_init_no_wait(api: Api, tmp_path: Path) -> None:
+    """After Ready, `init --no-wait` annotates the Node in the main process; a server dribbling the answer
+    held SIGTERM (a flag only) until the whole answer came: 30 s here."""
+    h = make_host(tmp_path / "h")
+    api.mode = "drip"
+    proc = h.start("init", "--no-wait", **_in_cluster(h, api, tmp_path))
+    try:
+        assert api.arrived.wait(90), "init never reported to the API server"
+        time.sleep(0.1)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    took = time.monotonic() - sent
+    assert took < 2.0, f"SIGTERM answered after {took:.1f} s"
+    assert "SIGTERM received" in stderr and "stopped by a termination signal" in stderr, stderr
+    assert "Traceback" not in stderr and TOKEN not in stderr
+    assert (api.seen[0][0], api.seen[0][1]) == ("PATCH", f"/api/v1/nodes/{NODE}")
+
+
+@pytest.mark.timeout(120)
+def test_a_waiting_init_checks_its_root_after_a_malformed_node_answer(api: Api, tmp_path: Path) -> None:
+    """The Node report and the check of DRIVER_ROOT share the child after Ready: a RecursionError in the
+    first skipped the second (and logged a traceback)."""
+    h = make_host(tmp_path / "h")
+    api.mode = "deep"
+    proc = h.start("init", **_in_cluster(h, api, tmp_path))
+    try:
+        wait_until((h.run_dir / "nvidia-driver.verify.json").exists, "the check after Ready", 60)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert api.seen, "init never reported to the API server"
+    assert "Traceback" not in stderr and "malformed answer" in stderr, stderr
+    assert json.loads((h.run_dir / "nvidia-driver.verify.json").read_text())["total_mismatches"] == 0
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_to_driver_manager_during_a_dribbled_request(api: Api, tmp_path: Path) -> None:
+    """driver-manager keeps the default SIGTERM action: it ends at once, whatever the request does."""
+    import sys
+
+    h = make_host(tmp_path / "h")
+    api.mode = "drip"
+    code = "import sys; from driver_container.cli.manager_cmd import main; main(sys.argv[1:])"
+    env = {**h.env, **_in_cluster(h, api, tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "uninstall_driver"], env=env, cwd=h.base,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert api.arrived.wait(90), "driver-manager never called the API server"
+        time.sleep(0.3)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    assert time.monotonic() - sent < 2.0
+    assert proc.returncode == -signal.SIGTERM and "Traceback" not in stderr, stderr
