@@ -74,13 +74,6 @@ def noted(problems: list[Problem], read: Callable[[], _T], default: _T) -> _T:
         return default
 
 
-def internal_error_line(exc: BaseException) -> str:
-    """The one line an unexpected exception (a bug) is shown as: ``internal error: <type>: <first line>``
-    (200 characters at most), never a traceback: the CLI's boundary and a forked child's use it."""
-    detail = str(exc).splitlines()[0][:200] if str(exc) else ""
-    return f"internal error: {type(exc).__name__}{': ' + detail if detail else ''}"
-
-
 class DriverContainerError(Exception):
     """Base of every expected failure. ``fix`` is a one-line remedy shown to the operator."""
 
@@ -229,6 +222,10 @@ class CommandError(DriverContainerError):
 
 class CommandTimeout(CommandError):
     """A command ran past its time and was killed with its process group (``returncode`` None)."""
+
+
+class CommandStopped(CommandError):
+    """A command killed because a termination signal arrived while it ran (``returncode`` None)."""
 
 
 class ForbiddenCommandError(CommandError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import sys
 
-from driver_container.errors import DriverContainerError, internal_error_line  # no imports of its own
+from driver_container.errors import DriverContainerError  # no imports of its own
 
 # Nothing heavier at the top: the liveness probe's glance (``_probe_fast_path``) runs before any import
 # but its own (lifecycle/peermem_glance.py); ``main`` imports the rest.
@@ -57,7 +57,10 @@ def report_error(exc: DriverContainerError, prog: str = "nvidia-driver") -> int:
 def report_unexpected(exc: Exception, prog: str = "nvidia-driver") -> int:
     """A bug or an input no parser anticipated: one line and exit 1, the traceback only with --verbose
     (a raw traceback in the pod log hides the one line that says what happened)."""
-    import logging  # lazy, hot path: see the note at the top
+    # Lazy, hot path: see the note at the top (only on an error).
+    import logging
+
+    from driver_container.runtime.forkchild import internal_error_line
 
     logging.getLogger(__name__).debug("%s: unexpected error", prog, exc_info=exc)
     sys.stderr.write(f"{prog}: error: {internal_error_line(exc)}\n")

@@ -20,7 +20,7 @@ import signal
 import time
 from collections.abc import Callable
 
-from driver_container.errors import DriverContainerError, internal_error_line
+from driver_container.errors import DriverContainerError
 from driver_container.runtime.childresult import encode_result
 
 log = logging.getLogger(__name__)
@@ -31,6 +31,13 @@ INTERNAL_EXIT = 70  # EX_SOFTWARE (sysexits.h): a bug, distinct from every Drive
 # it leaves the kernel; only one stuck in a hung filesystem (D state) takes longer. With the 1 s grace
 # of run_in_child this keeps a SIGTERM answered within 2 s.
 GROUP_EXIT_S = 0.5
+
+
+def internal_error_line(exc: BaseException) -> str:
+    """The one line an unexpected exception (a bug) is shown as: ``internal error: <type>: <first line>``
+    (200 characters at most), never a traceback: a forked child's boundary and the CLI's use it."""
+    detail = str(exc).splitlines()[0][:200] if str(exc) else ""
+    return f"internal error: {type(exc).__name__}{': ' + detail if detail else ''}"
 
 
 def fork_child(func: Callable[[], object]) -> tuple[int, int]:

@@ -23,6 +23,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from helpers.fakes import add_fabric_to_image, fabric_env
 from helpers.hostenv import make_host
 from helpers.support import REPO, require
 
@@ -250,3 +251,36 @@ def test_verify_stops_at_its_time_budget_inside_a_file(tmp_path: Path) -> None:
     assert report.stopped.startswith("verify stopped after ") and "(budget: 4294967296 bytes, 0.2 s)" in report.stopped
     assert report.stopped.endswith("paths not checked") and report.ok
     assert 0 < report.checked < len(json.loads((h.driver_root / MANIFEST).read_text())["files"])
+
+
+HUNG_NVIDIA_SMI = """#!/bin/sh
+echo $$ >"$SMI_MARK"
+sleep 50
+"""
+
+
+@pytest.mark.timeout(120)
+def test_sigterm_during_a_hung_nvidia_smi_in_the_fabric_wait_is_answered_within_2_s(tmp_path: Path) -> None:
+    """nvidia-smi hangs on a GPU in a bad state (60 s timeout): a SIGTERM must not wait for it."""
+    h = make_host(tmp_path / "h", "talos-1.13-hgx-h100-nvswitch")
+    add_fabric_to_image(h.userspace, nvlsm=False)
+    smi = h.base / "bin/nvidia-smi"
+    smi.write_text(HUNG_NVIDIA_SMI)
+    smi.chmod(0o755)
+    h.env.update(fabric_env(h.base), FABRIC_WAIT_TIMEOUT="90")
+    mark = tmp_path / "smi.pid"
+    proc = h.start("init", SMI_MARK=str(mark))
+    _wait_for(mark, proc)
+    pid = int(mark.read_text())
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    took = time.monotonic() - sent
+    assert took < 2.0, f"SIGTERM answered after {took:.2f} s (nvidia-smi hung)"
+    assert proc.returncode == 0 and "Traceback" not in err, err
+    assert _gone(pid), "nvidia-smi still runs after init exited"
+    assert h.status() != "Ready"
