@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import tomllib
 from pathlib import Path
@@ -27,7 +28,10 @@ from helpers.fakes import add_fabric_to_image, fabric_env
 from helpers.hostenv import make_host
 from helpers.support import REPO, require
 
+from driver_container.errors import CommandStopped
 from driver_container.publish.integrity import VerifyBudget, verify_published
+from driver_container.runtime.runner import Runner
+from driver_container.runtime.supervise import Shutdown
 
 MANIFEST = ".driver-container/manifest.json"
 # A static ldconfig in the image (so the one on PATH only runs), and on PATH one that never ends: it
@@ -284,3 +288,29 @@ def test_sigterm_during_a_hung_nvidia_smi_in_the_fabric_wait_is_answered_within_
     assert proc.returncode == 0 and "Traceback" not in err, err
     assert _gone(pid), "nvidia-smi still runs after init exited"
     assert h.status() != "Ready"
+
+
+@pytest.mark.parametrize("how", ["run", "exit_status"])
+def test_a_stoppable_runner_kills_a_hung_command_at_a_signal(tmp_path: Path, how: str) -> None:
+    """The step's runner (``init``'s) at a signal: the hung command is killed within 0.1 s and
+    ``CommandStopped`` raised; without a signal the same runner returns its output."""
+    hung = tmp_path / "hung"
+    hung.write_text(f"#!/bin/sh\necho $$ >{tmp_path}/hung.pid\nexec sleep 30\n")
+    hung.chmod(0o755)
+    shutdown = Shutdown().install()
+    runner = Runner().stoppable(shutdown)
+    try:
+        assert runner.run(["echo", "unstopped"]).stdout == "unstopped\n"
+        assert runner.exit_status(["true"]) == 0
+        timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGHUP))
+        timer.start()
+        started = time.monotonic()
+        with pytest.raises(CommandStopped, match=r"hung: stopped by SIGHUP"):
+            getattr(runner, how)([str(hung)], timeout=60)
+        took = time.monotonic() - started
+        timer.join()
+    finally:
+        shutdown.restore()
+    assert (tmp_path / "hung.pid").exists()  # it had started
+    assert 0.25 < took < 1.0, f"stopped after {took:.2f} s"
+    assert _gone(int((tmp_path / "hung.pid").read_text()))
