@@ -31,7 +31,8 @@ from helpers.support import REPO, require
 from driver_container.errors import CommandStopped
 from driver_container.publish.integrity import VerifyBudget, verify_published
 from driver_container.runtime.runner import Runner
-from driver_container.runtime.supervise import Shutdown
+from driver_container.runtime.supervise import BackgroundChild, Shutdown
+from driver_container.runtime.timedchild import TIMED_OUT, run_until
 
 MANIFEST = ".driver-container/manifest.json"
 # A static ldconfig in the image (so the one on PATH only runs), and on PATH one that never ends: it
@@ -314,3 +315,34 @@ def test_a_stoppable_runner_kills_a_hung_command_at_a_signal(tmp_path: Path, how
     assert (tmp_path / "hung.pid").exists()  # it had started
     assert 0.25 < took < 1.0, f"stopped after {took:.2f} s"
     assert _gone(int((tmp_path / "hung.pid").read_text()))
+
+
+LOOPING_TOOL = """#!/bin/sh
+echo $$ >"$1.pid"
+while :; do echo x >>"$1.writes"; sleep 0.02; done
+"""
+
+
+@pytest.mark.parametrize("child", ["timed (bug-report)", "background (check after Ready)"])
+def test_a_killed_child_takes_the_tools_it_started_with_it(tmp_path: Path, child: str) -> None:
+    tool, mark = tmp_path / "tool", tmp_path / "mark"
+    tool.write_text(LOOPING_TOOL)
+    tool.chmod(0o755)
+
+    def work() -> object:
+        return Runner().run([str(tool), str(mark)], timeout=60)
+
+    if child.startswith("timed"):
+        kind, _value = run_until(work, 1.0)
+        assert kind == TIMED_OUT
+    else:
+        background = BackgroundChild(work, "check")
+        deadline = time.monotonic() + 30
+        while _lines(mark.with_suffix(".writes")) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        background.kill()
+    assert _lines(mark.with_suffix(".writes")) >= 3  # the tool ran, and wrote
+    assert _gone(int(mark.with_suffix(".pid").read_text())), "the child's tool outlived it"
+    writes = _lines(mark.with_suffix(".writes"))
+    time.sleep(0.2)  # 10 of its writes
+    assert _lines(mark.with_suffix(".writes")) == writes, "the child's tool still writes"
