@@ -224,6 +224,10 @@ class CommandTimeout(CommandError):
     """A command ran past its time and was killed with its process group (``returncode`` None)."""
 
 
+class CommandStopped(CommandError):
+    """A command killed because a termination signal arrived while it ran (``returncode`` None)."""
+
+
 class ForbiddenCommandError(CommandError):
     """A command that must never run on this platform was requested (``argv``: the refused command)."""
 

@@ -57,13 +57,38 @@ def report_error(exc: DriverContainerError, prog: str = "nvidia-driver") -> int:
 def report_unexpected(exc: Exception, prog: str = "nvidia-driver") -> int:
     """A bug or an input no parser anticipated: one line and exit 1, the traceback only with --verbose
     (a raw traceback in the pod log hides the one line that says what happened)."""
-    import logging  # lazy, hot path: see the note at the top
+    # Lazy, hot path: see the note at the top (only on an error).
+    import logging
+
+    from driver_container.runtime.forkchild import internal_error_line
 
     logging.getLogger(__name__).debug("%s: unexpected error", prog, exc_info=exc)
-    detail = str(exc).splitlines()[0][:200] if str(exc) else ""
-    sys.stderr.write(f"{prog}: error: internal error: {type(exc).__name__}{': ' + detail if detail else ''}\n")
+    sys.stderr.write(f"{prog}: error: {internal_error_line(exc)}\n")
     sys.stderr.write(f"{prog}: fix: run again with --verbose (VERBOSE=true) for the traceback and report it\n")
     return 1
+
+
+def sigint_as_sigterm() -> None:
+    """SIGINT gets SIGTERM's default action: the process ends by the signal, no KeyboardInterrupt and
+    so no traceback, wherever it lands (typer's import, a command's read, click's "Aborted!" path).
+    ``init``, ``driver-manager`` and the companions then install ``Shutdown``, which handles SIGINT as it
+    handles SIGTERM. Only for the process's own entry (a console script): an in-process caller (tests)
+    keeps its own handler."""
+    import signal  # lazy, hot path: the peermem probe's fast path returns before this (~0.5 ms import)
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def die_of_sigint() -> None:
+    """A SIGINT that came before ``sigint_as_sigterm`` (as a KeyboardInterrupt): end as that signal
+    ends the process by default, as SIGTERM would, without a traceback (exit status 128+2 to a shell)."""
+    # Lazy, hot path: see the note at the top (only after a SIGINT).
+    import os
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
+    os._exit(128 + signal.SIGINT)  # pragma: no cover - only when SIGINT is blocked
 
 
 def _probe_fast_path(args: list[str]) -> int | None:
@@ -103,7 +128,8 @@ def main(argv: list[str] | None = None) -> None:
         fast = _probe_fast_path(args)
         if fast is not None:
             sys.exit(fast)
-
+        if console:
+            sigint_as_sigterm()
         # Lazy, hot path: typer is imported only when not on the probe fast path (bench/startup.py).
         from driver_container.cli.app import app
 
@@ -114,6 +140,39 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(report_error(exc))
     except Exception as exc:  # the one boundary where an unexpected error becomes a message
         sys.exit(report_unexpected(exc))
+    except KeyboardInterrupt:
+        if not console:
+            raise
+        die_of_sigint()
     finally:
         if console:
             gc.freeze()
+
+
+def _console_entry(module: str, function: str) -> None:
+    """A console script other than ``nvidia-driver``: SIGINT as SIGTERM before its module (typer, the
+    Kubernetes client) is imported, so no SIGINT at any point of its start gives a traceback."""
+    try:
+        sigint_as_sigterm()
+        import importlib  # lazy, hot path: see the note at the top
+
+        entry = getattr(importlib.import_module(f"driver_container.cli.{module}"), function)
+    except KeyboardInterrupt:  # before sigint_as_sigterm took effect
+        die_of_sigint()
+        return
+    entry()
+
+
+def manager_main() -> None:
+    """``driver-manager`` (cli/manager_cmd.py)."""
+    _console_entry("manager_cmd", "main")
+
+
+def gds_main() -> None:
+    """``nvidia-gds-driver`` (cli/companion_cmd.py)."""
+    _console_entry("companion_cmd", "gds_main")
+
+
+def gdrcopy_main() -> None:
+    """``nvidia-gdrcopy-driver`` (cli/companion_cmd.py)."""
+    _console_entry("companion_cmd", "gdrcopy_main")

@@ -7,7 +7,7 @@ import os
 import sys
 
 from driver_container import logs
-from driver_container.cli import report_error, report_unexpected
+from driver_container.cli import die_of_sigint, report_error, report_unexpected, sigint_as_sigterm
 from driver_container.errors import DriverContainerError, UsageError
 from driver_container.lifecycle.companion import run_companion
 from driver_container.paths import HostPaths
@@ -19,6 +19,8 @@ USAGE = "usage: {prog} install   (on Talos: check that Talos loaded {module}, th
 def _run(prog: str, module: str, argv: list[str] | None) -> None:
     args = sys.argv[1:] if argv is None else argv
     try:
+        if argv is None:  # the console script (see driver_container.cli.main)
+            sigint_as_sigterm()
         if args in (["-h"], ["--help"]):
             sys.stdout.write(USAGE.format(prog=prog, module=module) + "\n")
             return
@@ -32,6 +34,10 @@ def _run(prog: str, module: str, argv: list[str] | None) -> None:
         sys.exit(report_error(exc, prog))
     except Exception as exc:  # the one boundary where an unexpected error becomes a message
         sys.exit(report_unexpected(exc, prog))
+    except KeyboardInterrupt:
+        if argv is not None:
+            raise
+        die_of_sigint()
 
 
 def gds_main(argv: list[str] | None = None) -> None:

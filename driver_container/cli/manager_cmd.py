@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from driver_container import logs
-from driver_container.cli import report_error, report_unexpected
+from driver_container.cli import die_of_sigint, report_error, report_unexpected, sigint_as_sigterm
 from driver_container.errors import DriverContainerError, UsageError
 from driver_container.manager import manager
 from driver_container.manager.endpoint import KubeConfig, namespace_of_service_account
@@ -154,10 +154,15 @@ def preflight_check() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-
     try:
+        if argv is None:  # the console script (see driver_container.cli.main)
+            sigint_as_sigterm()
         app(args=argv)
     except DriverContainerError as exc:
         sys.exit(report_error(exc, "driver-manager"))
     except Exception as exc:  # see driver_container.cli.main
         sys.exit(report_unexpected(exc, "driver-manager"))
+    except KeyboardInterrupt:
+        if argv is not None:
+            raise
+        die_of_sigint()

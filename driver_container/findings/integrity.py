@@ -21,8 +21,11 @@ SHOWN = 10  # paths named in the message; the count is exact
 
 def integrity_findings(report: IntegrityReport | None, driver_root: Path, *, when: str) -> list[Finding]:
     """``when``: "now" (status --verify) or "after Ready" (the record init wrote)."""
-    if report is None or (report.ok and when != "now"):
+    if report is None:
         return []
+    found = [_stopped(report, driver_root, when)] if report.stopped else []
+    if report.ok and (when != "now" or report.stopped):
+        return found
     if report.ok:
         if not report.checked:
             return []  # nothing is published: other findings say so
@@ -32,6 +35,7 @@ def integrity_findings(report: IntegrityReport | None, driver_root: Path, *, whe
     listed = "; ".join(f"{m.path}: {m.reason}" for m in report.mismatches[:SHOWN])
     more = f"; and {total - SHOWN} more" if total > SHOWN else ""
     return [
+        *found,
         Finding(
             "error",
             "PUBLISHED_FILE_CHANGED",
@@ -41,3 +45,13 @@ def integrity_findings(report: IntegrityReport | None, driver_root: Path, *, whe
             "pod: `init` rewrites every path that differs from its record",
         )
     ]
+
+
+def _stopped(report: IntegrityReport, driver_root: Path, when: str) -> Finding:
+    return Finding(
+        "warning",
+        "PUBLISHED_FILES_PARTLY_VERIFIED",
+        f"{driver_root}: {report.stopped} (checked {when}); {report.checked} paths checked",
+        "DRIVER_ROOT holds far more bytes than a driver publishes, or the disk or CPU is very slow: look for "
+        "large files in it; `init` rewrites every path that differs from its record",
+    )

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from driver_container.errors import (
     DaemonError,
+    DriverContainerError,
     HostReadError,
 )
 from driver_container.formats.kernel.nvidia_proc import nvswitch_proc_present
@@ -74,10 +75,15 @@ def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: Init
     opts = options or InitOptions()
     shutdown = Shutdown().install()
     lock = PidLock(paths.pid_file)
-    started = _Started(runner)
+    started = _Started(runner.stoppable(shutdown))  # a command still running at a signal is killed
     try:
         lock.acquire()
         _init_stages(paths, settings, opts, shutdown, started)
+    except DriverContainerError as exc:
+        if not shutdown.requested:
+            raise
+        # The step a signal cut short (a command killed, CommandStopped) fails; init ends as on the signal.
+        log.info("%s received during a step: %s", shutdown.describe(), exc.message)
     finally:
         if started.verify is not None:
             started.verify.kill()  # still checking: a signal or an error ends init now, not after it
@@ -92,7 +98,7 @@ def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: Init
         if started.generic_host and shutdown.requested and lock.held:
             from driver_container.lifecycle.generic_host import unload_generic  # lazy, hot path: not on Talos
 
-            unload_generic(paths, settings, started.runner, started.platform)
+            unload_generic(paths, settings, started.runner.stoppable(None), started.platform)  # after the signal
         lock.release()
         shutdown.restore()
 

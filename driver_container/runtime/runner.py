@@ -2,7 +2,10 @@
 
 Tools are looked up by name on PATH at call time (so tests and operators can substitute them), never
 through a shell. A runner may carry a set of forbidden tool names: on Talos the lifecycle builds it with
-``MODULE_TOOLS`` so that no code path, not even an error path, can load or unload a module.
+``MODULE_TOOLS`` so that no code path, not even an error path, can load or unload a module. A runner made
+``stoppable`` by a ``Shutdown`` (``init`` does, first thing) kills a command that still runs when a
+termination signal arrives (``CommandStopped``), so a hung tool (an nvidia-smi on a GPU in a bad state,
+a mount on a stuck filesystem) cannot hold a SIGTERM past ``STOP_POLL_S``.
 """
 
 from __future__ import annotations
@@ -10,19 +13,29 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from driver_container.errors import CommandError, CommandTimeout, ForbiddenCommandError
+from driver_container.errors import CommandError, CommandStopped, CommandTimeout, ForbiddenCommandError
 from driver_container.records import NamedRecord
+
+if TYPE_CHECKING:
+    from driver_container.runtime.supervise import Shutdown
 
 log = logging.getLogger(__name__)
 
 # Talos drops CAP_SYS_MODULE from every pod and loads the nvidia modules itself (machine config).
 MODULE_TOOLS = frozenset({"modprobe", "rmmod", "insmod"})
+# How often a stoppable run looks at the signal flag while its command runs: with the kill and the exit
+# after it, well inside the 2 s a SIGTERM is answered in. Polled, not woken through Shutdown's pipe: the
+# publishing child holds a copy of that pipe and must not take the parent's wake-up byte.
+STOP_POLL_S = 0.1
 
 
 class CompletedCommand(NamedRecord):
@@ -33,12 +46,28 @@ class CompletedCommand(NamedRecord):
 
 
 class Runner:
-    def __init__(self, *, forbidden: frozenset[str] = frozenset(), env: Mapping[str, str] | None = None):
+    def __init__(
+        self, *, forbidden: frozenset[str] = frozenset(), env: Mapping[str, str] | None = None,
+        stop: Shutdown | None = None,
+    ) -> None:  # fmt: skip
         self.forbidden = forbidden
         self.env = dict(os.environ if env is None else env)
+        self.stop = stop
 
     def forbid(self, names: frozenset[str]) -> Runner:
-        return Runner(forbidden=self.forbidden | names, env=self.env)
+        return Runner(forbidden=self.forbidden | names, env=self.env, stop=self.stop)
+
+    def stoppable(self, stop: Shutdown | None) -> Runner:
+        """This runner, killing a command that still runs once ``stop`` has a signal (``CommandStopped``);
+        None: one that lets every command run to its end or timeout (the cleanup after a signal)."""
+        return Runner(forbidden=self.forbidden, env=self.env, stop=stop)
+
+    def _stopped(self, proc: subprocess.Popen[str] | subprocess.Popen[bytes], argv: Sequence[str]) -> CommandError:
+        proc.kill()
+        proc.wait()
+        why = self.stop.describe() if self.stop is not None else "a signal"
+        log.info("%s received: killed %s (pid %d)", why, argv[0], proc.pid)
+        return CommandStopped(f"{argv[0]}: stopped by {why}", argv=tuple(argv))
 
     def which(self, name: str) -> str:
         if os.path.basename(name) in self.forbidden:
@@ -70,22 +99,51 @@ class Runner:
         args = (self.which(argv[0]), *argv[1:])
         log.debug("running %s", " ".join(argv))
         try:
-            proc = subprocess.run(
-                args, input=stdin, capture_output=True, text=True, timeout=timeout, env=self.env, check=False, cwd=cwd
-            )
+            if self.stop is not None:
+                done = self._run_stoppable(args, argv, stdin, timeout, cwd)
+            else:
+                proc = subprocess.run(
+                    args, input=stdin, capture_output=True, text=True, timeout=timeout, env=self.env, check=False,
+                    cwd=cwd,
+                )  # fmt: skip
+                done = CompletedCommand(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
         except subprocess.TimeoutExpired as exc:
             raise CommandError(f"{argv[0]}: timed out after {timeout:g} s", argv=tuple(argv)) from exc
         except OSError as exc:
             raise CommandError(f"{argv[0]}: cannot run: {exc.strerror}", argv=tuple(argv)) from exc
-        done = CompletedCommand(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
-        if check and proc.returncode != 0:
-            detail = (proc.stderr or proc.stdout).strip().splitlines()
+        if check and done.returncode != 0:
+            detail = (done.stderr or done.stdout).strip().splitlines()
             raise CommandError(
-                f"{' '.join(argv)} exited {proc.returncode}" + (f": {detail[-1]}" if detail else ""),
+                f"{' '.join(argv)} exited {done.returncode}" + (f": {detail[-1]}" if detail else ""),
                 argv=tuple(argv),
-                returncode=proc.returncode,
+                returncode=done.returncode,
             )
         return done
+
+    def _run_stoppable(
+        self, args: tuple[str, ...], argv: Sequence[str], stdin: str | None, timeout: float, cwd: str | None
+    ) -> CompletedCommand:
+        """``subprocess.run`` as ``run`` calls it, looking at the signal flag every ``STOP_POLL_S``."""
+        assert self.stop is not None
+        pipe = subprocess.PIPE
+        proc = subprocess.Popen(args, stdin=pipe if stdin is not None else subprocess.DEVNULL, stdout=pipe,
+                                stderr=pipe, text=True, env=self.env, cwd=cwd)  # fmt: skip
+        deadline = time.monotonic() + timeout
+        feed = stdin  # given to the first communicate only (a retry keeps what it read and wrote)
+        while True:
+            if self.stop.requested:
+                raise self._stopped(proc, argv)
+            left = deadline - time.monotonic()
+            try:
+                out, err = proc.communicate(feed, timeout=max(min(STOP_POLL_S, left), 0.0))
+            except subprocess.TimeoutExpired:
+                feed = None
+                if left <= STOP_POLL_S:
+                    proc.kill()
+                    proc.communicate()
+                    raise
+                continue
+            return CompletedCommand(tuple(argv), proc.returncode, out, err)
 
     def exit_status(self, argv: Sequence[str], *, timeout: float = 120.0) -> int:
         """Run with no input and output discarded; its exit status. The cheapest start there is: with an
@@ -96,13 +154,45 @@ class Runner:
         log.debug("running %s", " ".join(argv))
         quiet = subprocess.DEVNULL
         try:
-            done = subprocess.run(args, stdin=quiet, stdout=quiet, stderr=quiet, close_fds=False, timeout=timeout,
-                                  env=self.env, check=False)  # fmt: skip
-        except subprocess.TimeoutExpired as exc:
-            raise CommandError(f"{argv[0]}: timed out after {timeout:g} s", argv=tuple(argv)) from exc
+            proc = subprocess.Popen(args, stdin=quiet, stdout=quiet, stderr=quiet, close_fds=False, env=self.env)
         except OSError as exc:
             raise CommandError(f"{argv[0]}: cannot run: {exc.strerror}", argv=tuple(argv)) from exc
-        return done.returncode
+        with proc:
+            if not self._exited_in_time(proc, argv, timeout):
+                proc.kill()
+                proc.wait()
+                raise CommandError(f"{argv[0]}: timed out after {timeout:g} s", argv=tuple(argv))
+            return proc.wait()
+
+    def _exited_in_time(self, proc: subprocess.Popen[bytes], argv: Sequence[str], timeout: float) -> bool:
+        """Whether ``proc`` ended within ``timeout``; ``CommandStopped`` at a signal (a stoppable runner).
+        Waited through a pidfd (pidfd_open(2)): woken at its exit, no polling on the restart's path."""
+        if self.stop is None:
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return False
+            return True
+        deadline = time.monotonic() + timeout
+        try:
+            pidfd = os.pidfd_open(proc.pid)
+        except OSError:  # ENOSYS (Linux < 5.3) or refused by a seccomp profile: polled instead
+            pidfd = -1
+        try:
+            while not self.stop.requested:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                if pidfd >= 0 and select.select([pidfd], [], [], min(STOP_POLL_S, left))[0]:
+                    return True
+                if pidfd < 0 and proc.poll() is not None:
+                    return True
+                if pidfd < 0:
+                    time.sleep(min(0.01, left))
+        finally:
+            if pidfd >= 0:
+                os.close(pidfd)
+        raise self._stopped(proc, argv)
 
     def run_in_dir(self, argv: Sequence[str], *, cwd: Path, output: Path, timeout: float) -> int:
         """Run in ``cwd`` with stdout and stderr written to ``output`` (a new file, never through a link);

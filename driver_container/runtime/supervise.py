@@ -21,13 +21,12 @@ from types import FrameType
 from typing import TypeVar, cast, overload
 
 from driver_container.errors import DriverContainerError
-from driver_container.runtime.childresult import decode_result, encode_result
+from driver_container.runtime.childresult import decode_result
+from driver_container.runtime.forkchild import HANDLED_SIGNALS, await_group_exit, fork_child, kill_group
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
 
 
 class Shutdown:
@@ -133,6 +132,7 @@ def run_in_child(func: Callable[[], T], stop: Shutdown | None = None, grace_s: f
     # ru_maxrss of the child is in KiB on Linux (getrusage(2)); bench/run_all.py reads this line.
     log.info("publishing process (pid %d): peak RSS %.1f MB", pid, usage.ru_maxrss / 1024)
     if data is None:  # killed after a signal: what it left half done is the caller's to undo
+        await_group_exit(pid)  # its ldconfig too: nothing may write into staging while that is undone
         return None
     kind, value = decode_result(data)
     if kind == "ok":
@@ -156,8 +156,7 @@ def _collect(read_fd: int, pid: int, stop: Shutdown | None, grace_s: float) -> b
         remaining = None if deadline is None else deadline - time.monotonic()
         if remaining is not None and remaining <= 0:
             log.warning("%s: stopping the publishing process (pid %d)", stop and stop.describe(), pid)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+            kill_group(pid)
             return None
         if stop is not None and not stop.wait_readable(read_fd, remaining, start_up_over=False):
             continue
@@ -212,10 +211,11 @@ class BackgroundChild:
 
     def kill(self) -> None:
         if self.pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)
-            log.info("stopped the %s (pid %d)", self.what, self.pid)
+            pid = self.pid
+            kill_group(pid)
+            log.info("stopped the %s (pid %d)", self.what, pid)
             self._reap()
+            await_group_exit(pid)
 
     def _reap(self) -> None:
         if self.pid is not None:
@@ -223,55 +223,3 @@ class BackgroundChild:
                 os.waitpid(self.pid, 0)
             self.pid = None
             os.close(self._fd)
-
-
-def fork_child(func: Callable[[], object]) -> tuple[int, int]:
-    """Fork a child that runs ``func`` (``child_main``); its pid and the pipe its result comes through."""
-    read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
-    parent = os.getpid()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - runs in the child; its result is asserted through the parent
-        os.close(read_fd)
-        child_main(func, write_fd, parent)
-    os.close(write_fd)
-    return pid, read_fd
-
-
-def child_main(func: Callable[[], object], write_fd: int, parent: int) -> None:
-    code = 0
-    payload: tuple[str, object]
-    try:
-        signal.set_wakeup_fd(-1)
-        for signum in HANDLED_SIGNALS:
-            signal.signal(signum, signal.SIG_IGN)
-        _die_with_parent(parent)
-        payload = ("ok", func())
-    except DriverContainerError as exc:
-        payload, code = ("error", exc), exc.exit_code
-    except BaseException as exc:  # an unexpected bug: report it, never continue in a forked copy
-        log.exception("unexpected error in a forked child of init")
-        payload, code = ("error", DriverContainerError(f"internal error: {exc!r}")), 70
-    try:
-        data = encode_result(payload)
-    except Exception:
-        data = encode_result(("error", DriverContainerError(str(payload[1]))))
-    with contextlib.suppress(OSError):
-        _write_all(write_fd, data)
-    os._exit(code)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _die_with_parent(parent: int) -> None:
-    # Lazy, hot path: only the forked publish child needs ctypes (prctl); the probe and `status`
-    # import this module's callers without it.
-    import ctypes
-
-    pr_set_pdeathsig = 1  # linux/prctl.h
-    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(1)

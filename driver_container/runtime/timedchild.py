@@ -3,21 +3,20 @@
 For steps that read what they do not control and cannot interrupt themselves: hashing every file of
 DRIVER_ROOT, inspecting the host for ``status``. A thread could not be stopped; a child is killed and
 reaped, so ``bug-report`` keeps its time bound whatever a slow or hostile file does. The child is
-``supervise.fork_child``'s (dies with its parent, result through a pipe as ``childresult`` encodes it).
+``forkchild.fork_child``'s (dies with its parent, result through a pipe as ``childresult`` encodes it); at
+the deadline it is killed with its process group: what it started goes too.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import select
-import signal
 import time
 from collections.abc import Callable
 from typing import Any
 
 from driver_container.runtime.childresult import decode_result
-from driver_container.runtime.supervise import fork_child
+from driver_container.runtime.forkchild import await_group_exit, fork_child, kill_group
 
 OK, ERROR, TIMED_OUT, DIED = "ok", "error", "timed out", "died"
 
@@ -31,9 +30,10 @@ def run_until(func: Callable[[], object], timeout: float) -> tuple[str, Any]:
     finally:
         os.close(read_fd)
         if data is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+            kill_group(pid)
         os.waitpid(pid, 0)
+        if data is None:
+            await_group_exit(pid)
     if data is None:
         return TIMED_OUT, None
     kind, value = decode_result(data)
