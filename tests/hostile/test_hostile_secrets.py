@@ -26,6 +26,7 @@ import pytest
 from helpers.hostenv import Host, make_host
 
 from driver_container.formats.redact import redact
+from driver_container.report.model import Budget, Member
 
 TOP = "nvidia-driver-bug-report"
 MODULE = "host/usr/lib/modules/6.18.44-talos/kernel/drivers/video/nvidia.ko"
@@ -220,6 +221,7 @@ def _assert_useful_facts_kept(files: dict[str, bytes]) -> None:
 CRAFTED = (b"a" * (1 << 20), b"eyJa" * (1 << 18), b'token="' * (1 << 17), b"x://" * (1 << 18))
 
 
+@pytest.mark.timeout(60)
 def test_redaction_is_linear_in_crafted_input() -> None:
     for data in CRAFTED:
         started = time.monotonic()
@@ -227,6 +229,7 @@ def test_redaction_is_linear_in_crafted_input() -> None:
         assert time.monotonic() - started < 5.0, data[:16]
 
 
+@pytest.mark.timeout(90)
 def test_bug_report_with_crafted_members_ends_within_its_deadline(tmp_path: Path) -> None:
     h = make_host(tmp_path / "h")
     (tmp_path / "kmsg").write_bytes(b"6,1,1,-;NVRM: " + b"a" * 4000 + b"\n")
@@ -244,6 +247,25 @@ def test_bug_report_with_crafted_members_ends_within_its_deadline(tmp_path: Path
     assert done.returncode == 0, done.stderr
     assert time.monotonic() - started < 20.0
     assert "run/nvidia-driver.log" in _files(done.stdout)
+
+
+@pytest.mark.timeout(60)
+def test_a_member_is_redacted_only_near_what_it_keeps_and_a_secret_at_the_cut_whole() -> None:
+    """A 1 MiB member cut to 64 KiB: the 4 MiB word past the cut is never redacted (it made admission
+    take hours), and the secret that the cut splits is redacted whole, keeping the start or the end."""
+    cap, secret, crafted = 64 << 10, SECRET.encode(), b"a" * (4 << 20)
+    head = b"x" * (cap - 10) + b" token=" + secret + b" next\n"  # the cut falls 3 bytes into the secret
+    tail = b"\npassword=" + secret + b" " + b"y" * (cap - 5)  # the end kept starts 4 bytes before its end
+    started = time.monotonic()
+    first = Budget(1 << 30).admit(Member("a", "a", head + crafted), cap)
+    last = Budget(1 << 30).admit(Member("b", "b", crafted + tail), cap, keep_end=True)
+    assert time.monotonic() - started < 5.0
+    assert first.data is not None and last.data is not None
+    assert len(first.data) == len(last.data) == cap and first.data.startswith(b"xxx")
+    assert secret[:3] not in first.data and first.data.endswith(b" token=<re"), first.data[-20:]
+    assert secret[-4:] not in last.data and last.data.startswith(b"ted> yyy"), last.data[:20]
+    assert first.redactions == last.redactions == 1
+    assert "truncated at 65536 bytes" in first.note and "the oldest left out" in last.note
 
 
 SECRET = "Sx7Kq2Lm9"
