@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from driver_container import __version__
+from driver_container.formats.redact import redact
 from driver_container.report.model import Budget, Member
 from driver_container.runtime.fsutil import atomic_write
 
@@ -51,7 +52,9 @@ def readme_text(index: dict[str, Any]) -> str:
         f"nvidia-driver bug-report, entrypoint {index['entrypoint_version']}, {index['created']}",
         f"collected in {index['seconds']} s (deadline {index['deadline_s']:g} s, {index['size_cap']} bytes at most)",
         "never included: service-account tokens, kubeconfigs, /proc/cmdline, environment values outside",
-        "the allow-list (environment.json); secret-looking values are replaced by <redacted>",
+        "the allow-list (environment.json), kernel command-line arguments other than nvidia*, NVreg*,",
+        "nouveau*, firmware_class.*, module_blacklist and modprobe.blacklist; secret-looking values are",
+        "replaced by <redacted>",
         "",
     ]
     for m in index["members"]:
@@ -64,7 +67,9 @@ def readme_text(index: dict[str, Any]) -> str:
 
 def build_archive(members: Sequence[Member], budget: Budget, started: float) -> bytes:
     index = index_json(members, budget, started)
-    files = [("index.json", (json.dumps(index, indent=2) + "\n").encode()), ("README.txt", readme_text(index).encode())]
+    # The index quotes sources and notes (an error's text among them): redacted like every member.
+    listing = [("index.json", json.dumps(index, indent=2) + "\n"), ("README.txt", readme_text(index))]
+    files = [(name, redact(text.encode())[0]) for name, text in listing]
     files += [(m.name, m.data) for m in members if m.data is not None]
     buffer = io.BytesIO()
     # mtime 0 in the gzip header: the archive's bytes depend on its content only.

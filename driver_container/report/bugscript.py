@@ -7,7 +7,8 @@ as /usr/bin/nvidia-bug-report.sh through glx-alternative-nvidia's alternatives (
 package this image's Debian route does not install. Its options (the script's own ``usage``, the same
 file): ``--output-file <file>`` writes ``<file>.gz`` when gzip is found, else ``<file>``; it must run as
 root, writes temporary files (``nvidia-nvml-temp$$.log``) in its working directory and appends
-/proc/cmdline among many other files (the report redacts secret-looking values of what it copies).
+/proc/cmdline among many other files (the report reduces that line to the NVIDIA arguments and redacts
+secret-looking values of what it copies: formats/redact.py).
 
 It runs through the runner in a private temporary directory, in its own session with a minimal
 environment (no variable of this process reaches it), for at most the time the report has left; then

@@ -2,8 +2,9 @@
 /proc and /sys, the platform's identity. Each is a member named after where it lives (``run/...``,
 ``driver-root/...``, ``host/proc/...``, ``host/sys/...``, ``image/...``), read bounded (reading.py).
 
-Never read: /proc/cmdline (a Talos node managed by Omni carries its join token there), the service
-account's token, any kubeconfig, the environment (environment.py keeps an allow-list of names).
+Never read: /proc/cmdline (a Talos node carries its machine config's credentials and Omni's join token
+there; the kernel's own copies of it in its log are reduced by formats/redact.py), the service account's
+token, any kubeconfig, the environment (environment.py keeps an allow-list of names).
 """
 
 from __future__ import annotations

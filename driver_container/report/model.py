@@ -15,6 +15,8 @@ from driver_container.records import NamedRecord
 DEFAULT_TOTAL_CAP = 8 << 20  # bytes of members, uncompressed; the archive is smaller
 DEFAULT_DEADLINE_S = 60.0
 ABSENT = "absent"
+# Read past a member's limit before redaction: a secret cut at the limit is still seen whole.
+REDACT_MARGIN = 64 << 10
 
 
 class Member(NamedRecord):
@@ -49,13 +51,18 @@ class Budget:
         return self.time_left() <= 0.0
 
     def admit(self, member: Member, cap: int, *, keep_end: bool = False) -> Member:
-        """``member`` redacted and cut to ``cap`` and to the bytes left; charges what it keeps."""
+        """``member`` cut to ``cap`` and to the bytes left, redacted; charges what it keeps.
+
+        Redaction costs time in proportion to its input, so a member is first cut to the part that can
+        be kept plus ``REDACT_MARGIN`` (at a line's edge: no secret is split from the name that marks
+        it), redacted, then cut to its limit."""
         if member.data is None:
             return member
-        data, redactions = redact(member.data)
         limit = min(cap, self.bytes_left)
+        kept = _near_limit(member.data, limit, keep_end=keep_end)
+        data, redactions = redact(kept)
         note = member.note
-        if len(data) > limit:
+        if len(data) > limit or len(kept) < len(member.data):
             cut = f"truncated at {limit} bytes"
             cut += " (the archive's size cap)" if limit < cap else ""
             cut += ", the oldest left out" if keep_end else ""
@@ -63,3 +70,24 @@ class Budget:
             note = f"{note}; {cut}" if note else cut
         self.bytes_left -= len(data)
         return member._replace(data=data, note=note, redactions=member.redactions + redactions)
+
+
+def _near_limit(data: bytes, limit: int, *, keep_end: bool) -> bytes:
+    """``data`` cut to at most ``limit`` + ``REDACT_MARGIN`` bytes, at a line's (or else a word's) edge
+    in the margin: what is kept of a value is then seen whole by ``redact``."""
+    if len(data) <= limit + REDACT_MARGIN:
+        return data
+    if keep_end:
+        part = data[len(data) - limit - REDACT_MARGIN :]
+        return part[_edge(part, 0, REDACT_MARGIN) :]
+    part = data[: limit + REDACT_MARGIN]
+    return part[: _edge(part, limit, len(part))]
+
+
+def _edge(data: bytes, start: int, stop: int) -> int:
+    """Where the first line (or else word) in ``data[start:stop]`` begins; ``stop`` when none does."""
+    for edge in (b"\n", b" "):
+        at = data.find(edge, start, stop)
+        if at >= 0:
+            return at + 1
+    return stop

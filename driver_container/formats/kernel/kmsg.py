@@ -18,6 +18,10 @@ from driver_container.records import NamedRecord
 # "nvidia-modeset: ...", "[drm] ... nvidia-drm", "nvidia-nvswitch0: ...", and the kernel's own lines
 # about them ("nvidia: loading out-of-tree module taints kernel", module signature, firmware loads).
 NVIDIA_TEXT = re.compile(r"NVRM|nvidia|nvswitch", re.IGNORECASE)
+# The kernel's copies of its command line (torvalds/linux init/main.c ``start_kernel`` and
+# ``print_unknown_bootoptions``, arch/x86/kernel/setup.c ``setup_arch``): kept whatever they name, for
+# the NVIDIA modules' and the firmware loader's arguments; formats/redact.py reduces them to those.
+COMMAND_LINE_TEXT = re.compile(r"(?:Kernel command line|Command line): |Unknown kernel command line parameters ")
 
 
 class KernelMessage(NamedRecord):
@@ -57,7 +61,7 @@ def parse_kmsg(data: bytes) -> tuple[list[KernelMessage], int]:
 
 
 def nvidia_messages(messages: list[KernelMessage]) -> list[KernelMessage]:
-    return [m for m in messages if NVIDIA_TEXT.search(m.text)]
+    return [m for m in messages if NVIDIA_TEXT.search(m.text) or COMMAND_LINE_TEXT.match(m.text)]
 
 
 def render_dmesg(messages: list[KernelMessage]) -> str:
