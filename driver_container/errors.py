@@ -1,10 +1,7 @@
 """The one exception hierarchy of the project, and ``Problem``, the one form of a non-fatal problem.
-
-Library code raises these; only ``driver_container.cli`` turns them into messages and exit codes.
-Every message names the file (or command), the values found and, where one exists, the fix; the same
-facts are keyword-only fields (``path``, ``argv``, ``returncode``, the versions...) that callers and tests
-read instead of parsing the message; ``details()`` gives those that are set. Only ``os`` is imported: the
-peermem probe imports this module without ``dataclasses`` or ``typing`` (tests/unit/lifecycle/test_peermem_glance.py).
+Library code raises these; only ``driver_container.cli`` turns them into messages and exit codes. A message
+names the file (or command), the values found and the fix; the same facts are keyword-only fields (``path``,
+``argv``, the versions...), ``details()`` gives those set. Only ``os`` is imported (the peermem probe's budget).
 """
 
 from __future__ import annotations
@@ -154,9 +151,8 @@ class ModuleNotFoundInTreeError(DriverContainerError):
 
 
 class VerificationError(DriverContainerError):
-    """Error-level findings stop the driver from being published. ``codes``: the findings' codes; the
-    versions found, where the refusal is about them: ``loaded_version`` (the running module),
-    ``file_version`` (the module file), ``userspace_version`` (the image's libraries)."""
+    """Error-level findings stop the publish. ``codes``: the findings' codes; the versions at issue:
+    ``loaded_version`` (running module), ``file_version`` (module file), ``userspace_version`` (the image's)."""
 
     def __init__(
         self, message: str, *, codes: tuple[str, ...] = (), loaded_version: str | None = None,
@@ -176,9 +172,8 @@ class ElfFormatError(UserspaceError):
 
 
 class DerError(ValueError):
-    """Malformed DER (formats/kmod/der.py). A ValueError, not a DriverContainerError: the signature
-    decoder catches it and reports the module's signature as unparsable, it never reaches the CLI.
-    ``offset``: where in the DER input, when known."""
+    """Malformed DER (formats/kmod/der.py) at ``offset``. A ValueError: the signature decoder reports the
+    signature as unparsable, it never reaches the CLI."""
 
     def __init__(self, message: str, *, offset: int | None = None) -> None:
         super().__init__(message)
@@ -210,8 +205,7 @@ class ModuleWaitTimeout(DriverContainerError):
 
 
 class CommandError(DriverContainerError):
-    """An external command failed or may not be run (e.g. modprobe on Talos). ``argv``: the command
-    (its name alone where it never started); ``returncode``: its exit status (None: it did not exit)."""
+    """An external command (``argv``) failed (``returncode``; None: no exit) or may not run (modprobe on Talos)."""
 
     def __init__(
         self, message: str, *, argv: tuple[str, ...] = (), returncode: int | None = None, fix: str | None = None
@@ -225,7 +219,7 @@ class CommandTimeout(CommandError):
 
 
 class CommandStopped(CommandError):
-    """A command killed because a termination signal arrived while it ran (``returncode`` None)."""
+    """A command killed because a termination signal arrived while it ran."""
 
 
 class ForbiddenCommandError(CommandError):
@@ -233,8 +227,7 @@ class ForbiddenCommandError(CommandError):
 
 
 class DriverInUseError(CommandError):
-    """The NVIDIA modules cannot be unloaded: something still holds them ("driver in use by ...").
-    ``holders``: the modules outside the unload that hold them (empty: open files or built-in code)."""
+    """The NVIDIA modules are still held ("driver in use by ..."); ``holders``: the modules holding them."""
 
     def __init__(
         self, message: str, *, holders: tuple[str, ...] = (), argv: tuple[str, ...] = (),
@@ -256,9 +249,8 @@ class ModuleLoadError(CommandError):
 
 
 class KubernetesError(PathError):
-    """The Kubernetes API refused or failed a request: its ``method`` and ``resource`` (the API path, or
-    the kind waited for), ``status`` (the HTTP status; None: no answer); or its configuration is unusable:
-    ``path`` (the kubeconfig or credential file)."""
+    """The API refused or failed a request (``method``, ``resource``: API path or kind waited for, ``status``:
+    None without an answer), or its configuration (``path``: kubeconfig or credential file) is unusable."""
 
     def __init__(
         self, message: str, *, method: str | None = None, resource: str | None = None, status: int | None = None,
@@ -296,8 +288,7 @@ class HostDriverPresentError(PathError):
 
 
 class VerdictFormatError(DriverContainerError):
-    """The module-file verdict in RUN_DIR does not parse; it is then treated as absent. ``key``: the
-    document's key at fault (None: not JSON at all)."""
+    """The module-file verdict in RUN_DIR does not parse (treated as absent); ``key``: the key at fault."""
 
     def __init__(self, message: str, *, key: str | None = None, fix: str | None = None) -> None:
         super().__init__(message, fix=fix)

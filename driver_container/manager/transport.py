@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import json
 import signal
 import socket
 import threading
@@ -30,14 +29,18 @@ from requests.adapters import HTTPAdapter
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-from driver_container.errors import ApiAnswerError
+from driver_container.errors import ApiAnswerError, JsonFormatError
+from driver_container.formats.boundedjson import decode_json
 from driver_container.formats.numbers import parse_uint
-from driver_container.runtime.supervise import HANDLED_SIGNALS
+from driver_container.runtime.forkchild import HANDLED_SIGNALS
 
 # A Node is capped by etcd's 1.5 MiB object limit (etcd --max-request-bytes default); the pod list of one
 # node is at most maxPods (110 by default) pods of ~10-50 KiB with managedFields. 16 MiB holds both with
 # room, and keeps a hostile answer from growing the manager (or init's Node report) without bound.
 MAX_BODY = 16 << 20  # bytes
+# managedFields nest one level per field path (a Pod's reach ~15 levels, Kubernetes
+# staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/types.go FieldsV1); a list adds two: 64 leaves room.
+API_MAX_DEPTH = 64
 CHUNK = 64 << 10
 TICK_S = 0.05  # how often the watchdog looks at the deadline and stop(): a stop ends a request within this
 
@@ -181,11 +184,9 @@ class Answer:
     def json(self) -> object:
         """The body as JSON; ``ApiAnswerError`` (not retried) for anything else, nesting too deep included."""
         try:
-            return json.loads(self.body)
-        except RecursionError as exc:  # the C decoder's recursion limit (1000 levels): never a traceback
-            raise ApiAnswerError("the answer is JSON nested too deeply", retry=False) from exc
-        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
-            raise ApiAnswerError("the answer is not JSON", retry=False) from exc
+            return decode_json(self.body, limit=MAX_BODY, max_depth=API_MAX_DEPTH)
+        except JsonFormatError as exc:
+            raise ApiAnswerError(f"the answer is {exc}", retry=False) from exc
 
 
 def exchange(

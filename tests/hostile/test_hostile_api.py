@@ -248,7 +248,7 @@ def test_a_stop_ends_the_request_in_flight(api: Api) -> None:
 @pytest.mark.parametrize(
     ("mode", "call", "what"),
     [
-        ("deep", "node_labels", "nested too deeply"),
+        ("deep", "node_labels", "levels deep (at most 64)"),
         ("list", "get_node", "a JSON list, not an object"),
         ("labels_list", "node_labels", "metadata.labels is not a mapping of strings"),
         ("metadata_text", "node_labels", "metadata.labels is not a mapping of strings"),
