@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import base64
 import json
-import shutil
-import ssl
-import subprocess
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,7 +19,8 @@ from typing import Any
 
 import pytest
 from container_support import Finished, FixtureNode, fixture_node
-from helpers.support import FIXTURES, require
+from helpers.support import FIXTURES
+from helpers.tls import self_signed, serve_tls
 
 pytestmark = pytest.mark.container
 
@@ -61,18 +59,8 @@ class _Api(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def kubeconfig(tmp_path: Path) -> Iterator[Path]:
-    require(shutil.which("openssl"), "openssl", how="apt-get install openssl")
-    cert, key = tmp_path / "api.crt", tmp_path / "api.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Api)
-    httpd.daemon_threads = True
-    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    cert, key = self_signed(tmp_path, "api")
+    httpd = serve_tls(ThreadingHTTPServer(("127.0.0.1", 0), _Api), cert, key)
     threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
     config = tmp_path / "kube" / "config"
     config.parent.mkdir()

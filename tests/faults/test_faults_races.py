@@ -15,7 +15,6 @@ import json
 import os
 import re
 import shutil
-import ssl
 import subprocess
 import sys
 import threading
@@ -27,7 +26,7 @@ from pathlib import Path
 import pytest
 from helpers.hostenv import HOSTS, Host, make_host
 from helpers.rootcmp import leftovers, root_state
-from helpers.support import require
+from helpers.tls import self_signed, serve_tls
 
 MANAGER = "import sys; from driver_container.cli.manager_cmd import main; main(sys.argv[1:])"
 NODE = {"kind": "Node", "metadata": {"name": "node-1", "labels": {}}}
@@ -55,19 +54,8 @@ class _NodeApi(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def kubeconfig(tmp_path: Path) -> Iterator[Path]:
-    # HTTPS: the client sends its token over TLS only.
-    require(shutil.which("openssl"), "openssl", how="apt-get install openssl")
-    cert, key = tmp_path / "api.crt", tmp_path / "api.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _NodeApi)
-    httpd.daemon_threads = True
-    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    cert, key = self_signed(tmp_path, "api")
+    httpd = serve_tls(ThreadingHTTPServer(("127.0.0.1", 0), _NodeApi), cert, key)
     thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     path = tmp_path / "kubeconfig.json"

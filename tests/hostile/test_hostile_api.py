@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import signal
 import ssl
 import subprocess
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import pytest
 from helpers.hostenv import Host, make_host
-from helpers.support import require
+from helpers.tls import self_signed
 from helpers.waits import wait_until
 
 from driver_container.errors import KubernetesError
@@ -157,15 +156,7 @@ def _serve(api: Api, context: ssl.SSLContext | None) -> ThreadingHTTPServer:
 
 @pytest.fixture(scope="module")
 def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    require(shutil.which("openssl"), "openssl", how="apt-get install openssl")
-    directory = tmp_path_factory.mktemp("tls")
-    crt, key = directory / "server.crt", directory / "server.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(crt)],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
-    return crt, key
+    return self_signed(tmp_path_factory.mktemp("tls"))
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ import json
 import logging
 import shutil
 import ssl
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -23,7 +22,8 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from helpers.support import FIXTURES, fixture_paths, require
+from helpers.support import FIXTURES, fixture_paths
+from helpers.tls import self_signed
 
 from driver_container.errors import HostDriverPresentError, KubernetesError
 from driver_container.inspect.hoststate import inspect_host
@@ -173,20 +173,9 @@ def _start(state: ApiState, context: ssl.SSLContext | None = None) -> tuple[Thre
     return httpd, thread
 
 
-def _self_signed(directory: Path, name: str) -> tuple[Path, Path]:
-    require(shutil.which("openssl"), "openssl", how="apt-get install openssl")
-    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return cert, key
-
-
 @pytest.fixture(scope="module")
 def server_cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return _self_signed(tmp_path_factory.mktemp("api-tls"), "server")
+    return self_signed(tmp_path_factory.mktemp("api-tls"), "server")
 
 
 def start_tls(state: ApiState, cert: tuple[Path, Path]) -> tuple[ThreadingHTTPServer, Server]:
@@ -208,8 +197,8 @@ def server(server_cert: tuple[Path, Path]) -> Iterator[Server]:
 @pytest.fixture
 def tls_server(tmp_path: Path) -> Iterator[tuple[Server, Path, Path]]:
     """HTTPS with a self-signed server cert; client certificates are requested and verified."""
-    cert, key = _self_signed(tmp_path, "server")
-    client_cert, client_key = _self_signed(tmp_path, "client")
+    cert, key = self_signed(tmp_path, "server")
+    client_cert, client_key = self_signed(tmp_path, "client")
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     context.load_verify_locations(client_cert)

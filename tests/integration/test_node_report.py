@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 from helpers.support import FIXTURES, fixture_paths
-from test_manager_api import NODE, NS, TOKEN, ApiState, Server, _self_signed, endpoint, start_tls
+from helpers.tls import self_signed
+from test_manager_api import NODE, NS, TOKEN, ApiState, Server, endpoint, start_tls
 
 from driver_container.inspect.hoststate import inspect_host
 from driver_container.lifecycle.publishing import Published, report_ready
@@ -31,7 +32,7 @@ REFUSAL = NodeVerdict(
 
 @pytest.fixture(scope="module")
 def api_cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return _self_signed(tmp_path_factory.mktemp("api-tls"), "server")
+    return self_signed(tmp_path_factory.mktemp("api-tls"), "server")
 
 
 @pytest.fixture

@@ -1,0 +1,33 @@
+"""A self-signed certificate for 127.0.0.1 and an HTTPS test server: the API stand-ins speak TLS because the
+client sends a credential over TLS only (driver_container/manager/kube.py)."""
+
+from __future__ import annotations
+
+import shutil
+import ssl
+import subprocess
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+from helpers.support import require
+
+
+def self_signed(directory: Path, name: str = "server") -> tuple[Path, Path]:
+    """(certificate, key) of a one-day RSA certificate for 127.0.0.1, written into ``directory``."""
+    require(shutil.which("openssl"), "openssl", how="apt-get install openssl")
+    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key
+
+
+def serve_tls(httpd: ThreadingHTTPServer, cert: Path, key: Path) -> ThreadingHTTPServer:
+    """``httpd`` answering over TLS with ``cert``; daemon threads, so a hung handler never holds the test."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    httpd.daemon_threads = True
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    return httpd
