@@ -15,12 +15,12 @@ import lzma
 import os
 import struct
 import time
-import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from elfdyn import build_dynamic_elf
+from helpers.cost import elapsed, peak_bytes
 from helpers.hostenv import make_host
 
 from driver_container.errors import (
@@ -45,22 +45,6 @@ from driver_container.publish.sources import ElfFacts
 FAST = 2.0  # seconds: a crafted input's whole parse; the fixed parsers take milliseconds
 SMALL = 16 << 20  # bytes of peak allocation allowed for a parse of a crafted file of ~100 KiB
 LD_CACHE_TEXT = 16 << 20  # the decoded-text budget of an ld.so.cache (ldcache.MAX_DECODED, docs/publish.md)
-
-
-def _elapsed(call: Callable[[], object]) -> float:
-    started = time.monotonic()
-    call()
-    return time.monotonic() - started
-
-
-def _peak(call: Callable[[], object]) -> int:
-    tracemalloc.start()
-    try:
-        call()
-    finally:
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-    return peak
 
 
 def _raises_or_returns(error: type[Exception], call: Callable[..., object], *args: object) -> Callable[[], None]:
@@ -94,7 +78,7 @@ def test_module_whose_name_table_repeats_a_wanted_name_is_read_in_linear_time() 
     module = _module_with_many_name_hits(sections=65535, hits=200_000)
     packed = lzma.compress(module, format=lzma.FORMAT_XZ, check=lzma.CHECK_CRC32)
     assert len(packed) < 4096  # a few KiB on disk (5.8 MB unpacked): the old lookup took minutes
-    took = _elapsed(_raises_or_returns(ModuleFormatError, read_module, packed))
+    took = elapsed(_raises_or_returns(ModuleFormatError, read_module, packed))
     assert took < FAST, f"{took:.1f} s for a {len(packed)}-byte module"
 
 
@@ -144,7 +128,7 @@ def test_ld_cache_whose_entries_share_one_long_string_is_decoded_once() -> None:
     names, offsets = _names(16384)
     path = b"/" + b"l" * 3998 + b"\0"
     data = _ld_cache([(FLAGS_X86_64, o, len(names)) for o in offsets], names + path)
-    peak = _peak(lambda: parse_ld_cache(data))
+    peak = peak_bytes(lambda: parse_ld_cache(data))
     assert peak < SMALL, f"{peak >> 20} MiB to parse a {len(data) >> 10} KiB cache"
 
 
@@ -156,7 +140,7 @@ def test_ld_cache_whose_entries_point_into_long_strings_is_refused_within_a_byte
     paths = path * 32
     rows = [(FLAGS_X86_64, o, len(names) + (i // 1024) * len(path) + i % 1024) for i, o in enumerate(offsets)]
     data = _ld_cache(rows, names + paths)
-    peak = _peak(_raises_or_returns(LdCacheFormatError, parse_ld_cache, data))
+    peak = peak_bytes(_raises_or_returns(LdCacheFormatError, parse_ld_cache, data))
     assert peak < LD_CACHE_TEXT + (8 << 20), f"{peak >> 20} MiB to parse a {len(data) >> 10} KiB cache"
     with pytest.raises(LdCacheFormatError, match="decode to over"):
         parse_ld_cache(data)
@@ -181,7 +165,7 @@ def test_ld_cache_with_a_long_run_of_one_name_is_refused() -> None:
     # run comparing names character by character in Python (16384 x 2 x 255 characters, each time).
     key = b"lib" + b"9" * 249 + b".so\0"
     data = _ld_cache([(0x0A03, 0, 0)] * 16384, key)
-    took = _elapsed(_parse_then_look_up(data, key[:-1].decode(), 20))
+    took = elapsed(_parse_then_look_up(data, key[:-1].decode(), 20))
     assert took < FAST, f"{took:.1f} s for 20 lookups in a {len(data) >> 10} KiB cache"
 
 
@@ -193,7 +177,7 @@ def test_ld_cache_with_a_long_run_of_names_equal_as_numbers_is_refused() -> None
     strings = b"".join(keys)
     offsets = [sum(len(k) for k in keys[:i]) for i in range(len(keys))]
     data = _ld_cache([(0x0A03, o, o) for o in offsets], strings)
-    took = _elapsed(_parse_then_look_up(data, "lib1.2.so", 500))
+    took = elapsed(_parse_then_look_up(data, "lib1.2.so", 500))
     assert took < FAST, f"{took:.1f} s for 500 lookups in a {len(data) >> 10} KiB cache"
 
 
@@ -211,7 +195,7 @@ def test_elf_whose_needed_entries_share_one_long_string_is_refused_cheaply() -> 
     name = b"lib" + b"x" * 3997
     base = build_dynamic_elf(needed=(name,))
     data = _with_repeated_needed(base, 8192)
-    peak = _peak(_raises_or_returns(ElfFormatError, read_elf_deps, data))
+    peak = peak_bytes(_raises_or_returns(ElfFormatError, read_elf_deps, data))
     assert peak < SMALL, f"{peak >> 20} MiB to parse a {len(data) >> 10} KiB ELF file"
     with pytest.raises(ElfFormatError, match="DT_NEEDED"):
         read_elf_deps(data)
@@ -271,7 +255,7 @@ def test_closure_of_many_needed_names_times_many_runpath_dirs_is_bounded(tmp_pat
         else:
             assert len(closure.missing) == 2000
 
-    took = _elapsed(run)
+    took = elapsed(run)
     assert took < FAST, f"{took:.1f} s to resolve one object's DT_NEEDED names"
 
 
@@ -300,7 +284,7 @@ def test_module_of_many_concatenated_streams_is_refused_in_linear_time(kind: str
     # Each stream restarted the decoder on a copy of the rest of the file: quadratic in the file.
     empty = lzma.compress(b"", check=lzma.CHECK_NONE) if kind == "xz" else gzip.compress(b"", mtime=0)
     data = empty * (5_000_000 // len(empty))
-    took = _elapsed(_raises_or_returns(ModuleFormatError, read_module, data))
+    took = elapsed(_raises_or_returns(ModuleFormatError, read_module, data))
     assert took < FAST, f"{took:.1f} s for a {len(data) >> 20} MiB {kind} file of {len(data) // len(empty)} streams"
     with pytest.raises(ModuleFormatError, match="concatenated"):
         read_module(data)
@@ -324,7 +308,7 @@ def test_module_signature_with_a_huge_object_identifier_is_refused_at_once() -> 
     signature = _der(0x30, _der(0x06, b"\xff" * 400_000 + b"\x7f") + _der(0xA0, b""))
     trailer = struct.pack(">BBBBB3xI", 1, 4, 2, 0, 0, len(signature))
     data = b"\x7fELF" + bytes(60) + signature + trailer + b"~Module signature appended~\n"
-    took = _elapsed(_raises_or_returns(ModuleFormatError, read_module, data))
+    took = elapsed(_raises_or_returns(ModuleFormatError, read_module, data))
     assert took < FAST, f"{took:.1f} s for a {len(data) >> 10} KiB module"
 
 
@@ -349,7 +333,7 @@ def test_fabric_state_output_with_a_long_blank_line_parses_in_linear_time() -> N
     # `nvidia-smi -q` comes from the image; the old key-value pattern backtracked cubically on blanks
     # (3000 blanks: ~35 s inside one C call, so SIGTERM waited too).
     text = "GPU 00000000:01:00.0\n    Fabric\n" + " " * 3000 + "\n        State : Completed\n        Status : Success\n"
-    took = _elapsed(lambda: parse_fabric_states(text))
+    took = elapsed(lambda: parse_fabric_states(text))
     assert took < FAST, f"{took:.1f} s for {len(text)} bytes of nvidia-smi -q"
     assert parse_fabric_states(text) == [GpuFabric("00000000:01:00.0", "Completed", "Success")]
 
@@ -414,7 +398,7 @@ def test_closure_through_very_deep_runpath_directories_is_bounded(
     facts = ElfDeps("EM_X86_64", 64, "ET_DYN", None, lib.name, needed, (deep,))
     user = SourceFile(lib, "USERSPACE_ROOT/deep", 0, 1, 0o644, facts)
     root = Root(tmp_path).snapshot()
-    took = _elapsed(lambda: resolve_closure(root, "x86_64-linux-gnu", [], set(), [], [user], ElfFacts()))
+    took = elapsed(lambda: resolve_closure(root, "x86_64-linux-gnu", [], set(), [], [user], ElfFacts()))
     assert took < FAST, f"{took:.1f} s to look up 1000 names through one deep directory"
 
 
@@ -449,5 +433,5 @@ def test_modinfo_lookup_in_a_huge_modules_dep_is_refused_quickly(tmp_path: Path)
         with pytest.raises(ModuleNotFoundInTreeError):
             find_module("nvidia", "6.1.0-test", tmp_path)
 
-    took = _elapsed(run)
+    took = elapsed(run)
     assert took < FAST, f"{took:.1f} s to look a module up in a 64 MiB modules.dep"

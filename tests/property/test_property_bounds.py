@@ -5,10 +5,10 @@ from __future__ import annotations
 import gzip
 import lzma
 import struct
-import tracemalloc
 from collections.abc import Callable
 
 import pytest
+from helpers.cost import peak_bytes
 from helpers.fuzz_targets import MODULE_CAP
 
 from driver_container.errors import HostReadError, ModuleFormatError
@@ -32,16 +32,6 @@ def _refuses(error: type[Exception], call: Callable[..., object], *args: object,
     return run
 
 
-def _peak(call: Callable[[], object]) -> int:
-    tracemalloc.start()
-    try:
-        call()
-    finally:
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-    return peak
-
-
 @pytest.fixture(scope="module")
 def zeros() -> bytes:
     return bytes(BOMB_SIZE)
@@ -62,7 +52,7 @@ def test_decompression_bomb_hits_the_cap(zeros: bytes, compress: Callable[[bytes
             read_module(bomb, max_size=MODULE_CAP, filename="bomb.ko")
         raised.append(info.value)
 
-    peak = _peak(run)
+    peak = peak_bytes(run)
     assert "cap" in raised[0].message or "larger" in raised[0].message or "over" in raised[0].message, raised[0].message
     # The cap plus decoder chunks, never the 64 MiB the stream expands to.
     assert peak < 4 * MODULE_CAP, f"peak {peak} bytes while decompressing a bomb with a {MODULE_CAP}-byte cap"
@@ -73,7 +63,7 @@ def test_zstd_frame_claiming_a_huge_size_is_refused_cheaply() -> None:
     # then one last raw block of 64 bytes. The decoder must not trust the claimed size for allocation.
     block = (1 | (64 << 3)).to_bytes(3, "little")
     frame = b"\x28\xb5\x2f\xfd\xe0" + struct.pack("<Q", 1 << 62) + block + b"\x7fELF" + bytes(60)
-    peak = _peak(_refuses(ModuleFormatError, read_module, frame, max_size=MODULE_CAP))
+    peak = peak_bytes(_refuses(ModuleFormatError, read_module, frame, max_size=MODULE_CAP))
     assert peak < 4 * MODULE_CAP
 
 
@@ -85,5 +75,5 @@ def test_input_over_the_cap_is_refused_before_parsing() -> None:
 def test_ld_cache_with_huge_entry_count_is_refused_cheaply() -> None:
     # New-format header (glibc elf/cache.c): magic, version, nlibs; nlibs far beyond the file size.
     data = b"glibc-ld.so.cache1.1" + struct.pack("<I", 0xFFFFFFFF) + bytes(40)
-    peak = _peak(_refuses(HostReadError, parse_ld_cache, data))
+    peak = peak_bytes(_refuses(HostReadError, parse_ld_cache, data))
     assert peak < 1 << 20
