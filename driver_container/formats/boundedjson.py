@@ -20,7 +20,9 @@ from driver_container.errors import JsonFormatError
 MAX_DEPTH = 32  # the deepest document we write is 4 levels (manifest: body, files, record, elf)
 
 _STRUCTURE_ONLY = bytes(c for c in range(256) if c not in b'"[]{}')  # bytes.translate deletes the rest
-_QUOTED = re.compile(rb'"[^"]*+(?:"|\Z)')  # possessive, one way to match: linear; unterminated runs to the end
+# Possessive, one way to match: linear; unterminated runs to the end. A pattern, not compiled at import: the
+# manifest read on every restart never needs it (re compiles it on first use and caches it).
+_QUOTED = rb'"[^"]*+(?:"|\Z)'
 _SPLIT_MAX = 1 << 20
 _STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
 
@@ -44,7 +46,7 @@ def _outside_strings(structure: bytes) -> bytes:
     """``structure`` (quotes and brackets only) without its string literals."""
     if len(structure) <= _SPLIT_MAX:  # every other piece between quotes is outside a string (~10x the regex)
         return b"".join(structure.split(b'"')[::2])
-    return _QUOTED.sub(b"", structure)  # without a list of up to 16 Mi pieces
+    return re.sub(_QUOTED, b"", structure)  # without a list of up to 16 Mi pieces
 
 
 def _refuse_constant(name: str) -> Any:

@@ -140,14 +140,14 @@ def _parse_old(data: bytes, source: str) -> tuple[list[CacheEntry], int]:
 
 
 # libcmp treats digit runs as numbers, so "lib01" and "lib1" are one name: drop leading zeros of a run.
-_LEADING_ZEROS = re.compile(r"(?<![0-9])0+(?=[0-9])")
+_LEADING_ZEROS = r"(?<![0-9])0+(?=[0-9])"  # compiled on first use (re's cache): not at import
 
 
 def _checked(entries: list[CacheEntry], source: str) -> list[CacheEntry]:
     """Refuse a cache with a run of one name that no real cache has (``lookup`` walks such a run)."""
     if not entries:
         return entries
-    name, count = Counter(_LEADING_ZEROS.sub("", e.key) for e in entries).most_common(1)[0]
+    name, count = Counter(re.sub(_LEADING_ZEROS, "", e.key) for e in entries).most_common(1)[0]
     if count > MAX_SAME_NAME:
         raise _fail(source, f"{count} entries for the name {name[:80]!r}, over the cap of {MAX_SAME_NAME}")
     return entries
