@@ -5,9 +5,17 @@ The facts are in release/talos-drivers.toml (production and LTS driver per Talos
 siderolabs/extensions nvidia-gpu/vars.yaml at each release tag). Commands:
 
   matrix                 GitHub Actions matrix JSON: {"include": [{"driver": ..., "talos": "v1.13.9 ..."}]}
-  tags DRIVER REPO       the image tags of one driver version, one per line: REPO:DRIVER and
-                         REPO:DRIVER-talos<release> for every Talos release that ships it (the tag
-                         gpu-operator asks for: <version>-<ID><VERSION_ID> of the node's os-release)
+  tags DRIVER REPO       the image tags of one driver version, one per line (docs/image.md, "Tags"):
+                         DRIVER, DRIVER-<project version> (immutable), and for every Talos release R that
+                         ships it DRIVER-talosR and DRIVER-<project version>-talosR (the operator asks for
+                         <version>-<ID><VERSION_ID> of the node's os-release), production-talosR /
+                         lts-talosR where R ships it on that branch, and manager / manager-<project
+                         version> on the driver the manager tag follows
+  plan --tags FILE --vars-dir DIR --published FILE [--write]
+                         what following Talos needs (JSON): FILE is `git ls-remote --tags` of
+                         siderolabs/extensions, DIR/<release>.yaml its nvidia-gpu/vars.yaml at each release
+                         not yet in the data file, --published the tags the registry holds (one a line);
+                         --write also rewrites the data file
   verify EXTENSIONS_GIT  re-read every release from a siderolabs/extensions clone (git dir or work tree):
                          tag commit, NVIDIA_DRIVER_{PRODUCTION,LTS}_VERSION, and that the kmod packages'
                          vars.yaml still take their VERSION from those two variables
@@ -17,6 +25,7 @@ Standard library only: the release workflow runs it before any Python environmen
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import subprocess
@@ -25,7 +34,15 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-DATA = Path(__file__).resolve().parent.parent / "release" / "talos-drivers.toml"
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "release" / "talos-drivers.toml"
+FIRST_RELEASE = (1, 12, 0)
+CHANNELS = ("production", "lts")
+# The driver manager's tag: gpu-operator uses driver.manager's repository/image/version as they are, no OS
+# suffix (NVIDIA/gpu-operator controllers/object_controls.go transformDriverManagerInitContainer -> ImagePath,
+# api/nvidia/v1/clusterpolicy_types.go, at v26.7.0 10ee5b3638b8), so one tag serves every Talos release.
+MANAGER = "manager"
+PRE_RANK = {"alpha": 0, "beta": 1, "rc": 2}
 DRIVER_VERSION = re.compile(r"^\d{3}\.\d{2,3}(\.\d{2,3})?$")
 TALOS_RELEASE = re.compile(r"^v1\.\d+\.\d+(-(alpha|beta|rc)\.\d+)?$")
 # The kmod extensions (open and proprietary, each branch) and the variable each takes its VERSION from.
@@ -76,8 +93,39 @@ def matrix(releases: list[TalosRelease]) -> dict[str, list[dict[str, str]]]:
     return {"include": [{"driver": d, "talos": " ".join(t)} for d, t in drivers(releases).items()]}
 
 
-def tags(releases: list[TalosRelease], driver: str, repo: str) -> list[str]:
-    return [f"{repo}:{driver}", *(f"{repo}:{driver}-talos{t}" for t in drivers(releases).get(driver, []))]
+def project_version(pyproject: Path = ROOT / "pyproject.toml") -> str:
+    return str(tomllib.loads(pyproject.read_text())["project"]["version"])
+
+
+def release_key(release: str) -> tuple[int, ...]:
+    """Talos release order: a final after its pre-releases, alpha < beta < rc."""
+    found = TALOS_RELEASE.match(release)
+    if not found:
+        raise ValueError(f"not a Talos release: {release!r}")
+    numbers = [int(n) for n in re.findall(r"\d+", release)]
+    pre = re.search(r"-(alpha|beta|rc)\.", release)
+    return (*numbers[:3], 0, PRE_RANK[pre.group(1)], numbers[3]) if pre else (*numbers[:3], 1, 0, 0)
+
+
+def manager_driver(releases: list[TalosRelease]) -> str:
+    """The image the manager tag follows: the production driver of the newest final release (the manager
+    code is the same in every image of one project version; its driver does not matter)."""
+    finals = [r for r in releases if "-" not in r.release] or releases
+    return max(finals, key=lambda r: release_key(r.release)).production
+
+
+def tags(releases: list[TalosRelease], driver: str, repo: str, project: str | None = None) -> list[str]:
+    if driver not in drivers(releases):
+        return [f"{repo}:{driver}"]  # no Talos release ships it: nothing to publish
+    project = project or project_version()
+    names = [driver, f"{driver}-{project}"]
+    for r in releases:
+        if driver in (r.production, r.lts):
+            names += [f"{driver}-talos{r.release}", f"{driver}-{project}-talos{r.release}"]
+        names += [f"{channel}-talos{r.release}" for channel in CHANNELS if getattr(r, channel) == driver]
+    if releases and driver == manager_driver(releases):
+        names += [MANAGER, f"{MANAGER}-{project}"]
+    return [f"{repo}:{name}" for name in dict.fromkeys(names)]
 
 
 def _git(git_dir: str, *args: str) -> str:
@@ -106,8 +154,107 @@ def verify(releases: list[TalosRelease], git_dir: str) -> list[str]:
     return problems
 
 
-def main(argv: list[str]) -> int:
-    releases = load()
+def remote_releases(ls_remote: str) -> dict[str, str]:
+    """Release tag -> commit, from `git ls-remote --tags` (an annotated tag's peeled ^{} line wins)."""
+    found: dict[str, str] = {}
+    for line in ls_remote.splitlines():
+        commit, _, ref = line.partition("\t")
+        name = ref.removeprefix("refs/tags/")
+        peeled = name.endswith("^{}")
+        name = name.removesuffix("^{}")
+        if re.fullmatch(r"[0-9a-f]{40}", commit) and TALOS_RELEASE.match(name) and (peeled or name not in found):
+            found[name] = commit
+    return found
+
+
+def followed(names: list[str]) -> list[str]:
+    """Releases v1.12.0 and later; a minor's newest pre-release only while that minor has no final."""
+    keys = {n: release_key(n) for n in names if release_key(n)[:3] >= FIRST_RELEASE}
+    finals = {k[:2] for k in keys.values() if k[3] == 1}
+    newest_pre: dict[tuple[int, ...], str] = {}
+    for n in sorted((n for n, k in keys.items() if k[3] == 0 and k[:2] not in finals), key=release_key):
+        newest_pre[keys[n][:2]] = n
+    return sorted([n for n, k in keys.items() if k[3] == 1] + list(newest_pre.values()), key=release_key)
+
+
+@dataclass(frozen=True)
+class Plan:
+    rows: list[TalosRelease]  # the updated data file
+    added: list[str]  # Talos releases new in it
+    dropped: list[str]  # pre-releases their final (or a newer pre-release) superseded
+    build: list[str]  # drivers with no image of this project version yet
+    tag: dict[str, list[str]]  # existing tag (its digest) -> the tags to add to it, no rebuild
+
+    def report(self) -> dict[str, object]:
+        return {"added": self.added, "dropped": self.dropped, "build": self.build, "tag": self.tag}
+
+
+def plan(current: list[TalosRelease], remote: dict[str, str], vars_text: dict[str, str], published: set[str],
+         project: str) -> Plan:  # fmt: skip
+    known = {r.release: r for r in current}
+    wanted = followed(list(remote) + list(known))
+    rows: list[TalosRelease] = []
+    for name in wanted:
+        if name in known:
+            rows.append(known[name])
+            continue
+        if name not in vars_text:
+            raise ValueError(f"{name}: new Talos release, but no nvidia-gpu/vars.yaml given for it")
+        text = vars_text[name]
+        production, lts = _var(text, "NVIDIA_DRIVER_PRODUCTION_VERSION"), _var(text, "NVIDIA_DRIVER_LTS_VERSION")
+        if not (production and lts and DRIVER_VERSION.match(production) and DRIVER_VERSION.match(lts)):
+            raise ValueError(f"{name}: vars.yaml names no production and LTS driver ({production}, {lts})")
+        rows.append(TalosRelease(name, remote[name], production, lts))
+    build = [d for d in drivers(rows) if f"{d}-{project}" not in published]
+    to_tag: dict[str, list[str]] = {}
+    for driver in drivers(rows):
+        missing = [t[1:] for t in tags(rows, driver, "", project) if t[1:] not in published]
+        if missing and driver not in build:  # a build pushes every tag of its driver itself
+            to_tag[f"{driver}-{project}"] = missing
+    added = [r.release for r in rows if r.release not in known]
+    dropped = [r.release for r in current if r.release not in wanted]
+    return Plan(rows, added, dropped, build, to_tag)
+
+
+def render(rows: list[TalosRelease], header: str) -> str:
+    """The data file: its comment header as it was, then one table per release."""
+    tables = [
+        f'[[talos]]\nrelease = "{r.release}"\nextensions_commit = "{r.extensions_commit}"\n'
+        f'production = "{r.production}"\nlts = "{r.lts}"\n'
+        for r in rows
+    ]  # fmt: skip
+    return header + "\n" + "\n".join(tables)
+
+
+def header_of(path: Path) -> str:
+    return "".join(line for line in path.read_text().splitlines(keepends=True) if line.startswith("#"))
+
+
+def _plan_command(argv: list[str], data: Path) -> int:
+    parser = argparse.ArgumentParser(prog="release-matrix.py plan")
+    parser.add_argument("--tags", type=Path, required=True)
+    parser.add_argument("--vars-dir", type=Path, required=True)
+    parser.add_argument("--published", type=Path, required=True)
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args(argv)
+    remote = remote_releases(args.tags.read_text())
+    vars_text = {f.stem: f.read_text() for f in sorted(args.vars_dir.glob("*.yaml")) if f.is_file()}
+    published = {line.strip() for line in args.published.read_text().splitlines() if line.strip()}
+    result = plan(load(data), remote, vars_text, published, project_version())
+    if args.write:
+        data.write_text(render(result.rows, header_of(data)))
+    print(json.dumps(result.report(), indent=1))
+    return 0
+
+
+def main(argv: list[str], data: Path = DATA) -> int:
+    if argv[:1] == ["plan"]:
+        try:
+            return _plan_command(argv[1:], data)
+        except (OSError, ValueError) as error:
+            print(f"release-matrix.py plan: {error}", file=sys.stderr)
+            return 1
+    releases = load(data)
     match argv:
         case ["matrix"]:
             print(json.dumps(matrix(releases)))

@@ -1,0 +1,136 @@
+"""Images that follow Talos: the planning step of the daily workflow (scripts/release-matrix.py ``plan``)
+turns siderolabs/extensions' tag list, each new tag's nvidia-gpu/vars.yaml and the registry's tags into
+the updated release/talos-drivers.toml, the drivers to build and the tags to add by digest (docs/image.md,
+"Following Talos"). Fixture data: tests/fixtures/release (the real `git ls-remote --tags` of
+siderolabs/extensions for v1.11-v1.14, and vars.yaml files of two releases that do not exist yet)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from helpers.support import REPO
+
+FIXTURES = REPO / "tests" / "fixtures" / "release"
+LS_REMOTE = (FIXTURES / "extensions-ls-remote.txt").read_text()
+PROJECT = "0.1.0"
+NEW_COMMIT = "1" * 40
+
+
+def _matrix_module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("release_matrix", REPO / "scripts" / "release-matrix.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["release_matrix"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+rm = _matrix_module()
+
+
+def _vars(release: str) -> dict[str, str]:
+    return {release: (FIXTURES / "vars" / f"{release}.yaml").read_text()}
+
+
+def _everything_published(rows: list[object]) -> set[str]:
+    return {t.removeprefix(":") for d in rm.drivers(rows) for t in rm.tags(rows, d, "", PROJECT)}
+
+
+def _with_tag(release: str, commit: str = NEW_COMMIT) -> str:
+    return LS_REMOTE + f"{'2' * 40}\trefs/tags/{release}\n{commit}\trefs/tags/{release}^{{}}\n"
+
+
+def test_the_live_tag_list_gives_the_data_file_and_an_empty_plan() -> None:
+    current = rm.load()
+    remote = rm.remote_releases(LS_REMOTE)
+    assert {r.release: r.extensions_commit for r in current} == {r: remote[r] for r in rm.followed(list(remote))}
+    done = rm.plan(current, remote, {}, _everything_published(current), PROJECT)
+    assert done.report() == {"added": [], "dropped": [], "build": [], "tag": {}}
+    assert rm.render(done.rows, rm.header_of(rm.DATA)) == rm.DATA.read_text()  # rewrites it byte for byte
+
+
+def test_a_new_talos_release_with_an_old_driver_is_only_tagged_by_digest() -> None:
+    current = rm.load()
+    remote = rm.remote_releases(_with_tag("v1.13.10"))
+    done = rm.plan(current, remote, _vars("v1.13.10"), _everything_published(current), PROJECT)
+    assert done.added == ["v1.13.10"] and done.dropped == [] and done.build == []
+    assert done.tag == {
+        "580.178.04-0.1.0": ["580.178.04-talosv1.13.10", "580.178.04-0.1.0-talosv1.13.10", "lts-talosv1.13.10"],
+        "595.91.07-0.1.0": ["595.91.07-talosv1.13.10", "595.91.07-0.1.0-talosv1.13.10",
+                            "production-talosv1.13.10"],
+    }  # fmt: skip
+    (row,) = [r for r in done.rows if r.release == "v1.13.10"]
+    assert row == rm.TalosRelease("v1.13.10", NEW_COMMIT, "595.91.07", "580.178.04")  # the peeled commit
+    assert [r.release for r in done.rows][-3:] == ["v1.13.9", "v1.13.10", "v1.14.0-rc.1"]
+
+
+def test_a_new_driver_is_built_and_the_final_supersedes_its_rc() -> None:
+    current = rm.load()
+    remote = rm.remote_releases(_with_tag("v1.14.0"))
+    done = rm.plan(current, remote, _vars("v1.14.0"), _everything_published(current), PROJECT)
+    assert done.added == ["v1.14.0"] and done.dropped == ["v1.14.0-rc.1"]
+    assert done.build == ["595.99.02"]  # its push carries all its tags, the manager's too
+    assert done.tag == {"580.178.04-0.1.0": ["580.178.04-talosv1.14.0", "580.178.04-0.1.0-talosv1.14.0",
+                                             "lts-talosv1.14.0"]}  # fmt: skip
+    assert rm.manager_driver(done.rows) == "595.99.02"
+    assert ":production-talosv1.14.0" in rm.tags(done.rows, "595.99.02", "", PROJECT)
+
+
+def test_only_the_newest_pre_release_of_a_minor_without_final_is_followed() -> None:
+    names = ["v1.11.5", "v1.12.0-rc.0", "v1.12.0", "v1.15.0-alpha.2", "v1.15.0-beta.0", "v1.15.0-alpha.10"]
+    assert rm.followed(names) == ["v1.12.0", "v1.15.0-beta.0"]
+    assert rm.release_key("v1.15.0-rc.0") < rm.release_key("v1.15.0") < rm.release_key("v1.15.1-alpha.0")
+
+
+def test_applying_a_plan_makes_the_next_one_empty() -> None:
+    current = rm.load()
+    remote = rm.remote_releases(_with_tag("v1.14.0"))
+    published = _everything_published(current)
+    first = rm.plan(current, remote, _vars("v1.14.0"), published, PROJECT)
+    published |= {t for tags in first.tag.values() for t in tags}
+    published |= {t.removeprefix(":") for d in first.build for t in rm.tags(first.rows, d, "", PROJECT)}
+    second = rm.plan(first.rows, remote, {}, published, PROJECT)
+    assert second.report() == {"added": [], "dropped": [], "build": [], "tag": {}}
+    assert second.rows == first.rows
+
+
+def test_a_new_project_version_builds_every_driver_once() -> None:
+    current = rm.load()
+    remote = rm.remote_releases(LS_REMOTE)
+    done = rm.plan(current, remote, {}, _everything_published(current), "0.2.0")
+    assert done.build == list(rm.drivers(current)) and done.tag == {}
+
+
+def test_a_new_release_without_its_vars_is_an_error_not_a_guess() -> None:
+    with pytest.raises(ValueError, match=r"v1\.13\.10: new Talos release, but no nvidia-gpu/vars.yaml"):
+        rm.plan(rm.load(), rm.remote_releases(_with_tag("v1.13.10")), {}, set(), PROJECT)
+    bad = {"v1.13.10": "NVIDIA_DRIVER_PRODUCTION_VERSION: latest\n"}
+    with pytest.raises(ValueError, match="names no production and LTS driver"):
+        rm.plan(rm.load(), rm.remote_releases(_with_tag("v1.13.10")), bad, set(), PROJECT)
+
+
+def test_the_plan_command_writes_the_data_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "talos-drivers.toml"
+    data.write_text(rm.DATA.read_text())
+    (tmp_path / "tags").write_text(_with_tag("v1.13.10"))
+    (tmp_path / "published").write_text("\n".join(sorted(_everything_published(rm.load()))) + "\n")
+    args = ["plan", "--tags", str(tmp_path / "tags"), "--vars-dir", str(FIXTURES / "vars"),
+            "--published", str(tmp_path / "published")]  # fmt: skip
+    assert rm.main(args, data) == 0
+    assert json.loads(capsys.readouterr().out)["added"] == ["v1.13.10"]
+    assert data.read_text() == rm.DATA.read_text()  # without --write, nothing changes
+    assert rm.main([*args, "--write"], data) == 0
+    rows = rm.load(data)
+    assert [dataclasses.astuple(r) for r in rows if r.release == "v1.13.10"] == [
+        ("v1.13.10", NEW_COMMIT, "595.91.07", "580.178.04")
+    ]
+    capsys.readouterr()
+    (tmp_path / "empty").mkdir()
+    assert rm.main([*args[:3], "--vars-dir", str(tmp_path / "empty"), *args[5:]], rm.DATA) == 1
+    assert "no nvidia-gpu/vars.yaml given" in capsys.readouterr().err
