@@ -284,8 +284,9 @@ def test_manager_and_driver_images_pair_up(renders: dict[str, Rendered], name: s
         if manager.digest is not None:
             assert driver == manager  # a digest is used as is on every node
         else:
-            assert driver.tag == f"{manager.tag}-talos{_pool_release(rendered, ds)}"
-            assert manager.tag == "595.91.07"  # the samples' driver version
+            # The samples' channel: each pool pulls the image of the driver its Talos release ships.
+            assert driver.tag == f"production-talos{_pool_release(rendered, ds)}"
+            assert manager.tag == "manager"  # used as is: the version-agnostic manager tag
         peermem = [c for c in containers_of(ds) if c["name"] == "nvidia-peermem-ctr"]
         assert all(c["image"] == driver_image for c in peermem)  # runs reload_nvidia_peermem of this image
 
@@ -603,8 +604,8 @@ def test_a_talos_node_is_labelled_as_nfd_labels_it() -> None:
 def test_the_chart_values_become_the_clusterpolicy_the_template_writes() -> None:
     spec = clusterpolicy_from_values(_values())["spec"]
     driver = spec["driver"]
-    assert driver["useNvidiaDriverCRD"] is False and driver["version"] == "595.91.07"
-    assert driver["manager"]["image"] == "talos-nvidia-driver" and driver["manager"]["version"] == "595.91.07"
+    assert driver["useNvidiaDriverCRD"] is False and driver["version"] == "production"
+    assert driver["manager"]["image"] == "talos-nvidia-driver" and driver["manager"]["version"] == "manager"
     assert driver["env"] == [{"name": "DRIVER_PLATFORM", "value": "talos"}]
     # upgradePolicy: the chart's defaults under the one key the sample sets, gpuPodDeletion as podDeletion.
     assert driver["upgradePolicy"]["autoUpgrade"] is False and driver["upgradePolicy"]["maxParallelUpgrades"] == 1

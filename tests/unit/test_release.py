@@ -167,9 +167,12 @@ def test_deploy_examples_use_the_published_image(name: str) -> None:
     spec = doc["spec"] if name == "nvidiadriver.yaml" else doc["driver"]
     releases = rm.load()
     assert f"{spec['repository']}/{spec['image']}" == PUBLISHED
-    assert spec["version"] in rm.drivers(releases)  # an image that is published
+    published = {t for d in rm.drivers(releases) for t in rm.tags(releases, d, PUBLISHED)}
+    # A channel: the operator appends -talos<release>, and every release's channel tag is published.
+    assert spec["version"] in rm.CHANNELS
+    assert all(f"{PUBLISHED}:{spec['version']}-talos{r.release}" in published for r in releases)
     manager = spec["manager"]
-    assert f"{PUBLISHED}:{manager['version']}" in rm.tags(releases, spec["version"], PUBLISHED)
+    assert f"{PUBLISHED}:{manager['version']}" in published and manager["version"] == rm.MANAGER
 
 
 def test_standalone_example_uses_a_published_tag() -> None:

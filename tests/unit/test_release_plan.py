@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -134,3 +135,71 @@ def test_the_plan_command_writes_the_data_file(tmp_path: Path, capsys: pytest.Ca
     (tmp_path / "empty").mkdir()
     assert rm.main([*args[:3], "--vars-dir", str(tmp_path / "empty"), *args[5:]], rm.DATA) == 1
     assert "no nvidia-gpu/vars.yaml given" in capsys.readouterr().err
+
+
+# --- every sample names a channel or a digest (docs/image.md, "Channel or digest") -------------------------
+
+DRIVER_VERSION_OK = re.compile(r"^(production|lts|sha256:[0-9a-f]{64}|\$\{?[A-Z_][A-Z0-9_]*\}?)$")
+MANAGER_VERSION_OK = re.compile(r"^(manager|sha256:[0-9a-f]{64}|\$\{?[A-Z_][A-Z0-9_]*\}?)$")
+KEY = re.compile(r"^(\s*)(?:- )?([A-Za-z_][\w.-]*):\s*(.*?)\s*(?:#.*)?$")
+SET = re.compile(r"--set(?:-string)?[ =](driver(?:\.manager)?\.version)=(\S+)")
+
+
+def _code_blocks(text: str) -> list[str]:
+    return re.findall(r"^```[^\n]*\n(.*?)^```", text, re.M | re.S)
+
+
+def driver_versions(text: str) -> list[tuple[str, str]]:
+    """(where, value) of every driver and manager version a YAML text or shell block sets: `version` under
+    `driver:` / `driver.manager:` (helm values), under an NVIDIADriver's `spec:` / `spec.manager:`, and
+    helm's `--set driver[.manager].version=`."""
+    found = [(key, value.strip("'\"")) for key, value in SET.findall(text)]
+    nvidiadriver = "kind: NVIDIADriver" in text
+    stack: list[tuple[int, str]] = []
+    for line in text.splitlines():
+        matched = KEY.match(line)
+        if not matched or line.lstrip().startswith("#"):
+            continue
+        indent, key, value = len(matched.group(1)), matched.group(2), matched.group(3)
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        path = ".".join(k for _, k in stack)
+        owners = ("driver", "driver.manager") + (("spec", "spec.manager") if nvidiadriver else ())
+        if key == "version" and path in owners and value:
+            found.append((f"{path}.version", value.strip("'\"")))
+        if not value:
+            stack.append((indent, key))
+    return found
+
+
+def _samples() -> dict[str, str]:
+    texts = {str(p.relative_to(REPO)): p.read_text() for p in sorted((REPO / "docs" / "deploy").glob("*.yaml"))}
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for n, block in enumerate(_code_blocks(page.read_text())):
+            texts[f"{page.relative_to(REPO)} block {n}"] = block
+    return texts
+
+
+def test_every_sample_sets_a_channel_or_a_digest_never_a_bare_driver_tag() -> None:
+    checked, wrong = 0, []
+    for where, text in _samples().items():
+        for key, value in driver_versions(text):
+            ok = MANAGER_VERSION_OK if key.endswith("manager.version") else DRIVER_VERSION_OK
+            checked += 1
+            if not ok.match(value):
+                wrong.append(f"{where}: {key}: {value}")
+    assert wrong == []
+    assert checked >= 4  # both deploy samples, driver and manager
+
+
+def test_the_sample_reader_sees_every_form() -> None:
+    helm = 'driver:\n  enabled: true\n  version: "595.91.07"\n  manager:\n    image: x\n    version: 595.91.07\n'
+    assert driver_versions(helm) == [("driver.version", "595.91.07"), ("driver.manager.version", "595.91.07")]
+    cr = "kind: NVIDIADriver\nspec:\n  version: production\n  manager:\n    version: manager\n"
+    assert driver_versions(cr) == [("spec.version", "production"), ("spec.manager.version", "manager")]
+    heredoc = "cat >values.yaml <<EOF\ndriver:\n  version: $DRIVER_DIGEST\nEOF\nhelm install --set driver.version=1.2\n"
+    assert driver_versions(heredoc) == [("driver.version", "1.2"), ("driver.version", "$DRIVER_DIGEST")]
+    other = "toolkit:\n  version: v1.2\ngds:\n  version: 595.91.07\n"  # not a driver version
+    assert driver_versions(other) == []
+    assert not DRIVER_VERSION_OK.match("595.91.07") and DRIVER_VERSION_OK.match("sha256:" + "a" * 64)
+    assert DRIVER_VERSION_OK.match("${DRIVER_DIGEST}") and not MANAGER_VERSION_OK.match("production")
