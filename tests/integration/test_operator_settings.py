@@ -82,7 +82,8 @@ def _host_root_is_the_hosts_path(rendered: Rendered, init: subprocess.CompletedP
 
 def _precompiled_tag(rendered: Rendered, init: subprocess.CompletedProcess[str]) -> None:
     image = Rendered.container(rendered.daemonsets[0], "nvidia-driver-ctr")["image"]
-    assert re.fullmatch(rf"{OWNER}/talos-nvidia-driver:(production|\d+\.\d+\.\d+)-6\.18\.44-talos-talosv1\.13\.9", image), image
+    tag = r"(production|\d+\.\d+\.\d+)-6\.18\.44-talos-talosv1\.13\.9"  # the samples' channel, or a driver
+    assert re.fullmatch(rf"{OWNER}/talos-nvidia-driver:{tag}", image), image
 
 
 def _manager_env_reaches_the_init_container(rendered: Rendered, init: subprocess.CompletedProcess[str]) -> None:
