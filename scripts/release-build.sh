@@ -11,7 +11,9 @@
 # test   the container tests (pytest $TESTS, default tests/container) against the native image, with
 #        IMAGE=$LOCAL_TAG and IMAGE_DRIVER_VERSION=DRIVER_VERSION; a smoke run (--help, status naming the
 #        userspace version) of every other platform's image. Needs the project venv (scripts/setup.sh).
-# push   PUSH=1: the multi-platform image under every tag of the driver (scripts/release-matrix.py tags),
+# push   PUSH=1: the multi-platform image under every tag of the driver (scripts/release-matrix.py tags:
+#        also its channel tags, its immutable <driver>-<project version>[-talos<release>] ones, which it
+#        refuses to push twice, and the manager's where the driver carries them),
 #        from the build cache, with an SBOM and max provenance attestations, then a cosign signature of
 #        the pushed index (keyless in GitHub Actions, or COSIGN_KEY). Needs docker buildx and cosign.
 #        PUSH unset: says what it would push and stops (no registry is reachable on the project machines).
@@ -138,6 +140,9 @@ phase_push() {
   ((${#TAGS[@]} > 1)) || die "$DRIVER is not a driver that a Talos release ships (release/talos-drivers.toml)"
   docker buildx version >/dev/null 2>&1 || die "PUSH=1 needs docker buildx (multi-platform push)"
   command -v cosign >/dev/null || die "PUSH=1 needs cosign"
+  # <driver>-<project version>[-talos<release>] name one build for good (docs/image.md, "Tags"): never re-pushed.
+  ! docker buildx imagetools inspect "$IMAGE_REPO:$DRIVER-$PROJECT_VERSION" >/dev/null 2>&1 \
+    || die "$IMAGE_REPO:$DRIVER-$PROJECT_VERSION is published already: its tags are immutable (bump the version)"
   local meta tag label digest
   meta="$(mktemp)"
   local -a args=()

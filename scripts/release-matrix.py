@@ -16,10 +16,13 @@ siderolabs/extensions nvidia-gpu/vars.yaml at each release tag). Commands:
                          siderolabs/extensions, DIR/<release>.yaml its nvidia-gpu/vars.yaml at each release
                          not yet in the data file, --published the tags the registry holds (one a line);
                          --write also rewrites the data file
+  pending --tags FILE    "<release> <commit>" of each followed release the data file lacks (whose vars.yaml
+                         plan needs)
   verify EXTENSIONS_GIT  re-read every release from a siderolabs/extensions clone (git dir or work tree):
                          tag commit, NVIDIA_DRIVER_{PRODUCTION,LTS}_VERSION, and that the kmod packages'
                          vars.yaml still take their VERSION from those two variables
 
+Environment: RELEASE_DATA, another data file than release/talos-drivers.toml.
 Standard library only: the release workflow runs it before any Python environment exists.
 """
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
@@ -256,6 +260,11 @@ def main(argv: list[str], data: Path = DATA) -> int:
             return 1
     releases = load(data)
     match argv:
+        case ["pending", "--tags", ls_remote]:
+            remote = remote_releases(Path(ls_remote).read_text())
+            known = {r.release for r in releases}
+            for name in (n for n in followed(list(remote)) if n not in known and n in remote):
+                print(name, remote[name])
         case ["matrix"]:
             print(json.dumps(matrix(releases)))
         case ["tags", driver, repo]:
@@ -271,4 +280,5 @@ def main(argv: list[str], data: Path = DATA) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    # RELEASE_DATA: another data file (scripts/release-follow.sh and its tests; default the repository's).
+    sys.exit(main(sys.argv[1:], Path(os.environ.get("RELEASE_DATA") or DATA)))

@@ -9,7 +9,9 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -19,7 +21,6 @@ from helpers.support import REPO
 
 FIXTURES = REPO / "tests" / "fixtures" / "release"
 LS_REMOTE = (FIXTURES / "extensions-ls-remote.txt").read_text()
-PROJECT = "0.1.0"
 NEW_COMMIT = "1" * 40
 
 
@@ -33,6 +34,7 @@ def _matrix_module() -> ModuleType:
 
 
 rm = _matrix_module()
+PROJECT = rm.project_version()  # pyproject.toml's; the immutable tags carry it
 
 
 def _vars(release: str) -> dict[str, str]:
@@ -62,8 +64,9 @@ def test_a_new_talos_release_with_an_old_driver_is_only_tagged_by_digest() -> No
     done = rm.plan(current, remote, _vars("v1.13.10"), _everything_published(current), PROJECT)
     assert done.added == ["v1.13.10"] and done.dropped == [] and done.build == []
     assert done.tag == {
-        "580.178.04-0.1.0": ["580.178.04-talosv1.13.10", "580.178.04-0.1.0-talosv1.13.10", "lts-talosv1.13.10"],
-        "595.91.07-0.1.0": ["595.91.07-talosv1.13.10", "595.91.07-0.1.0-talosv1.13.10",
+        f"580.178.04-{PROJECT}": ["580.178.04-talosv1.13.10", f"580.178.04-{PROJECT}-talosv1.13.10",
+                                  "lts-talosv1.13.10"],
+        f"595.91.07-{PROJECT}": ["595.91.07-talosv1.13.10", f"595.91.07-{PROJECT}-talosv1.13.10",
                             "production-talosv1.13.10"],
     }  # fmt: skip
     (row,) = [r for r in done.rows if r.release == "v1.13.10"]
@@ -77,7 +80,7 @@ def test_a_new_driver_is_built_and_the_final_supersedes_its_rc() -> None:
     done = rm.plan(current, remote, _vars("v1.14.0"), _everything_published(current), PROJECT)
     assert done.added == ["v1.14.0"] and done.dropped == ["v1.14.0-rc.1"]
     assert done.build == ["595.99.02"]  # its push carries all its tags, the manager's too
-    assert done.tag == {"580.178.04-0.1.0": ["580.178.04-talosv1.14.0", "580.178.04-0.1.0-talosv1.14.0",
+    assert done.tag == {f"580.178.04-{PROJECT}": ["580.178.04-talosv1.14.0", f"580.178.04-{PROJECT}-talosv1.14.0",
                                              "lts-talosv1.14.0"]}  # fmt: skip
     assert rm.manager_driver(done.rows) == "595.99.02"
     assert ":production-talosv1.14.0" in rm.tags(done.rows, "595.99.02", "", PROJECT)
@@ -203,3 +206,52 @@ def test_the_sample_reader_sees_every_form() -> None:
     assert driver_versions(other) == []
     assert not DRIVER_VERSION_OK.match("595.91.07") and DRIVER_VERSION_OK.match("sha256:" + "a" * 64)
     assert DRIVER_VERSION_OK.match("${DRIVER_DIGEST}") and not MANAGER_VERSION_OK.match("production")
+
+
+# --- the daily workflow and its script ---------------------------------------------------------------------
+
+
+def test_the_daily_workflow_runs_the_local_script_and_proposes_the_data_file() -> None:
+    yaml = pytest.importorskip("yaml")
+    flow = yaml.safe_load((REPO / ".github/workflows/follow-talos.yml").read_text())
+    triggers = flow[True]  # YAML 1.1 reads the key `on` as true
+    (cron,) = [entry["cron"] for entry in triggers["schedule"]]
+    assert re.fullmatch(r"\d+ \d+ \* \* \*", cron) and "workflow_dispatch" in triggers  # daily, and by hand
+    (job,) = flow["jobs"].values()
+    runs = [s["run"] for s in job["steps"] if "run" in s and "release-" in s["run"]]
+    assert runs == [f"bash scripts/release-follow.sh {phase}" for phase in ("plan", "build", "tag")]
+    (pr,) = [s for s in job["steps"] if s.get("uses", "").startswith("peter-evans/create-pull-request@")]
+    assert pr["with"]["add-paths"] == "release/talos-drivers.toml"
+    uses = {s["uses"].split("@")[0] for s in job["steps"] if "uses" in s}
+    assert {"imjasonh/setup-crane", "docker/setup-buildx-action", "sigstore/cosign-installer"} <= uses
+    assert job["permissions"]["packages"] == "write" and flow["permissions"] == {"contents": "read"}
+
+
+def _follow(tmp_path: Path, tags: str, published: set[str]) -> tuple[subprocess.CompletedProcess[str], Path]:
+    (tmp_path / "tags").write_text(tags)
+    (tmp_path / "published").write_text("".join(f"{t}\n" for t in sorted(published)))
+    data = tmp_path / "talos-drivers.toml"
+    if not data.exists():
+        data.write_text(rm.DATA.read_text())
+    env = {k: v for k, v in os.environ.items() if k != "PUSH"} | {
+        "RELEASE_DATA": str(data), "FOLLOW_DIR": str(tmp_path / "follow"), "EXTENSIONS_TAGS": str(tmp_path / "tags"),
+        "VARS_DIR": str(FIXTURES / "vars"), "PUBLISHED": str(tmp_path / "published"), "IMAGE_REPO": "ghcr.io/o/t",
+    }  # fmt: skip
+    done = subprocess.run(["bash", str(REPO / "scripts/release-follow.sh"), "plan", "build", "tag"], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    return done, tmp_path / "follow"
+
+
+def test_the_follow_script_plans_and_tags_offline_and_a_second_run_does_nothing(tmp_path: Path) -> None:
+    published = _everything_published(rm.load())
+    done, follow = _follow(tmp_path, _with_tag("v1.13.10"), published)
+    assert done.returncode == 0, done.stderr
+    assert rm.load(tmp_path / "talos-drivers.toml")[-2].release == "v1.13.10"
+    assert (follow / "build").read_text() == ""
+    wanted = rm.plan(rm.load(), rm.remote_releases(_with_tag("v1.13.10")), _vars("v1.13.10"), published, PROJECT)
+    would = re.findall(r"would add ghcr.io/o/t:(\S+) to the image of ghcr.io/o/t:(\S+)", done.stderr)
+    assert sorted(would) == sorted((new, source) for source, tags in wanted.tag.items() for new in tags)
+    again, follow = _follow(tmp_path, _with_tag("v1.13.10"), published | {n for n, _ in would})
+    assert again.returncode == 0, again.stderr
+    assert json.loads((follow / "plan.json").read_text()) == {"added": [], "dropped": [], "build": [], "tag": {}}
+    assert "would add" not in again.stderr
