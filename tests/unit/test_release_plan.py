@@ -255,3 +255,17 @@ def test_the_follow_script_plans_and_tags_offline_and_a_second_run_does_nothing(
     assert again.returncode == 0, again.stderr
     assert json.loads((follow / "plan.json").read_text()) == {"added": [], "dropped": [], "build": [], "tag": {}}
     assert "would add" not in again.stderr
+
+
+def test_image_doc_states_the_tags_and_the_schedule_the_code_uses() -> None:
+    text = (REPO / "docs" / "image.md").read_text()
+    flow = (REPO / ".github/workflows/follow-talos.yml").read_text()
+    minute, hour = re.search(r'cron: "(\d+) (\d+) \* \* \*"', flow).groups()  # type: ignore[union-attr]
+    assert f"{int(hour):02d}:{int(minute):02d} UTC" in text
+    for tag in (*(f"`{c}-talos<R>`" for c in rm.CHANNELS), f"`{rm.MANAGER}`", "`<driver>-<project version>`"):
+        assert tag in text, tag
+    releases = rm.load()
+    for release, channel, driver in (("v1.13.9", "production", "595.91.07"), ("v1.13.9", "lts", "580.178.04"),
+                                     ("v1.12.11", "production", "570.211.01")):  # fmt: skip
+        assert f"`{channel}-talos{release}` ({driver})" in text
+        assert f"R:{channel}-talos{release}" in rm.tags(releases, driver, "R")
