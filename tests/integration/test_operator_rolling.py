@@ -135,3 +135,7 @@ def test_a_digest_is_used_as_is_on_every_pool_and_the_old_image_at_digest_form_i
     (ds,) = render(nodes=_nodes()[1:], clusterpolicy=clusterpolicy_from_values(values), tmp=tmp_path / "c").daemonsets
     # Not a reference a runtime can pull: the pod stays in InvalidImageName.
     assert Rendered.container(ds, "nvidia-driver-ctr")["image"] == f"{REPOSITORY}@{DIGEST}:595.91.07"
+    # docs/image.md states both outcomes, and no longer offers the form.
+    image_doc = (REPO / "docs/image.md").read_text()
+    assert "`<repository>/talos-nvidia-driver@sha256:<digest>:<version>`" in image_doc
+    assert "invalid reference" in image_doc and "`driver.image@sha256" not in image_doc
