@@ -9,8 +9,9 @@ what the samples leave off (RDMA with host MOFED, GDS, GDRCopy, ``hostPaths.root
 driver pod is seen. Checked:
 
 (a) every image of every DaemonSet is one the release matrix publishes (scripts/release-matrix.py ``tags``);
-(b) the manager and driver images pair up: one repository, the driver tag the manager tag plus
-    ``-talos<the pool's VERSION_ID>`` (or one digest), and every node gets exactly one driver DaemonSet;
+(b) the manager and driver images pair up: one repository, the driver tag the samples' channel plus
+    ``-talos<the pool's VERSION_ID>`` and the manager tag ``manager`` (or one digest for both), and every
+    node gets exactly one driver DaemonSet;
 (c) docs/configuration.md "What the operator passes" lists exactly the env vars and mounts the renders give
     each container, and what it says holds: "read by" names a reader of this code that reads that name
     (paths.HOST_ROOTS, Settings, driver-manager's names, the node report, the CLI's options, the startup
