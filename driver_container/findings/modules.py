@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from driver_container.formats.kernel.nvidia_proc import NvidiaProcVersion
     from driver_container.inspect.hoststate import HostState, LoadedModule
     from driver_container.inspect.modfiles import ModuleFile
+    from driver_container.inspect.platform import PlatformInfo
 
 
 def load_fix(state: HostState, module: str) -> str:
@@ -107,15 +108,24 @@ def versions_mismatch(loaded: str | None, userspace: str | None) -> bool:
     return bool(loaded and userspace and loaded != userspace)
 
 
-def version_fix(loaded: str, userspace: str, talos_version: str | None) -> str:
+def version_fix(loaded: str, userspace: str, platform: PlatformInfo) -> str:
     """What to set when the loaded module is ``loaded`` and an image ships ``userspace``: the two image
-    settings pinned together (the operator appends ``-<ID><VERSION_ID>`` to the driver's tag, never to the
-    manager's: NVIDIA/gpu-operator 10ee5b36 controllers/object_controls.go ``resolveDriverTag``)."""
-    tag = f"{loaded}-talos{talos_version}" if talos_version else f"{loaded}-<os tag>"
+    settings pinned together (the operator appends ``-<OS tag>`` to the driver's tag, never to the
+    manager's: NVIDIA/gpu-operator 10ee5b36 controllers/object_controls.go ``resolveDriverTag``), with the
+    tag the node's pod pulls where its os-release gives the OS tag; on Talos also the channel form, whose
+    tag follows each Talos release (docs/image.md)."""
+    os_tag = platform.operator_os_tag
+    tag = f"{loaded}-{os_tag}" if os_tag else f"{loaded}-<os tag>"
+    channel = (
+        ", or set driver.version to production or lts (the node's extension tier): its tag follows each Talos "
+        "release (docs/image.md)"
+        if platform.os_id == "talos"
+        else ""
+    )
     return (
         f"set driver.version={loaded} and driver.manager.version={loaded} (NVIDIADriver: spec.version and "
-        f"spec.manager.version; the driver pod then pulls {tag}), or pin both to one digest; or make the host "
-        f"load {userspace} modules (on Talos: the kmod extension of that version) and reboot"
+        f"spec.manager.version; the driver pod then pulls {tag}), or pin both to one digest{channel}; or make "
+        f"the host load {userspace} modules (on Talos: the kmod extension of that version) and reboot"
     )
 
 
@@ -167,7 +177,7 @@ def versions(state: HostState) -> list[Finding]:
                 "VERSION_MISMATCH",
                 f"the loaded kernel module is {loaded} but the image's userspace is {us.version}: "
                 "GPU pods would fail with 'Driver/library version mismatch'",
-                version_fix(loaded or "", us.version or "", state.platform.talos_version),
+                version_fix(loaded or "", us.version or "", state.platform),
             )
         )
     for m in state.modules.values():

@@ -37,6 +37,31 @@ class PlatformInfo(NamedRecord):
     os_id: str | None
     pretty_name: str | None
     problems: tuple[Problem, ...] = ()  # unreadable or malformed inputs, for findings
+    os_version_id: str | None = None  # os-release VERSION_ID, whatever the OS
+
+    @property
+    def operator_os_tag(self) -> str | None:
+        """What gpu-operator appends, after a ``-``, to a driver image reference that is not a digest: the
+        node's os-release ``ID`` and ``VERSION_ID`` as node-feature-discovery labels them, ``VERSION_ID``'s
+        major number alone for ol, rocky and rhel (NVIDIA/gpu-operator 10ee5b36 internal/state/nodepool.go
+        ``getOSTag``, controllers/state_manager.go ``getGPUNodeOSInfo``): ``talosv1.13.9`` on Talos v1.13.9.
+        None when either is unknown, or not a valid label value (NFD then sets no label and the operator
+        renders no driver pod for the node)."""
+        os_id, version = self.os_id, self.os_version_id
+        if not (os_id and version and _is_label_value(os_id) and _is_label_value(version)):
+            return None
+        return f"{os_id}{version.split('.')[0] if os_id in _MAJOR_VERSION_ONLY else version}"
+
+
+# The distributions whose OS tag keeps only VERSION_ID's major number (PlatformInfo.operator_os_tag).
+_MAJOR_VERSION_ONLY = frozenset({"ol", "rocky", "rhel"})
+
+
+def _is_label_value(text: str) -> bool:
+    """A Kubernetes label value (k8s.io/apimachinery validation.IsValidLabelValue): at most 63 characters,
+    alphanumerics with ``-``, ``_`` and ``.`` inside. The pattern is compiled on first use (re's cache): the
+    peermem probe imports this module and never calls it."""
+    return len(text) <= 63 and re.fullmatch(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?", text) is not None
 
 
 def _unquote(value: str) -> str:
@@ -147,4 +172,5 @@ def detect_platform(paths: HostPaths, override: PlatformChoice = "auto") -> Plat
         os_id=os_id,
         pretty_name=fields.get("PRETTY_NAME"),
         problems=tuple(problems),
+        os_version_id=fields.get("VERSION_ID"),
     )

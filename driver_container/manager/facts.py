@@ -127,5 +127,5 @@ def version_note(facts: NodeFacts) -> str | None:
     return (
         f"loaded nvidia {facts.nvidia_version}, this manager image ships {facts.image_version}: not a problem for "
         f"the manager (init checks the driver image); to keep them together: "
-        + version_fix(facts.nvidia_version or "", facts.image_version or "", facts.talos_version)
+        + version_fix(facts.nvidia_version or "", facts.image_version or "", facts.host.platform)
     )

@@ -18,6 +18,15 @@ DRIVER_DEPLOY_LABEL = "nvidia.com/gpu.deploy.driver"
 PRE_INSTALLED = "pre-installed"  # the operator stops scheduling its driver pod on such a node
 
 
+def relabel_command(node: str) -> str:
+    """What gives a node labelled ``pre-installed`` back to the driver container once the host's userspace
+    is gone. Nothing else does: gpu-operator sets a deploy label only when it is missing or empty
+    (NVIDIA/gpu-operator 10ee5b36 controllers/state_manager.go ``addGPUStateLabels``), the driver DaemonSet
+    selects ``true`` (assets/state-driver/0500_daemonset.yaml, manifests/state-driver/0500_daemonset.yaml),
+    and no pod of ours runs on the node again to notice."""
+    return f"kubectl label node {node} {DRIVER_DEPLOY_LABEL}=true --overwrite"
+
+
 # Operand deploy label -> ``app`` label of its pods whose end is waited for (None: paused, not waited for).
 # The stock manager's lists, NVIDIA/k8s-driver-manager v0.12.0 (bd62ca7d) cmd/driver-manager/main.go
 # fetchCurrentLabels, evictAllGPUOperatorComponents and waitForPodsToTerminate.

@@ -42,6 +42,7 @@ from driver_container.manager.labels import (
     operand_selector,
     pause_patch,
     paused_value,
+    relabel_command,
     restore_patch,
 )
 from driver_container.paths import HostPaths
@@ -126,11 +127,12 @@ def disable_container_driver(
     log.warning(
         "the host provides NVIDIA userspace (%s exists and is executable): the driver is pre-installed, "
         "most likely by the Talos nvidia-container-toolkit extension; labelling node %s %s=%s so the operator "
-        "stops running the driver container here",
+        "stops running the driver container here (the label stays after the extension is removed: then run `%s`)",
         facts.host_smi,
         options.node_name,
         DRIVER_DEPLOY_LABEL,
         PRE_INSTALLED,
+        relabel_command(options.node_name),
     )
     api.patch_node_labels(options.node_name, {DRIVER_DEPLOY_LABEL: PRE_INSTALLED})
     sleep(options.host_driver_delay)  # stock behaviour: give the operator time to delete this pod
@@ -139,7 +141,8 @@ def disable_container_driver(
         f"node {options.node_name} labelled {DRIVER_DEPLOY_LABEL}={PRE_INSTALLED}",
         path=facts.host_smi,
         fix="to use this driver container, remove the NVIDIA userspace (nvidia-container-toolkit) extension "
-        "and keep only the kmod extension (docs/talos.md)",
+        f"and keep only the kmod extension (docs/talos.md), then run `{relabel_command(options.node_name)}`: "
+        "gpu-operator never replaces the pre-installed label itself",
     )
 
 
@@ -267,7 +270,8 @@ def run_preflight(paths: HostPaths, settings: Settings, facts: NodeFacts | None 
             f"host nvidia-smi {facts.host_smi} found: uninstall_driver would label the node "
             f"{DRIVER_DEPLOY_LABEL}={PRE_INSTALLED}",
             path=facts.host_smi,
-            fix="remove the NVIDIA userspace (nvidia-container-toolkit) extension, keep only the kmod extension",
+            fix="remove the NVIDIA userspace (nvidia-container-toolkit) extension, keep only the kmod extension; "
+            f"on a node already labelled {PRE_INSTALLED}, then run `{relabel_command('<node>')}`",
         )
     lines.append("no host NVIDIA userspace (the driver container is wanted here)")
     note = version_note(facts)

@@ -12,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from driver_container.errors import Problem
+from driver_container.findings import version_fix
 from driver_container.inspect.platform import detect_platform, parse_os_release
 
 HOSTS = FIXTURES / "hosts"
@@ -105,3 +106,36 @@ def test_os_release_directory_symlink_loop_and_escape(talos_copy: Path, tmp_path
     os.symlink(str(outside), os_release)  # absolute: must restart at the host root, not leave it
     info = detect_platform(fixture_paths(talos_copy))
     assert info.os_id is None and info.name == "talos"
+
+
+@pytest.mark.parametrize(
+    ("os_release", "tag"),
+    [
+        ("ID=talos\nVERSION_ID=v1.13.9\n", "talosv1.13.9"),
+        ('ID=ubuntu\nVERSION_ID="24.04"\n', "ubuntu24.04"),
+        ("ID=rhel\nVERSION_ID=9.4\n", "rhel9"),  # gpu-operator's getOSTag: major only for ol, rocky, rhel
+        ("ID=rocky\nVERSION_ID=8.10\n", "rocky8"),
+        ("ID=ol\nVERSION_ID=9.5\n", "ol9"),
+        ("ID=talos\n", None),  # no VERSION_ID: NFD sets no label, the operator renders no pod
+        ('ID=talos\nVERSION_ID="v1.13 beta"\n', None),  # not a label value
+        (f"ID=talos\nVERSION_ID=v{'1' * 63}\n", None),  # 64 characters: longer than a label value
+    ],
+)
+def test_operator_os_tag_is_what_gpu_operator_appends(talos_copy: Path, os_release: str, tag: str | None) -> None:
+    (talos_copy / "host/etc/os-release").write_text(os_release)
+    assert detect_platform(fixture_paths(talos_copy)).operator_os_tag == tag
+
+
+def test_version_fix_names_the_tag_the_pod_pulls_wherever_os_release_gives_it(talos_copy: Path) -> None:
+    talos = version_fix("580.178.04", "595.91.07", detect_platform(fixture_paths(talos_copy)))
+    assert "the driver pod then pulls 580.178.04-talosv1.13.9)" in talos
+    assert "production or lts" in talos and "follows each Talos release" in talos  # the channel form
+    ubuntu = version_fix("570.195.03", "595.91.07", detect_platform(fixture_paths(HOSTS / "ubuntu-24.04-dkms")))
+    assert "the driver pod then pulls 570.195.03-ubuntu24.04)" in ubuntu and "<os tag>" not in ubuntu
+    assert "production or lts" not in ubuntu  # channel tags exist for Talos releases only
+    forced_talos = detect_platform(fixture_paths(HOSTS / "ubuntu-24.04-dkms"), "talos")
+    forced = version_fix("570.195.03", "595.91.07", forced_talos)
+    assert "pulls 570.195.03-ubuntu24.04)" in forced and "production or lts" not in forced  # the labels decide
+    (talos_copy / "host/etc/os-release").unlink()  # Talos by its kernel alone: the tag is not known
+    unknown = version_fix("580.178.04", "595.91.07", detect_platform(fixture_paths(talos_copy)))
+    assert "the driver pod then pulls 580.178.04-<os tag>)" in unknown

@@ -164,6 +164,20 @@ def test_host_userspace_labels_pre_installed_waits_and_fails(node: Node) -> None
     assert caught.value.path == "/usr/bin/nvidia-smi"
 
 
+@pytest.mark.parametrize("node", ["talos-host-userspace"], indirect=True)
+def test_pre_installed_names_the_command_that_gives_the_node_back(node: Node, caplog: pytest.LogCaptureFixture) -> None:
+    """The label outlives the userspace extension (gpu-operator sets only missing deploy labels, and no pod
+    of ours runs on the node again): the warning and the error both name the one command that undoes it."""
+    command = "kubectl label node gpu-1 nvidia.com/gpu.deploy.driver=true --overwrite"
+    with caplog.at_level("WARNING"), pytest.raises(HostDriverPresentError) as caught:
+        _run(node, FakeApi(labels=dict(OPERAND_LABELS)), sleep=lambda _: None)
+    assert f"then run `{command}`" in (caught.value.fix or "")
+    assert any(command in r.getMessage() and r.levelname == "WARNING" for r in caplog.records)
+    with pytest.raises(HostDriverPresentError) as preflight:
+        run_preflight(node.paths, Settings())  # no API, no node name: the command with a placeholder
+    assert "kubectl label node <node> nvidia.com/gpu.deploy.driver=true --overwrite" in (preflight.value.fix or "")
+
+
 @pytest.mark.parametrize("node", ["talos-version-mismatch"], indirect=True)
 def test_a_manager_image_of_another_version_does_not_refuse(node: Node, caplog: pytest.LogCaptureFixture) -> None:
     """The manager is version-agnostic (NVIDIA's k8s-driver-manager reads no driver version): a
