@@ -1,0 +1,204 @@
+"""Every command block of docs/quickstart.md runs as far as it can here.
+
+Each fenced block is classified; a block of a kind this file does not know fails the test:
+
+- ``sh``: ``bash -n``; every heredoc it writes is checked by what it is (an Image Factory schematic, a
+  Kubernetes object), every ``--patch @docs/deploy/…`` names a patch that passes the Talos schema of the
+  release its section is for, and the ``helm install`` line (values file plus ``--set``s, the shell variables
+  of the page filled in) is rendered by gpu-operator v26.7.0's own code (tests/helpers/operator_render.py) on
+  a v1.13.9 and a v1.14.0-rc.1 node: both driver containers and both manager init containers must pull the
+  image by the digest the page looked up;
+- ``text``: what a command prints, not run.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import re
+import shlex
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from helpers.operator_render import Rendered, clusterpolicy_from_values, render, talos_node
+from helpers.schemas import kubernetes_errors, load, talos_errors
+from helpers.support import REPO
+from jsonschema import Draft202012Validator
+
+pytestmark = pytest.mark.timeout(120)  # two renders of ~0.6 s and a few bash -n
+
+PAGE = REPO / "docs" / "quickstart.md"
+BLOCK = re.compile(r"^```(\w*)\n(.*?)^```$", re.S | re.M)
+HEREDOC = re.compile(r"<<'?(\w+)'?\n(.*?)^\1$", re.S | re.M)
+ASSIGNMENT = re.compile(r"^([A-Z_]+)=(\S+)", re.M)
+VARIABLE = re.compile(r"\$\{?([A-Z_]+)\}?")
+SAMPLE_DIGEST = "sha256:" + "5f" * 32
+REGISTRY = "ghcr.io/example"  # the samples' ghcr.io/OWNER, as the release workflow's lower-case owner fills it
+# The extensions' manifest names (siderolabs/extensions nvidia-gpu/*/manifest.yaml.tmpl and
+# misc/glibc/manifest.yaml.tmpl, identical at v1.13.9 ec9d5f68fcfb and v1.14.0-rc.1 5732907953bd).
+KMOD_EXTENSIONS = {
+    "nvidia-open-gpu-kernel-modules-production",
+    "nvidia-open-gpu-kernel-modules-lts",
+    "nonfree-kmod-nvidia-production",
+    "nonfree-kmod-nvidia-lts",
+}
+OFFICIAL = KMOD_EXTENSIONS | {"glibc", "nvidia-fabricmanager-production", "nvidia-fabricmanager-lts"}
+FIRMWARE_ARG = "firmware_class.path=/run/nvidia/driver/lib/firmware"  # docs/talos.md section 4
+
+
+@functools.cache
+def _blocks() -> tuple[tuple[str, str, str], ...]:
+    """(language, body, the section heading above it) of every fenced block of the page."""
+    text = PAGE.read_text()
+    found = []
+    for m in BLOCK.finditer(text):
+        headings = re.findall(r"^#+ (.*)$|^(Talos 1\.1[34])", text[: m.start()], re.M)
+        section = next((h[0] or h[1] for h in reversed(headings)), "")
+        found.append((m.group(1), m.group(2), section))
+    return tuple(found)
+
+
+def _shell() -> list[str]:
+    return [body for lang, body, _ in _blocks() if lang == "sh"]
+
+
+def _variables(**overrides: str) -> dict[str, str]:
+    """The page's shell variables as the "Choose" block sets them."""
+    return {**dict(ASSIGNMENT.findall(_shell()[0])), "DRIVER_DIGEST": SAMPLE_DIGEST, **overrides}
+
+
+def _expand(word: str, variables: dict[str, str]) -> str:
+    return VARIABLE.sub(lambda m: variables[m.group(1)], word)
+
+
+def test_every_block_is_of_a_known_kind() -> None:
+    kinds = [lang for lang, _, _ in _blocks()]
+    assert set(kinds) <= {"sh", "text"}, kinds
+    assert kinds.count("sh") >= 8
+
+
+def test_every_shell_block_parses() -> None:
+    failed = {}
+    for index, body in enumerate(_shell()):
+        done = subprocess.run(["bash", "-n"], input=body, capture_output=True, text=True, timeout=10, check=False)
+        if done.returncode != 0:
+            failed[index] = done.stderr
+    assert failed == {}
+
+
+def test_bash_n_rejects_a_broken_block() -> None:  # the check above can fail
+    done = subprocess.run(["bash", "-n"], input=_shell()[1] + "\nif then\n", capture_output=True, text=True,
+                          timeout=10, check=False)  # fmt: skip
+    assert done.returncode != 0
+
+
+def _heredocs() -> list[str]:
+    return [m.group(2) for body in _shell() for m in HEREDOC.finditer(body)]
+
+
+def _pod_errors(doc: dict[str, Any]) -> list[str]:
+    """A v1 Pod checked as the strict schema's PodTemplateSpec (metadata and spec; the kept bundle has no
+    Pod kind, and a Pod is a template's fields plus apiVersion, kind and status)."""
+    rest = {k: v for k, v in doc.items() if k not in ("apiVersion", "kind")}
+    bundle = load("kubernetes-strict.schema.json")
+    schema = {"$defs": bundle["$defs"], "$ref": "#/$defs/io.k8s.api.core.v1.PodTemplateSpec"}
+    return [f"{e.json_path}: {e.message}" for e in Draft202012Validator(schema).iter_errors(rest)]
+
+
+def test_every_heredoc_is_a_schematic_or_a_valid_kubernetes_object() -> None:
+    kinds = []
+    for body in _heredocs():
+        doc = yaml.safe_load(body)
+        if "customization" in doc:
+            kinds.append("schematic")
+        elif (doc.get("apiVersion"), doc.get("kind")) == ("v1", "Pod"):
+            assert _pod_errors(doc) == [], doc
+            kinds.append("Pod")
+        else:
+            assert kubernetes_errors(doc) == [], doc
+            kinds.append(doc["kind"])
+    assert kinds == ["schematic", "Pod"]
+
+
+def test_a_broken_pod_is_rejected() -> None:
+    (pod,) = [yaml.safe_load(b) for b in _heredocs() if "kind: Pod" in b]
+    pod["spec"]["containers"][0]["resource"] = pod["spec"]["containers"][0].pop("resources")
+    assert _pod_errors(pod) != []
+
+
+@pytest.mark.parametrize("kmod", sorted(KMOD_EXTENSIONS))
+def test_the_schematic_names_only_shipped_extensions(kmod: str) -> None:
+    (schematic,) = [b for b in _heredocs() if "customization" in b]
+    custom = yaml.safe_load(_expand(schematic, _variables(KMOD=kmod)))["customization"]
+    assert set(custom) == {"extraKernelArgs", "systemExtensions"}
+    assert custom["extraKernelArgs"] == [FIRMWARE_ARG]
+    names = custom["systemExtensions"]["officialExtensions"]
+    assert names == [f"siderolabs/{kmod}", "siderolabs/glibc"]
+    assert {n.removeprefix("siderolabs/") for n in names} <= OFFICIAL
+    assert _variables()["KMOD"] in KMOD_EXTENSIONS
+
+
+def test_the_talos_patches_exist_and_validate_for_their_release() -> None:
+    seen = {}
+    for _lang, body, section in _blocks():
+        for name in re.findall(r"--patch @(\S+)", body):
+            release = "v1.14.0-rc.1" if "1.14" in section else "v1.13.9"
+            path = REPO / name
+            assert path.is_file(), name
+            assert talos_errors(path.read_text(), release) == [], (name, release)
+            seen[Path(name).name] = release
+    assert seen == {
+        "talos-machine-config.yaml": "v1.13.9",
+        "talos-nri-1.13.yaml": "v1.13.9",
+        "talos-kernel-module-config.yaml": "v1.14.0-rc.1",
+    }
+
+
+def _set(values: dict[str, Any], dotted: str, value: str) -> None:
+    """Helm's ``--set a.b=c`` for a string value (strvals; every value the page sets is a string)."""
+    *parents, leaf = dotted.split(".")
+    for key in parents:
+        values = values.setdefault(key, {})
+    values[leaf] = value
+
+
+def _helm_values(variables: dict[str, str]) -> dict[str, Any]:
+    (line,) = [b for b in _shell() if "helm install" in b]
+    words = [_expand(w, variables) for w in shlex.split(line.split("helm install", 1)[1], comments=True)]
+    values: dict[str, Any] = {}
+    for flag, arg in itertools.pairwise(words):
+        if flag == "-f":
+            (doc,) = [d for d in yaml.safe_load_all((REPO / arg).read_text()) if d]
+            values = doc
+        elif flag == "--set":
+            key, _, value = arg.partition("=")
+            _set(values, key, value)
+    assert "--version" in words and words[words.index("--version") + 1] == "v26.7.0"
+    return values
+
+
+@pytest.mark.parametrize("release", ["v1.13.9", "v1.14.0-rc.1"])
+def test_the_helm_install_pulls_the_digest_on_every_talos_release(release: str, tmp_path: Path) -> None:
+    values = _helm_values(_variables(REGISTRY=REGISTRY))
+    rendered: Rendered = render(nodes=[talos_node("gpu-1", release)],
+                                clusterpolicy=clusterpolicy_from_values(values), tmp=tmp_path)  # fmt: skip
+    ds = rendered.daemonset("nvidia-driver-daemonset")
+    want = f"{REGISTRY}/talos-nvidia-driver@{SAMPLE_DIGEST}"
+    assert Rendered.container(ds, "nvidia-driver-ctr")["image"] == want
+    assert Rendered.container(ds, "k8s-driver-manager")["image"] == want
+
+
+def test_the_digest_is_looked_up_for_the_tag_the_operator_would_pull() -> None:
+    (lookup,) = [b for b in _shell() if "DRIVER_DIGEST=$(" in b]
+    tag = "${REGISTRY}/talos-nvidia-driver:${DRIVER}-talos${TALOS}"
+    assert f'crane digest "{tag}"' in lookup and f'"{tag}" | tr -d' in lookup
+    assert _expand(tag, _variables()) == "ghcr.io/OWNER/talos-nvidia-driver:595.91.07-talosv1.13.9"
+
+
+def test_the_page_links_the_channel_alternative_and_stays_short() -> None:
+    text = PAGE.read_text()
+    assert "(image.md#channel-or-digest)" in text
+    assert len(text.splitlines()) < 250
