@@ -8,7 +8,7 @@ repository:
   --readme          NVIDIA/open-gpu-kernel-modules README.md ("Compatible GPUs") of a recent release
   --pci-ids         pciutils/pciids pci.ids (the chip code name of every id: GV100GL, GB202, ...)
 
-Rules (docs/talos.md "Which extension for which GPU" cites each source):
+Rules (docs/talos.md "Which extension for which GPU"; its Sources list cites each):
   - an id of the current branch of supported-gpus.json (no "legacybranch") without "kernelopen": open no,
     proprietary yes; with "kernelopen" and "gsp_proprietary_supported": both; with "kernelopen" only: open
     yes, proprietary no (GH200).

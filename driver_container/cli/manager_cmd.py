@@ -38,7 +38,7 @@ app = typer.Typer(
 log = logging.getLogger(__name__)
 
 # Stock variables that only steer module unloading and node draining; modules are never unloaded on
-# Talos, so they are accepted and reported as having no effect there (docs/operator.md, "Differences").
+# Talos, so they are accepted and reported as having no effect there (docs/manager.md, "Deliberate differences").
 IGNORED_ON_TALOS = (
     "ENABLE_GPU_POD_EVICTION",
     "ENABLE_AUTO_DRAIN",

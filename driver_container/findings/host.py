@@ -132,7 +132,8 @@ def _fabric_image_fix(kind: FabricKind) -> str:
     what = "Fabric Manager and NVLSM" if kind == "nvlink5" else "Fabric Manager"
     return (
         f"use an image built with NVIDIA's {what} of the loaded driver version (docs/fabric.md), or run it on "
-        "the host (Talos: the nvidia-fabricmanager extension) and set NVIDIA_FABRICMANAGER=false"
+        "the host (Talos: the nvidia-fabricmanager-production or -lts extension of that driver version) and set "
+        "NVIDIA_FABRICMANAGER=false"
     )
 
 

@@ -10,7 +10,7 @@ checked, never a dynamic one.
   ``bin/sh`` or ``usr/bin/sh``; without one it runs the root's binaries from its own container with an
   LD_LIBRARY_PATH that misses usr/lib/<triplet>, where ``nvidia-cuda-mps-server`` cannot load
   libcuda.so.1 (kubernetes-sigs/dra-driver-nvidia-gpu templates/mps-control-daemon.tmpl.yaml @95932046;
-  docs/operator.md "MPS"). Debian's ``busybox-static`` installs a static busybox at /bin/busybox
+  docs/mps.md). Debian's ``busybox-static`` installs a static busybox at /bin/busybox
   (merged /usr: usr/bin/busybox), which runs the applet its argv[0] names: a copy published as ``bin/sh``
   is a shell. A userspace without one still publishes; ``status`` then lists the shell under what the
   root lacks (``toolkit_features``).

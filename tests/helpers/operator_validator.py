@@ -75,7 +75,7 @@ directory and every mount ends with the namespace:
   procfs: ``_proc_view``), the fixture host's sysfs tree at /sys, a throw-away tmpfs /dev, the
   service-account token and CA. When the driver root's ``sys`` holds no sysfs (a publish outside a
   privileged pod), this machine's sysfs is mounted there read-only, as ``init`` mounts one on a node
-  (docs/operator.md "MPS"): the validator reads ``<root>/sys/bus/pci/devices`` (step 7) and exits 1 where
+  (docs/mps.md): the validator reads ``<root>/sys/bus/pci/devices`` (step 7) and exits 1 where
   that is missing (``root_sysfs=False``, or a root without a ``sys`` directory, such as one published
   without a shell). Environment: the image's PATH and NVIDIA_VISIBLE_DEVICES=void, the DaemonSet's
   WITH_WAIT=true, COMPONENT=driver, OPERATOR_NAMESPACE, the kubelet's KUBERNETES_SERVICE_*, and

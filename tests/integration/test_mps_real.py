@@ -100,7 +100,7 @@ def test_dra_driver_fails_without_each_piece_the_root_publishes_for_it(
         _server_reached_the_gpu_check(result)
         assert result["branch"] == "chroot" and result["shm_shared"]
     assert result["left"] == [], result  # whatever failed, nothing is left running
-    expected = {  # how each one fails (docs/operator.md, MPS)
+    expected = {  # how each one fails (docs/mps.md)
         "bin/sh": result["branch"] == "direct" and NO_GPU not in result["server_log"],
         "dev/shm": result["branch"] == "chroot" and not result["shm_shared"],
         "dev/null": result["start"]["rc"] != 0,

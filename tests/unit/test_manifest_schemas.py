@@ -20,7 +20,7 @@ from helpers.schemas import (
     structural_to_json_schema,
     talos_errors,
 )
-from helpers.support import REPO, require_module
+from helpers.support import REPO, ROUTE_AND_REFERENCE_PAGES, require_module
 
 yaml = require_module("yaml")
 require_module("jsonschema")
@@ -99,7 +99,7 @@ def _values_errors(values: dict[str, Any]) -> list[str]:
 def _doc_snippets() -> list[Any]:
     """The Kubernetes objects the walk-throughs tell users to apply."""
     docs: list[Any] = []
-    for md in ("operator.md", "standalone.md"):
+    for md in ROUTE_AND_REFERENCE_PAGES:
         for block in re.findall(r"```yaml\n(.*?)```", (REPO / "docs" / md).read_text(), re.S):
             docs += [d for d in yaml.safe_load_all(block) if isinstance(d, dict) and "apiVersion" in d]
     return docs

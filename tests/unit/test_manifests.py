@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import typer
-from helpers.support import REPO, require_module
+from helpers.support import REPO, ROUTE_AND_REFERENCE_PAGES, require_module
 
 from driver_container.cli import _register_commands, manager_cmd
 from driver_container.cli.app import app as driver_app
@@ -285,7 +285,7 @@ def test_nvidiadriver_states_its_upgrade_policy() -> None:
     # Since v26.7.0 (gpu-operator 172ef9bbf) the upgrade controller reads each NVIDIADriver's own
     # spec.upgradePolicy, and a missing one means autoUpgrade: true (GetUpgradePolicyWithDefaults in
     # api/nvidia/v1alpha1/nvidiadriver_types.go, controllers/upgrade_controller.go at a22dbf67): node drains
-    # and driver pod restarts before the node runs the new kmod extension (docs/operator.md, Upgrades).
+    # and driver pod restarts before the node runs the new kmod extension (docs/upgrades.md).
     (cr,) = _docs("nvidiadriver.yaml")
     assert cr["spec"]["upgradePolicy"]["autoUpgrade"] is False
 
@@ -321,7 +321,7 @@ def test_probe_timeout_is_stated_and_long_enough_for_nvidia_smi(where: str) -> N
 
 def _all_yaml_documents() -> list[tuple[str, Any]]:
     docs = [(p.name, d) for p in sorted(DEPLOY.glob("*.yaml")) for d in yaml.safe_load_all(p.read_text())]
-    for md in ("operator.md", "standalone.md"):
+    for md in ROUTE_AND_REFERENCE_PAGES:
         blocks = re.findall(r"```yaml\n(.*?)```", (REPO / "docs" / md).read_text(), re.S)
         docs += [(md, d) for block in blocks for d in yaml.safe_load_all(block)]
     return [(name, d) for name, d in docs if d is not None]
@@ -342,7 +342,7 @@ def test_every_namespace_created_is_privileged() -> None:
 
 def test_every_helm_install_that_creates_the_namespace_labels_it() -> None:
     found = 0
-    for md in ("operator.md", "standalone.md"):
+    for md in ROUTE_AND_REFERENCE_PAGES:
         text = (REPO / "docs" / md).read_text().replace("\\\n", " ")
         for line in text.splitlines():
             if "helm install" in line and "--create-namespace" in line:
