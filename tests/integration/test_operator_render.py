@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import copy
 import functools
-import importlib.util
 import inspect
 import os
 import re
 import subprocess
-import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
@@ -52,6 +50,7 @@ from helpers.operator_render import (
     require_renderer,
     talos_node,
 )
+from helpers.release import release_matrix
 from helpers.support import REPO
 
 from driver_container.cli import _register_commands, manager_cmd
@@ -79,13 +78,6 @@ KMOD_CONFIG = {  # a kernelModuleConfig ConfigMap (docs/deploy/talos-kernel-modu
 }
 
 
-def _release_matrix() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("release_matrix", REPO / "scripts" / "release-matrix.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["release_matrix"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def _with_owner(node: Any) -> Any:
@@ -247,7 +239,7 @@ class ImageRef(NamedTuple):
 
 @functools.cache
 def published() -> frozenset[str]:
-    rm = _release_matrix()
+    rm = release_matrix()
     releases = rm.load()
     return frozenset(t for driver in rm.drivers(releases) for t in rm.tags(releases, driver, IMAGE))
 

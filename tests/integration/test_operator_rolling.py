@@ -12,17 +12,15 @@ A digest (``version: sha256:…``) is used as is on every pool; the form the doc
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 from helpers.hostenv import HOSTS, USERSPACE, make_host
 from helpers.operator_render import Rendered, clusterpolicy_from_values, render, require_renderer, talos_node
+from helpers.release import release_matrix
 from helpers.support import REPO
 
 OWNER = "ghcr.io/example"
@@ -33,16 +31,9 @@ KERNEL = "6.18.44-talos"  # the fixture host's kernel, given to both pools
 DIGEST = "sha256:" + "ab" * 32
 
 
-def _matrix_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("release_matrix", REPO / "scripts" / "release-matrix.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["release_matrix"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
-rm = _matrix_module()
+rm = release_matrix()
 
 
 def _nvidiadriver(**spec: Any) -> dict[str, Any]:

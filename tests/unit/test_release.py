@@ -3,17 +3,15 @@ workflow, the local build script, CI and the docs agree with it (issue 31)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+from helpers.release import release_matrix
 from helpers.support import REPO, require, require_module
 
 yaml = require_module("yaml")
@@ -24,16 +22,9 @@ PUBLISHED = "ghcr.io/OWNER/talos-nvidia-driver"  # docs/image.md, "Published ima
 DOCKER_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
-def _matrix_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("release_matrix", REPO / "scripts" / "release-matrix.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["release_matrix"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
-rm = _matrix_module()
+rm = release_matrix()
 
 
 def test_every_talos_release_gets_both_of_its_drivers_tagged() -> None:

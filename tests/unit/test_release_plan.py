@@ -7,16 +7,14 @@ siderolabs/extensions for v1.11-v1.14, and vars.yaml files of two releases that 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from helpers.release import release_matrix
 from helpers.support import REPO
 
 FIXTURES = REPO / "tests" / "fixtures" / "release"
@@ -24,16 +22,9 @@ LS_REMOTE = (FIXTURES / "extensions-ls-remote.txt").read_text()
 NEW_COMMIT = "1" * 40
 
 
-def _matrix_module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("release_matrix", REPO / "scripts" / "release-matrix.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["release_matrix"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
-rm = _matrix_module()
+rm = release_matrix()
 PROJECT = rm.project_version()  # pyproject.toml's; the immutable tags carry it
 
 
