@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from container_support import Finished, FixtureNode, fixture_node
 from helpers.support import FIXTURES
-from helpers.tls import self_signed, serve_tls
+from helpers.tls import answer_json, self_signed, serve_tls
 
 pytestmark = pytest.mark.container
 
@@ -49,12 +49,7 @@ class _Api(BaseHTTPRequestHandler):
             self._answer(404, {"kind": "Status"})
 
     def _answer(self, status: int, body: object) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        answer_json(self, status, body)
 
 
 @pytest.fixture

@@ -101,7 +101,6 @@ says ``stalled`` with what the validator was waiting for (``waiting_for``, its o
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 import shlex
@@ -122,6 +121,7 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from helpers.support import ARTEFACTS, REPO, require
+from helpers.tls import answer_json
 
 GPU_OPERATOR_VERSION = "v26.7.0"
 GPU_OPERATOR_COMMIT = "10ee5b3638b89e11e949412aafa5ba99279c3721"
@@ -289,12 +289,7 @@ class _ApiHandler(BaseHTTPRequestHandler):
         pass
 
     def _answer(self, status: int, body: object) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        answer_json(self, status, body)
 
     def do_GET(self) -> None:
         url = urlsplit(self.path)

@@ -1,12 +1,13 @@
-"""A self-signed certificate for 127.0.0.1 and an HTTPS test server: the API stand-ins speak TLS because the
-client sends a credential over TLS only (driver_container/manager/kube.py)."""
+"""A self-signed certificate for 127.0.0.1, an HTTPS test server and its JSON answers: the API stand-ins
+speak TLS because the client sends a credential over TLS only (driver_container/manager/kube.py)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import ssl
 import subprocess
-from http.server import ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from helpers.support import require
@@ -31,3 +32,13 @@ def serve_tls(httpd: ThreadingHTTPServer, cert: Path, key: Path) -> ThreadingHTT
     httpd.daemon_threads = True
     httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
     return httpd
+
+
+def answer_json(handler: BaseHTTPRequestHandler, status: int, body: object) -> None:
+    """Answer the request ``handler`` serves with ``body`` as JSON and its length."""
+    data = json.dumps(body).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)

@@ -324,6 +324,23 @@ def _in_cluster(h: Host, api: Api, tmp_path: Path) -> dict[str, str]:
     return {"NODE_NAME": NODE, "KUBECONFIG": str(kubeconfig), "OPERATOR_NAMESPACE": "gpu-operator"}
 
 
+def _sigterm_once_arrived(
+    proc: subprocess.Popen[str], api: Api, what: str, *, settle: float
+) -> tuple[float, str]:
+    """SIGTERM ``proc`` once its request reached ``api`` (and ``settle`` s more, inside the dribbled answer):
+    the seconds until it ended, and its stderr. The process never outlives the test."""
+    try:
+        assert api.arrived.wait(90), what
+        time.sleep(settle)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=60)
+        return time.monotonic() - sent, stderr
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
 @pytest.mark.timeout(120)
 def test_sigterm_during_a_dribbled_node_report_of_init_no_wait(api: Api, tmp_path: Path) -> None:
     """After Ready, `init --no-wait` annotates the Node in the main process; a server dribbling the answer
@@ -331,16 +348,7 @@ def test_sigterm_during_a_dribbled_node_report_of_init_no_wait(api: Api, tmp_pat
     h = make_host(tmp_path / "h")
     api.mode = "drip"
     proc = h.start("init", "--no-wait", **_in_cluster(h, api, tmp_path))
-    try:
-        assert api.arrived.wait(90), "init never reported to the API server"
-        time.sleep(0.1)
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
-    took = time.monotonic() - sent
+    took, stderr = _sigterm_once_arrived(proc, api, "init never reported to the API server", settle=0.1)
     assert took < 2.0, f"SIGTERM answered after {took:.1f} s"
     assert "SIGTERM received" in stderr and "stopped by a termination signal" in stderr, stderr
     assert "Traceback" not in stderr and TOKEN not in stderr
@@ -379,14 +387,6 @@ def test_sigterm_to_driver_manager_during_a_dribbled_request(api: Api, tmp_path:
         [sys.executable, "-c", code, "uninstall_driver"], env=env, cwd=h.base,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    try:
-        assert api.arrived.wait(90), "driver-manager never called the API server"
-        time.sleep(0.3)
-        sent = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-        proc.wait(timeout=30)
-    assert time.monotonic() - sent < 2.0
+    took, stderr = _sigterm_once_arrived(proc, api, "driver-manager never called the API server", settle=0.3)
+    assert took < 2.0
     assert proc.returncode == -signal.SIGTERM and "Traceback" not in stderr, stderr
