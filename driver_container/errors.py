@@ -261,7 +261,7 @@ class KubernetesError(PathError):
 
 
 class ApiAnswerError(KubernetesError):
-    """No usable answer to one API request (manager/transport.py); ``retry``: another attempt may get one."""
+    """No usable answer to one API request (kube/transport.py); ``retry``: another attempt may get one."""
 
     def __init__(self, message: str, *, retry: bool, stopped: bool = False) -> None:
         super().__init__(message)

@@ -296,5 +296,5 @@ class HostPaths(NamedRecord):
         return self.run_dir / "nvidia-driver.state"
 
     @property
-    def verify_file(self) -> Path:  # init's check of DRIVER_ROOT after Ready (publish/integrity.py)
+    def verify_file(self) -> Path:  # init's check of DRIVER_ROOT after Ready (driverroot/integrity.py)
         return self.run_dir / "nvidia-driver.verify.json"

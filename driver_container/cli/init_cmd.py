@@ -56,7 +56,7 @@ def init(
         run_init(paths, settings, Runner(), options)
     except DriverContainerError as exc:
         # Lazy, hot path: only a refusal reports from here (the Ready report is the publishing child's).
-        from driver_container.manager.nodereport import REFUSED, NodeVerdict, report
+        from driver_container.kube.nodereport import REFUSED, NodeVerdict, report
 
         # The Node shows why and what to set (a setting's finding names it and its value); never masks ``exc``.
         report(NodeVerdict(REFUSED, reason=f"{exc.message}; fix: {exc.fix}" if exc.fix else exc.message))
@@ -68,7 +68,7 @@ def load(ctx: typer.Context) -> None:
     """On Talos: wait for machined's modules and verify them. Elsewhere: load them, then verify."""
     # Lazy, hot path: see ``init`` above (registration cost of every command).
     from driver_container.lifecycle.generic_host import run_load
-    from driver_container.lifecycle.verify import loaded_version
+    from driver_container.lifecycle.hostcheck import loaded_version
 
     state = run_load(host_paths(ctx), Settings.from_env(), Runner())
     loaded = [name for name, module in state.modules.items() if module.loaded]

@@ -11,9 +11,9 @@ from driver_container.findings.model import (
     talos_module_snippet,
     values_equal,
 )
-from driver_container.node.rootmount import UNUSABLE_ROOT_FIX
-from driver_container.node.rootproc import PROC_SYS_FIX
-from driver_container.publish.manifest import MANIFEST_PATH
+from driver_container.driverroot.mount import UNUSABLE_ROOT_FIX
+from driver_container.driverroot.procsys import PROC_SYS_FIX
+from driver_container.driverroot.manifest import MANIFEST_PATH
 
 if TYPE_CHECKING:
     from driver_container.inspect.hoststate import HostState
@@ -190,7 +190,7 @@ def fabric(state: HostState) -> list[Finding]:
 
 def driver_root_usability(state: HostState) -> list[Finding]:
     """A published root that its consumers cannot execute or map from: ``status``'s run of the same proof
-    ``init`` makes before Ready (node/rootusable.py), not a reading of a mount table."""
+    ``init`` makes before Ready (driverroot/proof.py), not a reading of a mount table."""
     proof = state.driver_root_proof
     if proof is None or proof.ok:
         return []
@@ -207,7 +207,7 @@ def driver_root_usability(state: HostState) -> list[Finding]:
 
 def driver_root_proc_sys(state: HostState) -> list[Finding]:
     """A root with the shell NVIDIA's DRA driver chroots through, without the procfs and sysfs ``init``
-    mounts in it (node/rootproc.py): its MPS server's libcuda cannot reach the GPU there."""
+    mounts in it (driverroot/procsys.py): its MPS server's libcuda cannot reach the GPU there."""
     found = state.proc_sys
     if found is None or not state.published or not found.shell or not found.missing:
         return []

@@ -1,4 +1,4 @@
-"""Findings from a check of DRIVER_ROOT against its manifest (publish/integrity.py): pure.
+"""Findings from a check of DRIVER_ROOT against its manifest (driverroot/integrity.py): pure.
 
 ``status --verify`` checks now; ``init`` checks once after Ready and records the outcome, which
 ``status`` reports while that manifest is the published one. A mismatch is an error: consumers load
@@ -14,7 +14,7 @@ from driver_container.findings.model import Finding
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from driver_container.publish.integrity import IntegrityReport
+    from driver_container.driverroot.integrity import IntegrityReport
 
 SHOWN = 10  # paths named in the message; the count is exact
 

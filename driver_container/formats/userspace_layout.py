@@ -68,7 +68,7 @@ DIGEST_INDEX = "usr/share/nvidia/driver-container-index.json"
 # ROOT_SHELL, a static busybox found by argv[0] "sh"; ROOT_SHM, where the kubelet plugin mounts the
 # claim's MPS shared memory only when it exists (cmd/gpu-kubelet-plugin/sharing.go setMpsShmMountPath);
 # dev/null (node/devices.py), which nvidia-cuda-mps-control -d opens when it daemonizes; and ROOT_PROC,
-# ROOT_SYS, where init mounts a procfs and a sysfs for libcuda in the chrooted MPS server (node/rootproc.py).
+# ROOT_SYS, where init mounts a procfs and a sysfs for libcuda in the chrooted MPS server (driverroot/procsys.py).
 ROOT_SHELL = "bin/sh"
 ROOT_SHM = "dev/shm"
 ROOT_PROC = "proc"

@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING
 
 from driver_container.errors import DriverContainerError, PublishError
 from driver_container.findings import check
-from driver_container.lifecycle.verify import loaded_version, verify
-from driver_container.node.rootmount import UNUSABLE_ROOT_FIX
-from driver_container.node.rootusable import PROOF_BINARY, prove_root_usable
+from driver_container.lifecycle.hostcheck import loaded_version, verify
+from driver_container.driverroot.mount import UNUSABLE_ROOT_FIX
+from driver_container.driverroot.proof import PROOF_BINARY, prove_root_usable
 from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
 from driver_container.runtime.runner import Runner
@@ -87,7 +87,7 @@ def _publish(paths: HostPaths, version: str, runner: Runner) -> str:
 def _undo_interrupted_publish(paths: HostPaths) -> None:
     """The publishing child was killed by a signal: roll its commit back now (renames only), so the
     previous root is intact even if no container starts again here."""
-    from driver_container.publish.journal import recover  # lazy, hot path: see the module doc
+    from driver_container.driverroot.journal import recover  # lazy, hot path: see the module doc
 
     try:
         recover(paths.driver_root)
@@ -96,7 +96,7 @@ def _undo_interrupted_publish(paths: HostPaths) -> None:
 
 
 def require_usable_root(paths: HostPaths, runner: Runner) -> None:
-    """Before Ready: execute from and map from the published root for real (node/rootusable.py); a root
+    """Before Ready: execute from and map from the published root for real (driverroot/proof.py); a root
     its consumers would fail on ends ``init`` here, with the flags found and the fix (issue 28)."""
     proof = prove_root_usable(paths.driver_root, runner)
     if proof.ok:
@@ -113,7 +113,7 @@ def require_usable_root(paths: HostPaths, runner: Runner) -> None:
 def report_ready(published: Published, stop: Callable[[], bool] | None = None) -> None:
     """Annotate the Node (after ``Ready``); a no-op outside a cluster, never fatal, 1.5 s at most; ``stop``
     (init's ``Shutdown.requested``) ends it within 50 ms of a signal."""
-    from driver_container.manager.nodereport import READY, NodeVerdict, report  # lazy, hot path: after Ready
+    from driver_container.kube.nodereport import READY, NodeVerdict, report  # lazy, hot path: after Ready
 
     state = published.state
     flavour = state.nvidia_version.flavour if state.nvidia_version else None
@@ -125,7 +125,7 @@ def report_ready(published: Published, stop: Callable[[], bool] | None = None) -
 
 def check_published_root(paths: HostPaths) -> bool:
     """Hash DRIVER_ROOT against its manifest (whose digests may come from the image's index)."""
-    from driver_container.publish.integrity import verify_and_record  # lazy, hot path: in the child only
+    from driver_container.driverroot.integrity import verify_and_record  # lazy, hot path: in the child only
 
     return verify_and_record(paths).ok
 

@@ -14,7 +14,7 @@ from driver_container.formats.kernel.mountinfo import mounts_at_or_below, parse_
 from driver_container.formats.numbers import parse_uint
 from driver_container.inspect.hoststate import HostState, inspect_host
 from driver_container.inspect.platform import PlatformKind
-from driver_container.node.rootmount import is_ours
+from driver_container.driverroot.mount import is_ours
 from driver_container.paths import HostPaths, Root
 from driver_container.settings import Settings
 
@@ -76,7 +76,7 @@ def find_host_smi(host: Root) -> PurePosixPath | None:
 
 def leftover_mounts(mountinfo: str, driver_root: str) -> tuple[str, ...]:
     """Mounts a previous driver container left at or below DRIVER_ROOT; none when the visible mount there
-    is init's own exec-capable tmpfs (node/rootmount.py), which must outlive every container."""
+    is init's own exec-capable tmpfs (driverroot/mount.py), which must outlive every container."""
     top = top_mount_at(parse_mountinfo(mountinfo), driver_root.rstrip("/") or "/")
     return () if top is not None and is_ours(top) else mounts_at_or_below(mountinfo, driver_root)
 

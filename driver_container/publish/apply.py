@@ -21,8 +21,8 @@ from pathlib import Path, PurePosixPath
 
 from driver_container.errors import PublishError
 from driver_container.publish.copier import TMP_SUFFIX, Copier
-from driver_container.publish.journal import STAGING, Step
-from driver_container.publish.manifest import Manifest, Record
+from driver_container.driverroot.journal import STAGING, Step
+from driver_container.driverroot.manifest import Manifest, Record
 from driver_container.publish.model import PlannedEntry, PublishPlan
 from driver_container.runtime.dirtree import Tree
 from driver_container.runtime.fsutil import check_relative, open_dir
@@ -221,7 +221,7 @@ def _stage_contents(
 def _stale(plan: PublishPlan, old: dict[str, Record], tree: Tree) -> list[PurePosixPath]:
     """Recorded paths the plan no longer has, as they are on disk. A directory is never removed: parents of
     files are not recorded, and one published for its own sake (a "dir" record: dev/shm, proc, sys) may be
-    a mount point (node/rootproc.py), where rename(2) and rmdir(2) fail with EBUSY; it stays, unrecorded."""
+    a mount point (driverroot/procsys.py), where rename(2) and rmdir(2) fail with EBUSY; it stays, unrecorded."""
     planned = {str(e.path) for e in plan.entries}
     stale = []
     for path in sorted(set(old) - planned):

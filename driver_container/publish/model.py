@@ -6,7 +6,7 @@ from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from driver_container.formats.elffacts import ElfDeps
-from driver_container.publish.manifest import RecordType
+from driver_container.driverroot.manifest import RecordType
 from driver_container.records import NamedRecord
 
 

@@ -98,7 +98,7 @@ def _root_tools(layout: _Layout, space: PublishSources, libdir: PurePosixPath) -
     layout.link(PurePosixPath("sbin/ldconfig"), ldconfig)
     if space.shell is not None:
         layout.file(PurePosixPath(ROOT_SHELL), space.shell, executable=True)
-        for directory in (ROOT_SHM, ROOT_PROC, ROOT_SYS):  # mount points (node/rootproc.py for proc, sys)
+        for directory in (ROOT_SHM, ROOT_PROC, ROOT_SYS):  # mount points (driverroot/procsys.py for proc, sys)
             layout.add(PlannedEntry(PurePosixPath(directory), "dir", DIR_MODE))
     # gpu-operator's GDS/GDRCopy sidecars wait for this directory before their command runs
     # (lifecycle/companion.py); empty: nothing is ever built against it.

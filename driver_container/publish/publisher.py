@@ -22,15 +22,15 @@ from driver_container.formats.ldcache import LD_SO_CACHE as CACHE
 from driver_container.paths import HostPaths
 from driver_container.publish.apply import Prepared, commit_steps, prepare
 from driver_container.publish.copier import TMP_SUFFIX, Copier, reset_staging, sweep_temporaries
-from driver_container.publish.index import LazyIndex
-from driver_container.publish.journal import STAGING, Step, Transaction, recover
-from driver_container.publish.manifest import MANIFEST_PATH, Manifest, format_manifest, read_manifest
+from driver_container.driverroot.index import LazyIndex
+from driver_container.driverroot.journal import STAGING, Step, Transaction, recover
+from driver_container.driverroot.manifest import MANIFEST_PATH, Manifest, format_manifest, read_manifest
 from driver_container.publish.model import PublishPlan, PublishReport
 from driver_container.publish.plan import plan_publish
 from driver_container.publish.rootdir import create_driver_root, prepare_driver_root
 from driver_container.publish.scan import describe_userspace, early_sources
 from driver_container.publish.unchanged import keep_unchanged_root, publish_inputs
-from driver_container.publish.verify import build_cache, cache_problems, closure_problems
+from driver_container.publish.cache_check import build_cache, cache_problems, closure_problems
 from driver_container.runtime import statusfiles
 from driver_container.runtime.dirtree import Tree
 from driver_container.runtime.runner import Runner
@@ -70,7 +70,7 @@ def _publish(paths: HostPaths, version: str, runner: Runner) -> PublishReport:
     root = paths.driver_root
     create_driver_root(root)
     # Before anything is read: mounts left by NVIDIA's script hide our root, and a noexec/nodev filesystem
-    # gets DRIVER_ROOT's own tmpfs (node/rootmount.py); then an interrupted commit is undone.
+    # gets DRIVER_ROOT's own tmpfs (driverroot/mount.py); then an interrupted commit is undone.
     prepare_driver_root(paths, runner)
     recover(root)
     _text, previous = read_manifest(root)

@@ -25,8 +25,8 @@ from driver_container.formats.ldcache import LD_SO_CACHE as CACHE_PATH
 from driver_container.formats.userspace_layout import IMAGE_FIRMWARE_DIRS, LIBRARY_DIRS, TRIPLETS, driver_versions
 from driver_container.paths import MAX_SYMLINKS, Root
 from driver_container.publish.closure import MAX_CANDIDATE_DEPTH, resolve_closure
-from driver_container.publish.index import UserspaceIndex
-from driver_container.publish.manifest import SourceKey
+from driver_container.driverroot.index import UserspaceIndex
+from driver_container.driverroot.manifest import SourceKey
 from driver_container.publish.model import PublishSources, SourceFile
 from driver_container.publish.roles import binary_is_required, library_is_required
 from driver_container.publish.sources import ElfFacts, source_file

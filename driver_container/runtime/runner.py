@@ -78,7 +78,7 @@ class Runner:
             )
         if "/" in name:
             # A path is run as given: the kernel says why it cannot (shutil.which would call a file on a
-            # noexec mount "not found", node/rootusable.py needs the EACCES).
+            # noexec mount "not found", driverroot/proof.py needs the EACCES).
             return name
         found = shutil.which(name, path=self.env.get("PATH", os.defpath))
         if found is None:
@@ -95,7 +95,7 @@ class Runner:
         cwd: str | None = None,
     ) -> CompletedCommand:
         """``cwd``: the child's working directory (a /proc/self/fd/N path names a descriptor of ours: the child
-        changes directory before exec closes it, node/rootproc.py)."""
+        changes directory before exec closes it, driverroot/procsys.py)."""
         args = (self.which(argv[0]), *argv[1:])
         log.debug("running %s", " ".join(argv))
         try:
@@ -148,7 +148,7 @@ class Runner:
     def exit_status(self, argv: Sequence[str], *, timeout: float = 120.0) -> int:
         """Run with no input and output discarded; its exit status. The cheapest start there is: with an
         absolute path and ``close_fds=False`` subprocess takes posix_spawn(3) (Lib/subprocess.py
-        ``_USE_POSIX_SPAWN``), not fork+exec: ~1 ms less on every ``init`` (node/rootusable.py). Nothing
+        ``_USE_POSIX_SPAWN``), not fork+exec: ~1 ms less on every ``init`` (driverroot/proof.py). Nothing
         leaks into the child: every descriptor Python opens is non-inheritable (PEP 446)."""
         args = (self.which(argv[0]), *argv[1:])
         log.debug("running %s", " ".join(argv))

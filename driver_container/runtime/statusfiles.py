@@ -6,7 +6,7 @@
 - ``nvidia-driver.publish-failed`` (ours): the version and error of the last publish that failed and
   was rolled back; removed by the next publish that succeeds. ``status`` reports it.
 - ``nvidia-driver.verify.json`` (ours, ``HostPaths.verify_file``): the outcome of the check of
-  DRIVER_ROOT against its manifest that ``init`` runs once after Ready (publish/integrity.py), bound to
+  DRIVER_ROOT against its manifest that ``init`` runs once after Ready (driverroot/integrity.py), bound to
   that manifest's digest. ``status`` reports a mismatch.
 All written atomically through fsutil (readers see the old or the new content). RUN_DIR is a host
 directory other pods may write: a directory, link or special file found where one of these files (or

@@ -225,7 +225,7 @@ def test_restart_and_kill_keep_the_mount_and_rewrite_nothing(driver: Any, node: 
     # Both restarts recognised the root without the publisher (publish/unchanged.py: the image's index).
     assert logs.count("unchanged since its last publish") == 2, logs
     assert len(_ours(node)) == 1
-    # The image has a shell, so init mounts a procfs and a sysfs in its tmpfs (node/rootproc.py). This
+    # The image has a shell, so init mounts a procfs and a sysfs in its tmpfs (driverroot/procsys.py). This
     # container has a PID namespace of its own at each start (no hostPID, unlike the operator's driver
     # pod), so each start finds the previous start's procfs not showing it and replaces it: its mount
     # time (the procfs root's mtime) changes, nothing published does.

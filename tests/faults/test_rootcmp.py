@@ -31,7 +31,7 @@ def test_leftovers_sees_every_temporary_a_publish_makes(tmp_path: Path) -> None:
 
 
 def test_a_procfs_and_a_sysfs_mounted_in_a_root_are_listed_never_walked(tmp_path: Path) -> None:
-    # init mounts them at DRIVER_ROOT/proc and /sys (driver_container/node/rootproc.py); walking them would
+    # init mounts them at DRIVER_ROOT/proc and /sys (driver_container/driverroot/procsys.py); walking them would
     # hash /proc/kcore and friends. Real mounts, taken down whatever happens (helpers/mounts.py).
     root = tmp_path / "driver"
     (root / "usr/lib").mkdir(parents=True)

@@ -28,9 +28,9 @@ from driver_container.formats.kmod import format_modinfo, read_module, to_json
 from driver_container.formats.ldcache import parse_ld_cache
 from driver_container.formats.modconf import driver_major, parse_module_conf
 from driver_container.inspect.platform import parse_os_release
-from driver_container.manager.kube import _retry_after
-from driver_container.manager.kubeconfig import parse_kubeconfig
-from driver_container.publish.manifest import parse_manifest
+from driver_container.kube.client import _retry_after
+from driver_container.kube.kubeconfig import parse_kubeconfig
+from driver_container.driverroot.manifest import parse_manifest
 from driver_container.settings import parse_seconds
 from helpers.support import FIXTURES
 

@@ -1,5 +1,5 @@
 """A self-signed certificate for 127.0.0.1, an HTTPS test server and its JSON answers: the API stand-ins
-speak TLS because the client sends a credential over TLS only (driver_container/manager/kube.py)."""
+speak TLS because the client sends a credential over TLS only (driver_container/kube/client.py)."""
 
 from __future__ import annotations
 

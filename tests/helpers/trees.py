@@ -2,7 +2,7 @@
 
 Every entry is seen with ``lstat`` and never followed: a link is its target string, a FIFO or device is
 never opened. A procfs or sysfs mounted in the tree (init's proc and sys in a published root,
-driver_container/node/rootproc.py) is listed as the directory it is mounted on and never walked. The
+driver_container/driverroot/procsys.py) is listed as the directory it is mounted on and never walked. The
 options choose what each comparison needs; what is off is simply not compared. ``moved_aside`` takes one
 entry out of a tree for the length of a ``with`` block (a test that proves what the entry protects).
 """

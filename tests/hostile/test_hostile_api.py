@@ -2,7 +2,7 @@
 nested 100 000 deep, a list where an object belongs, not JSON at all), answers far beyond any Node, and a
 plain-HTTP server that would read the bearer token.
 
-The client (manager/kube.py, manager/transport.py) must end every request at its wall-clock deadline
+The client (kube/client.py, kube/transport.py) must end every request at its wall-clock deadline
 (connect and the whole answer), end it within 50 ms of a stop (init's SIGTERM), read at most 16 MiB,
 turn every malformed answer into a KubernetesError, and never send a credential over http://. init's
 Node report must never fail init, hold a SIGTERM past 2 s, or skip the check of the root after Ready.
@@ -28,9 +28,9 @@ from helpers.tls import self_signed
 from helpers.waits import wait_until
 
 from driver_container.errors import KubernetesError
-from driver_container.manager.endpoint import Endpoint, KubeConfig
-from driver_container.manager.kube import KubeClient
-from driver_container.manager.nodereport import READY, NodeVerdict, report
+from driver_container.kube.endpoint import Endpoint, KubeConfig
+from driver_container.kube.client import KubeClient
+from driver_container.kube.nodereport import READY, NodeVerdict, report
 
 TOKEN = "hostile-api-token-value"
 NODE = "node-1"

@@ -29,7 +29,7 @@ from helpers.hostenv import make_host
 from helpers.support import REPO, require
 
 from driver_container.errors import CommandStopped
-from driver_container.publish.integrity import VerifyBudget, verify_published
+from driver_container.driverroot.integrity import VerifyBudget, verify_published
 from driver_container.runtime.runner import Runner
 from driver_container.runtime.supervise import BackgroundChild, Shutdown
 from driver_container.runtime.timedchild import TIMED_OUT, run_until
@@ -177,7 +177,7 @@ def _entry(script: str) -> str:
 # start, and init before its handlers are installed.
 SIGINT_POINTS = [
     ("nvidia-driver", ["status"], "typer"),
-    ("nvidia-driver", ["status"], "driver_container.cli.status_render"),
+    ("nvidia-driver", ["status"], "driver_container.lifecycle.status_render"),
     ("nvidia-driver", ["modinfo", "nvidia"], "typer"),
     ("nvidia-driver", ["bug-report"], "driver_container.report.collect"),
     ("nvidia-driver", ["init", "--no-wait"], "driver_container.lifecycle.init"),

@@ -32,7 +32,7 @@ from helpers.trees import moved_aside
 
 from driver_container.paths import HostPaths
 from driver_container.publish.publisher import publish_driver_root
-from driver_container.publish.toolkit_features import read_absent_features
+from driver_container.driverroot.toolkit_features import read_absent_features
 from driver_container.runtime.runner import Runner
 
 pytestmark = pytest.mark.artefact

@@ -7,7 +7,7 @@ image does (Dockerfile), so ``init --no-wait`` publishes bin/sh, dev/shm and dev
 client request makes it start nvidia-cuda-mps-server, which loads libcuda.so.1 from the root (never a loader
 error) and logs what cuInit returned, and ``quit`` leaves no process behind. The device plugin's daemon
 reaches the driver's no-GPU error. The roots here are published into a temporary directory, not init's own
-tmpfs, so init mounts no /proc and /sys in them (node/rootproc.py): there the DRA driver's chrooted daemon
+tmpfs, so init mounts no /proc and /sys in them (driverroot/procsys.py): there the DRA driver's chrooted daemon
 gets 535's "no CUDA-capable device" too, and 550's and 555's CUDA_ERROR_OPERATING_SYSTEM (their libcuda
 needs /proc); tests/integration/test_procsys_real.py runs the same flow on a root where init mounted them,
 and all three reach the no-GPU error. Each piece the DRA driver needs is then removed from a hard-linked

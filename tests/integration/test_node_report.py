@@ -19,9 +19,9 @@ from test_manager_api import NODE, NS, TOKEN, ApiState, Server, endpoint, start_
 
 from driver_container.inspect.hoststate import inspect_host
 from driver_container.lifecycle.publishing import Published, report_ready
-from driver_container.manager.endpoint import KubeConfig
-from driver_container.manager.kube import KubeClient
-from driver_container.manager.nodereport import PREFIX, READY, REFUSED, NodeVerdict, event, report
+from driver_container.kube.endpoint import KubeConfig
+from driver_container.kube.client import KubeClient
+from driver_container.kube.nodereport import PREFIX, READY, REFUSED, NodeVerdict, event, report
 from driver_container.settings import Settings
 
 ENV = {"NODE_NAME": NODE, "KUBERNETES_SERVICE_HOST": "set-so-in-cluster"}
@@ -83,7 +83,7 @@ def test_a_ready_init_reports_parameter_differs_on_the_node(
     api: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The whole path from a host whose nvidia runs with another value than kernelModuleConfig asks for."""
-    from driver_container.manager import kube
+    from driver_container.kube import client as kube
 
     monkeypatch.setattr(kube, "in_cluster_endpoint", lambda env, config: endpoint(api))
     for key, value in ENV.items():
@@ -134,7 +134,7 @@ def test_outside_a_cluster_nothing_is_called_or_imported(api: Server) -> None:
     assert report(REFUSAL, {"KUBERNETES_SERVICE_HOST": "x"}, client_factory=_factory(api)) is False  # type: ignore[arg-type]
     assert api.state.requests == []
     code = (
-        "import sys; from driver_container.manager.nodereport import report, NodeVerdict; "
+        "import sys; from driver_container.kube.nodereport import report, NodeVerdict; "
         "report(NodeVerdict('ready'), {}); assert 'requests' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
@@ -145,7 +145,7 @@ def test_init_refusal_is_reported_by_the_cli(
 ) -> None:
     """The whole path: `nvidia-driver init` fails on a host with no nvidia module (wait timeout) and the
     Node gets the refusal (the in-cluster endpoint is pointed at the local server)."""
-    from driver_container.manager import kube
+    from driver_container.kube import client as kube
 
     monkeypatch.setattr(kube, "in_cluster_endpoint", lambda env, config: endpoint(api))
     (tmp_path / "proc/sys/kernel").mkdir(parents=True)

@@ -19,7 +19,7 @@ from helpers.support import require
 
 from driver_container.paths import HostPaths
 from driver_container.publish.index_build import build_index
-from driver_container.publish.integrity import verify_published
+from driver_container.driverroot.integrity import verify_published
 from driver_container.publish.publisher import publish_driver_root
 from driver_container.publish.unchanged import unchanged_manifest
 from driver_container.runtime.runner import Runner
@@ -87,7 +87,7 @@ def test_a_shell_gone_from_the_image_leaves_the_root_with_its_directories(usersp
     publish_driver_root(_host(userspace, dr), V, Runner())
     (userspace / "usr/bin/busybox").unlink()
     report = publish_driver_root(_host(userspace, dr), V, Runner())
-    # bin/sh only: a directory published for its own sake may be a mount point (proc, sys: node/rootproc.py),
+    # bin/sh only: a directory published for its own sake may be a mount point (proc, sys: driverroot/procsys.py),
     # where removing it fails with EBUSY; it stays, no longer recorded.
     assert report.removed == 1 and not (dr / "bin/sh").exists()
     for directory in ("dev/shm", "proc", "sys"):

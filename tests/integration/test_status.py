@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from helpers.support import FIXTURES, REPO
 
-from driver_container.publish.manifest import Manifest, format_manifest
+from driver_container.driverroot.manifest import Manifest, format_manifest
 
 HOSTS = FIXTURES / "hosts"
 ENV_KEYS = ("KERNEL_MODULE_TYPE", "DRIVER_VERSION", "DRIVER_PLATFORM", "NVIDIA_MODESET", "GPU_DIRECT_RDMA_ENABLED")
@@ -145,7 +145,7 @@ def test_published_driver_root(
     manifest.write_text(format_manifest(Manifest("595.91.07", "x86_64-linux-gnu", ())))
     _, doc = run_status(HOSTS / "talos-1.13-open-595", tmp_path, monkeypatch, capsys)
     assert doc["driver_root"]["published"] is True and doc["driver_root"]["version"] == "595.91.07"
-    # A manifest alone is no usable root: the proof before Ready (node/rootusable.py) has nothing to run.
+    # A manifest alone is no usable root: the proof before Ready (driverroot/proof.py) has nothing to run.
     assert codes(doc) == {"DRIVER_ROOT_NOT_EXECUTABLE"}
     assert doc["driver_root"]["usable"]["failures"][0].startswith("sbin/ldconfig.real is not a regular file")
     root = manifest.parent.parent
@@ -234,7 +234,7 @@ def test_usage_error_exit_2(tmp_path: Path) -> None:
 
 LIGHT_PROBE = """
 import sys
-from driver_container.publish.manifest import Manifest, format_manifest
+from driver_container.driverroot.manifest import Manifest, format_manifest
 from driver_container.cli import main
 try:
     main(sys.argv[1:])

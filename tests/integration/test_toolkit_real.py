@@ -189,7 +189,7 @@ def test_status_names_what_the_toolkit_cannot_find(
 ) -> None:
     """Issue 29 point 4: what the toolkit looks for and these images lack (its "Could not locate" warnings
     above), ``status`` lists with what a workload loses. libnvidia-nvvm70 is not among them: it came with
-    R575, after these drivers (publish/toolkit_features.py)."""
+    R575, after these drivers (driverroot/toolkit_features.py)."""
     c = compared(userspace)
     done = subprocess.run([str(CLI), "status", "--json"], env=c.published.env, capture_output=True, text=True,
                           timeout=120, check=False, cwd=REPO)  # fmt: skip

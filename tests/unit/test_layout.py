@@ -29,7 +29,7 @@ OWNERS = {
     "-linux-gnu": {"formats/userspace_layout.py"},
     "nvidia/current": {"formats/userspace_layout.py"},
     "usr/share/nvidia/firmware": {"formats/userspace_layout.py"},
-    "manifest.json": {"publish/manifest.py"},
+    "manifest.json": {"driverroot/manifest.py"},
 }
 # Whole literals only (a message may name the file): the kernel release is read in one place.
 EXACT_OWNERS = {
@@ -204,11 +204,11 @@ def test_other_fixed_choices_are_literal_types() -> None:
     from driver_container.formats.kernel.nvidia_proc import ModuleFlavour, NvidiaProcVersion
     from driver_container.inspect.modfiles import ModuleFile
     from driver_container.inspect.userspace import UserspaceVersion, VersionSource
-    from driver_container.manager.nodereport import NodeVerdict, VerdictResult
+    from driver_container.kube.nodereport import NodeVerdict, VerdictResult
     from driver_container.node.fabric import FabricInfo, FabricKind
-    from driver_container.node.rootmount import RootMountAction, RootMountDecision
-    from driver_container.publish.journal import JournalAction, Step
-    from driver_container.publish.manifest import Record, RecordType
+    from driver_container.driverroot.mount import RootMountAction, RootMountDecision
+    from driver_container.driverroot.journal import JournalAction, Step
+    from driver_container.driverroot.manifest import Record, RecordType
     from driver_container.publish.model import EntryKind, PlannedEntry
     from driver_container.settings import ModuleTypeChoice
 

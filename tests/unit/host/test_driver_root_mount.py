@@ -1,5 +1,5 @@
 """status on DRIVER_ROOT: the mount (our own mountinfo), the flags (statvfs) and the proof in the JSON and
-the text; DRIVER_ROOT_NOT_EXECUTABLE comes from the proof init makes before Ready (node/rootusable.py),
+the text; DRIVER_ROOT_NOT_EXECUTABLE comes from the proof init makes before Ready (driverroot/proof.py),
 run for real on a tmpfs with Talos's /run flags (helpers/mounts.py), never from a mount table."""
 
 from __future__ import annotations
@@ -12,13 +12,13 @@ import pytest
 from helpers.mounts import tmpfs
 from helpers.support import FIXTURES, fixture_paths
 
-from driver_container.cli.status_render import render_text, status_json
+from driver_container.lifecycle.status_render import render_text, status_json
 from driver_container.findings import check
 from driver_container.inspect.hoststate import HostState, inspect_host
-from driver_container.lifecycle.verify import verify
-from driver_container.node.rootusable import PROOF_BINARY
+from driver_container.lifecycle.hostcheck import verify
+from driver_container.driverroot.proof import PROOF_BINARY
 from driver_container.paths import HostPaths
-from driver_container.publish.manifest import Manifest, format_manifest
+from driver_container.driverroot.manifest import Manifest, format_manifest
 from driver_container.runtime.runner import Runner
 from driver_container.settings import Settings
 
@@ -103,7 +103,7 @@ def test_unpublished_root_on_noexec_is_no_error_yet(noexec_paths: HostPaths) -> 
 
 
 def test_a_root_with_its_shell_and_no_proc_sys_is_a_warning_until_both_are_mounted(exec_paths: HostPaths) -> None:
-    # node/rootproc.py: NVIDIA's DRA driver chroots its MPS daemon through bin/sh; libcuda there needs both.
+    # driverroot/procsys.py: NVIDIA's DRA driver chroots its MPS daemon through bin/sh; libcuda there needs both.
     _publish(exec_paths)
     assert "DRIVER_ROOT_PROC_SYS_MISSING" not in {f.code for f in check(_status(exec_paths))}  # no shell
     (exec_paths.driver_root / "bin").mkdir()

@@ -21,8 +21,8 @@ from driver_container.formats.kernel.sysfs import read_sysfs_module
 from driver_container.formats.kmod.der import DerError, encode_oid
 from driver_container.formats.ldcache import libcmp
 from driver_container.formats.modconf import driver_major
-from driver_container.manager.kube import _retry_after
-from driver_container.manager.kubeconfig import parse_kubeconfig
+from driver_container.kube.client import _retry_after
+from driver_container.kube.kubeconfig import parse_kubeconfig
 from driver_container.node.persistenced import HOST_PID_FILE, host_daemon_pid
 from driver_container.paths import HostPaths, Root
 from driver_container.runtime.lock import _read_pid

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from driver_container.errors import KubernetesError
-from driver_container.manager.kubeconfig import parse_kubeconfig, select_context
+from driver_container.kube.kubeconfig import parse_kubeconfig, select_context
 
 # As written by talosctl kubeconfig (sequences indented under their key) ...
 TALOSCTL = """\
@@ -155,7 +155,7 @@ def test_in_cluster_path_never_imports_yaml(tmp_path: Path) -> None:
     (sa / "namespace").write_text("gpu-operator")
     script = (
         "import sys\nfrom pathlib import Path\n"
-        "from driver_container.manager.kube import KubeClient, KubeConfig\n"
+        "from driver_container.kube.client import KubeClient, KubeConfig\n"
         "c = KubeClient.from_env({'KUBERNETES_SERVICE_HOST': '10.96.0.1', 'KUBERNETES_SERVICE_PORT': '443'}, "
         f"KubeConfig(service_account_dir=Path({str(sa)!r})))\n"
         "print(c.endpoint.server, 'yaml' in sys.modules)"
@@ -207,7 +207,7 @@ def test_token_files_that_are_fifos_or_devices_are_refused_not_read(tmp_path: Pa
     """A tokenFile (or kubeconfig) that is /dev/zero or a FIFO must neither exhaust memory nor hang."""
     import os
 
-    from driver_container.manager.secretfile import read_small_file
+    from driver_container.kube.secretfile import read_small_file
 
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from helpers.support import FIXTURES, fixture_paths
 
-from driver_container.cli.status_render import status_json
+from driver_container.lifecycle.status_render import status_json
 from driver_container.errors import VerdictFormatError
 from driver_container.findings import check
 from driver_container.inspect.hoststate import inspect_host
@@ -59,7 +59,7 @@ def test_a_mismatching_file_read_by_the_manager_stops_init(tmp_path: Path) -> No
     errors = {f.code for f in check(state) if f.severity == "error"}
     assert "MODULE_FILE_MISMATCH" in errors
     assert status_json(state, check(state))["module_files_source"].startswith("driver-manager verdict")
-    from driver_container.cli.status_render import render_text
+    from driver_container.lifecycle.status_render import render_text
 
     assert "module files: from driver-manager verdict" in render_text(state, check(state))  # `status` says where from
 

@@ -1,4 +1,4 @@
-"""node/rootmount.py and publish/rootdir.prepare_driver_root: which mount DRIVER_ROOT gets, with what argv,
+"""driverroot/mount.py and publish/rootdir.prepare_driver_root: which mount DRIVER_ROOT gets, with what argv,
 and what happens without the privilege to mount; driver-manager and status on the same mounts.
 
 Whether a mount is needed is statvfs's answer (issue 28): the tests that need one run on a real tmpfs
@@ -20,7 +20,7 @@ from driver_container.formats.kernel.mountinfo import Mount, parse_mountinfo
 from driver_container.inspect.hoststate import inspect_host
 from driver_container.manager.facts import NodeFacts, leftover_mounts
 from driver_container.manager.manager import clean_leftovers
-from driver_container.node.rootmount import MOUNT_SOURCE, RootFlags, decide, leftovers_at, mount_argv
+from driver_container.driverroot.mount import MOUNT_SOURCE, RootFlags, decide, leftovers_at, mount_argv
 from driver_container.paths import HostPaths
 from driver_container.publish.rootdir import create_driver_root, prepare_driver_root
 from driver_container.runtime.runner import Runner

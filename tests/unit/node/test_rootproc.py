@@ -1,4 +1,4 @@
-"""node/rootproc.py: when ``init`` mounts a procfs and a sysfs in the published root, with which argv, what it
+"""driverroot/procsys.py: when ``init`` mounts a procfs and a sysfs in the published root, with which argv, what it
 keeps or replaces on a restart, and what it does without the mount table, the privilege or a real mount
 point (a planted symlink). The mount table (OWN_PROCFS_ROOT/self/mountinfo) is a file here; the runner
 records each argv and answers as mount(8) would, without mounting anything (tests/integration/
@@ -15,7 +15,7 @@ import pytest
 
 from driver_container.formats.kernel.mountinfo import parse_mountinfo
 from driver_container.node.devices import chroot_nodes
-from driver_container.node.rootproc import PROC_SYS_FIX, ensure_proc_sys, read_root_mounts, why_not
+from driver_container.driverroot.procsys import PROC_SYS_FIX, ensure_proc_sys, read_root_mounts, why_not
 from driver_container.paths import HostPaths
 from driver_container.runtime.runner import CompletedCommand, Runner
 

@@ -1,4 +1,4 @@
-"""node/rootusable.py: the proof made before Ready and by ``status``, on real mounts (helpers/mounts.py),
+"""driverroot/proof.py: the proof made before Ready and by ``status``, on real mounts (helpers/mounts.py),
 because what it proves is what the kernel enforces: exec(2) and mmap(PROT_EXEC) on noexec, nodev."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from helpers.mounts import tmpfs
 from helpers.support import require
 
-from driver_container.node.rootusable import PROOF_ARGS, PROOF_BINARY, prove_root_usable
+from driver_container.driverroot.proof import PROOF_ARGS, PROOF_BINARY, prove_root_usable
 from driver_container.runtime.runner import Runner
 
 LIBDIR = "usr/lib/x86_64-linux-gnu"

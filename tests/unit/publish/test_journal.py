@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from driver_container.publish import journal
-from driver_container.publish.journal import ROLLBACK, STAGING, Step, Transaction, parse_journal, recover
+from driver_container.driverroot import journal
+from driver_container.driverroot.journal import ROLLBACK, STAGING, Step, Transaction, parse_journal, recover
 
 
 def _previous_root(root: Path) -> None:

@@ -10,7 +10,7 @@ from typing import get_args, get_type_hints
 import pytest
 
 from driver_container.formats.elfdeps import ElfDeps
-from driver_container.publish.manifest import (
+from driver_container.driverroot.manifest import (
     MANIFEST_PATH,
     Manifest,
     Record,

@@ -140,7 +140,7 @@ BUSYBOX = src("usr/bin/busybox", 0o755, elf(None))
 def test_a_static_shell_is_published_as_bin_sh_with_empty_dev_shm_proc_and_sys() -> None:
     # The DRA driver's MPS daemon chroots only through <root>/bin/sh, and its kubelet plugin mounts the
     # claim's shm at <root>/dev/shm only when that exists (formats/userspace_layout.py ROOT_SHELL, ROOT_SHM);
-    # init mounts a procfs and a sysfs at proc and sys (node/rootproc.py).
+    # init mounts a procfs and a sysfs at proc and sys (driverroot/procsys.py).
     entries = by_path(plan_publish(space(shell=BUSYBOX)).entries)
     assert entries["bin/sh"] == PlannedEntry(PurePosixPath("bin/sh"), "file", 0o755, source=BUSYBOX)
     for directory in ("dev/shm", "proc", "sys"):

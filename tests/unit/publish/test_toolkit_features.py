@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from driver_container.publish.toolkit_features import TOOLKIT_FEATURES, absent_features
+from driver_container.driverroot.toolkit_features import TOOLKIT_FEATURES, absent_features
 
 T = "x86_64-linux-gnu"
 DEBIAN_535 = ["usr/bin/nvidia-smi", f"usr/lib/{T}/libcuda.so.535.309.01"]

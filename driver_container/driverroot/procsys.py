@@ -28,7 +28,7 @@ runs in the initial one. Where it fails, ``init`` warns with the fix and goes on
 driver is optional.
 
 Only where the root has its shell (no chroot consumer otherwise) and DRIVER_ROOT is init's own tmpfs
-(node/rootmount.py), shared: mounted inside it they propagate to the node as it does (the operator's
+(driverroot/mount.py), shared: mounted inside it they propagate to the node as it does (the operator's
 Bidirectional /run/nvidia), stay when the container stops and go with it. A directory of another
 filesystem (an operator's exec-capable RUN_DIR, a test's temporary directory) never gets one: a host init
 does not own keeps no mount of ours. The mount points are the root's ``proc`` and ``sys`` directories
@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING
 from driver_container.errors import CommandError, HostReadError, PublishError
 from driver_container.formats.kernel.mountinfo import Mount, mount_containing, top_mount_at
 from driver_container.formats.userspace_layout import ROOT_PROC, ROOT_SHELL, ROOT_SYS
-from driver_container.node.rootmount import MOUNT_SOURCE, describe, is_ours, read_mounts
+from driver_container.driverroot.mount import MOUNT_SOURCE, describe, is_ours, read_mounts
 from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
 from driver_container.runtime.dirtree import Tree

@@ -6,16 +6,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from driver_container.formats.gpu_support import gpu_support
-from driver_container.node.rootmount import is_ours
+from driver_container.driverroot.mount import is_ours
 
 if TYPE_CHECKING:
     from driver_container.findings import Finding
     from driver_container.formats.kernel.mountinfo import Mount
     from driver_container.formats.kernel.pci import PciFunction
     from driver_container.inspect.hoststate import HostState, LoadedModule
-    from driver_container.node.rootproc import ProcSys
+    from driver_container.driverroot.procsys import ProcSys
     from driver_container.paths import HostPaths
-    from driver_container.publish.toolkit_features import ToolkitFeature
+    from driver_container.driverroot.toolkit_features import ToolkitFeature
     from driver_container.settings import Settings
 
 
@@ -28,8 +28,8 @@ def collect_status(
     from driver_container.findings import check
     from driver_container.findings.integrity import integrity_findings
     from driver_container.inspect.hoststate import inspect_host
-    from driver_container.publish.integrity import last_verification, verify_published
-    from driver_container.publish.toolkit_features import read_absent_features
+    from driver_container.driverroot.integrity import last_verification, verify_published
+    from driver_container.driverroot.toolkit_features import read_absent_features
     from driver_container.runtime.runner import Runner
 
     # The runner executes from the published root: DRIVER_ROOT_NOT_EXECUTABLE is init's own proof.
@@ -104,7 +104,7 @@ def _mount_keys(m: Mount) -> dict[str, Any]:
 
 
 def _proc_sys_json(found: ProcSys | None) -> dict[str, Any] | None:
-    """The root's shell and what is mounted at its proc and sys (node/rootproc.py); None: no mount table."""
+    """The root's shell and what is mounted at its proc and sys (driverroot/procsys.py); None: no mount table."""
     if found is None:
         return None
     mounts = {"proc": found.proc, "sys": found.sys}

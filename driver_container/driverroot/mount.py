@@ -23,7 +23,7 @@ rbind of /run/nvidia carries it) and keeps it.
 Who decides what (issue 28): whether a mount is needed comes from the kernel, ``statvfs`` of DRIVER_ROOT
 (the flags exec and mmap obey); this process's own mountinfo (OWN_PROCFS_ROOT, not the host view
 PROCFS_ROOT, which may have no ``self/``) only says whether ours is there and whether a new one would
-propagate. Whatever they said, ``node/rootusable.py`` then proves the published root usable before Ready.
+propagate. Whatever they said, ``driverroot/proof.py`` then proves the published root usable before Ready.
 """
 
 from __future__ import annotations

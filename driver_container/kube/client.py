@@ -24,7 +24,7 @@ from urllib.parse import quote
 
 from driver_container.errors import ApiAnswerError, KubernetesError
 from driver_container.formats.numbers import parse_uint
-from driver_container.manager.endpoint import (
+from driver_container.kube.endpoint import (
     Endpoint,
     KubeConfig,
     in_cluster_endpoint,
@@ -32,7 +32,7 @@ from driver_container.manager.endpoint import (
 )
 
 if TYPE_CHECKING:
-    from driver_container.manager.transport import Answer  # lazy, hot path: as in KubeClient.__init__
+    from driver_container.kube.transport import Answer  # lazy, hot path: as in KubeClient.__init__
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class KubeClient:
         # Lazy, hot path: init imports this module (node report); requests only when it reports.
         import requests
 
-        from driver_container.manager.transport import DeadlineAdapter
+        from driver_container.kube.transport import DeadlineAdapter
 
         _require_tls_for_credentials(endpoint)
         self.endpoint = endpoint
@@ -199,7 +199,7 @@ class KubeClient:
     def _request(
         self, method: str, path: str, *, params: Mapping[str, str] | None, body: object, content_type: str
     ) -> Answer:
-        from driver_container.manager.transport import exchange  # lazy, hot path: as in __init__
+        from driver_container.kube.transport import exchange  # lazy, hot path: as in __init__
 
         cfg = self.config
         delay = cfg.backoff

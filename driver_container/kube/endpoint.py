@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from driver_container.errors import KubernetesError
-from driver_container.manager.secretfile import read_small_file
+from driver_container.kube.secretfile import read_small_file
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def kubeconfig_endpoint(path_list: str, workdir: Path, context: str | None = Non
     """The endpoint of KUBECONFIG's context; the first existing file of a ``:``-list is used."""
     # Lazy, hot path: the in-cluster path (init's node report, every driver-manager pod) never parses a
     # kubeconfig, nor imports its reader.
-    from driver_container.manager.kubeconfig import load_kubeconfig_file, select_context
+    from driver_container.kube.kubeconfig import load_kubeconfig_file, select_context
 
     candidates = [Path(p) for p in path_list.split(os.pathsep) if p]
     source = next((p for p in candidates if p.is_file()), None)

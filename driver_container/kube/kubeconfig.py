@@ -22,7 +22,7 @@ import yaml
 
 from driver_container.errors import KubernetesError
 from driver_container.formats.numbers import MAX_DIGITS
-from driver_container.manager.secretfile import read_small_file
+from driver_container.kube.secretfile import read_small_file
 
 _FIX = "check the file with: kubectl config view --kubeconfig FILE"
 YamlValue = object

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 from driver_container.formats.numbers import driver_branch
 from driver_container.paths import HostPaths
-from driver_container.publish.manifest import read_manifest
+from driver_container.driverroot.manifest import read_manifest
 from driver_container.records import NamedRecord
 
 

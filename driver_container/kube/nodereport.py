@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import datetime
 
     from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
-    from driver_container.manager.kube import KubeClient
+    from driver_container.kube.client import KubeClient
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +100,8 @@ CALL_DEADLINE_S = 1.5  # per call, connect and the whole answer: SIGTERM is answ
 
 def _client(env: Mapping[str, str], stop: Callable[[], bool] | None = None) -> KubeClient:
     # Lazy, hot path: every init imports this module (the Node verdict); the client only in a cluster.
-    from driver_container.manager.endpoint import KubeConfig
-    from driver_container.manager.kube import KubeClient
+    from driver_container.kube.endpoint import KubeConfig
+    from driver_container.kube.client import KubeClient
 
     # One short try per call: a slow or absent API must not hold up a node that is otherwise ready, nor a
     # SIGTERM (the waiting init kills its reporting child; --no-wait and a refusal pass ``stop``).
@@ -109,7 +109,7 @@ def _client(env: Mapping[str, str], stop: Callable[[], bool] | None = None) -> K
 
 
 def _namespace(env: Mapping[str, str]) -> str:
-    from driver_container.manager.endpoint import KubeConfig, namespace_of_service_account  # lazy, hot path: as above
+    from driver_container.kube.endpoint import KubeConfig, namespace_of_service_account  # lazy, hot path: as above
 
     return env.get("OPERATOR_NAMESPACE", "").strip() or namespace_of_service_account(KubeConfig()) or "default"
 

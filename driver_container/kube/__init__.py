@@ -1,0 +1,1 @@
+"""The Kubernetes API client: endpoint, credentials, one bounded request, and the Node report."""
