@@ -29,8 +29,8 @@ def status(
     """
     # Lazy, hot path: every command imports this module at registration; `modinfo` (bench/modinfo.py)
     # must not pay for inspect/publish.
-    from driver_container.lifecycle.status_render import collect_status, render_text, status_json
     from driver_container.findings import has_errors
+    from driver_container.lifecycle.status_render import collect_status, render_text, status_json
 
     state, findings, absent = collect_status(host_paths(ctx), Settings.from_env(), verify=verify)
     if as_json:

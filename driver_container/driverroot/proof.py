@@ -21,8 +21,8 @@ import os
 import stat
 from pathlib import Path, PurePosixPath
 
-from driver_container.errors import CommandError, HostReadError
 from driver_container.driverroot.mount import RootFlags, read_root_flags
+from driver_container.errors import CommandError, HostReadError
 from driver_container.paths import Root
 from driver_container.records import NamedRecord
 from driver_container.runtime.runner import Runner

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from driver_container.driverroot.manifest import read_manifest
 from driver_container.formats.numbers import driver_branch
 from driver_container.paths import HostPaths
-from driver_container.driverroot.manifest import read_manifest
 from driver_container.records import NamedRecord
 
 

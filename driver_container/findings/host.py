@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from driver_container.driverroot.manifest import MANIFEST_PATH
+from driver_container.driverroot.mount import UNUSABLE_ROOT_FIX
+from driver_container.driverroot.procsys import PROC_SYS_FIX
 from driver_container.findings.firmware import firmware
 from driver_container.findings.model import (
     Finding,
     talos_module_snippet,
     values_equal,
 )
-from driver_container.driverroot.mount import UNUSABLE_ROOT_FIX
-from driver_container.driverroot.procsys import PROC_SYS_FIX
-from driver_container.driverroot.manifest import MANIFEST_PATH
 
 if TYPE_CHECKING:
     from driver_container.inspect.hoststate import HostState

@@ -12,6 +12,9 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from driver_container.driverroot.mount import RootFlags, read_root_flags
+from driver_container.driverroot.procsys import ProcSys, read_root_mounts
+from driver_container.driverroot.publish_status import read_publish_status
 from driver_container.errors import HostReadError, Problem, noted
 from driver_container.formats.kernel.modules import (
     ProcModule,
@@ -35,17 +38,14 @@ from driver_container.inspect.modfiles import read_module_files
 from driver_container.inspect.pcigpus import read_pci_gpus
 from driver_container.inspect.platform import PlatformInfo, detect_platform
 from driver_container.inspect.userspace import UserspaceVersion, find_userspace
-from driver_container.driverroot.mount import RootFlags, read_root_flags
-from driver_container.driverroot.procsys import ProcSys, read_root_mounts
 from driver_container.paths import HostPaths, Root
-from driver_container.driverroot.publish_status import read_publish_status
 from driver_container.records import NamedRecord
 from driver_container.settings import Settings
 
 if TYPE_CHECKING:
+    from driver_container.driverroot.proof import RootProof
     from driver_container.inspect.modfiles import ModuleFile
     from driver_container.node.fabric import FabricInfo
-    from driver_container.driverroot.proof import RootProof
     from driver_container.runtime.runner import Runner
 
 log = logging.getLogger(__name__)

@@ -100,8 +100,8 @@ CALL_DEADLINE_S = 1.5  # per call, connect and the whole answer: SIGTERM is answ
 
 def _client(env: Mapping[str, str], stop: Callable[[], bool] | None = None) -> KubeClient:
     # Lazy, hot path: every init imports this module (the Node verdict); the client only in a cluster.
-    from driver_container.kube.endpoint import KubeConfig
     from driver_container.kube.client import KubeClient
+    from driver_container.kube.endpoint import KubeConfig
 
     # One short try per call: a slow or absent API must not hold up a node that is otherwise ready, nor a
     # SIGTERM (the waiting init kills its reporting child; --no-wait and a refusal pass ``stop``).

@@ -9,8 +9,8 @@ from driver_container.errors import (
     DriverContainerError,
     ModuleWaitTimeout,
 )
-from driver_container.lifecycle.modwait import missing_modules, wait_for_modules
 from driver_container.lifecycle.hostcheck import detect, verify
+from driver_container.lifecycle.modwait import missing_modules, wait_for_modules
 from driver_container.modprobe import generic, unload
 from driver_container.paths import HostPaths
 from driver_container.runtime import statusfiles

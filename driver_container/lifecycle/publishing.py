@@ -20,11 +20,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from driver_container.driverroot.mount import UNUSABLE_ROOT_FIX
+from driver_container.driverroot.proof import PROOF_BINARY, prove_root_usable
 from driver_container.errors import DriverContainerError, PublishError
 from driver_container.findings import check
 from driver_container.lifecycle.hostcheck import loaded_version, verify
-from driver_container.driverroot.mount import UNUSABLE_ROOT_FIX
-from driver_container.driverroot.proof import PROOF_BINARY, prove_root_usable
 from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
 from driver_container.runtime.runner import Runner

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from driver_container.formats.gpu_support import gpu_support
 from driver_container.driverroot.mount import is_ours
+from driver_container.formats.gpu_support import gpu_support
 
 if TYPE_CHECKING:
+    from driver_container.driverroot.procsys import ProcSys
+    from driver_container.driverroot.toolkit_features import ToolkitFeature
     from driver_container.findings import Finding
     from driver_container.formats.kernel.mountinfo import Mount
     from driver_container.formats.kernel.pci import PciFunction
     from driver_container.inspect.hoststate import HostState, LoadedModule
-    from driver_container.driverroot.procsys import ProcSys
     from driver_container.paths import HostPaths
-    from driver_container.driverroot.toolkit_features import ToolkitFeature
     from driver_container.settings import Settings
 
 
@@ -25,11 +25,11 @@ def collect_status(
     """What ``status`` shows (and ``bug-report`` archives as status.json): the host, its findings, and what
     the root lacks. ``verify``: hash DRIVER_ROOT now; else the outcome of init's check after Ready."""
     # Lazy, hot path: only `status` and `bug-report` import inspect/publish (this module is typer-free).
+    from driver_container.driverroot.integrity import last_verification, verify_published
+    from driver_container.driverroot.toolkit_features import read_absent_features
     from driver_container.findings import check
     from driver_container.findings.integrity import integrity_findings
     from driver_container.inspect.hoststate import inspect_host
-    from driver_container.driverroot.integrity import last_verification, verify_published
-    from driver_container.driverroot.toolkit_features import read_absent_features
     from driver_container.runtime.runner import Runner
 
     # The runner executes from the published root: DRIVER_ROOT_NOT_EXECUTABLE is init's own proof.

@@ -27,6 +27,7 @@ import os
 import stat
 from pathlib import Path, PurePosixPath
 
+from driver_container.driverroot.procsys import has_shell
 from driver_container.errors import HostReadError, PublishError
 from driver_container.formats.kernel.devices import (
     MigMinor,
@@ -36,7 +37,6 @@ from driver_container.formats.kernel.devices import (
     parse_proc_devices,
 )
 from driver_container.formats.kernel.nvidia_proc import read_gpus
-from driver_container.driverroot.procsys import has_shell
 from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
 from driver_container.runtime.fsutil import check_relative, lstat_at, open_dir

@@ -12,6 +12,7 @@ import logging
 import os
 from pathlib import Path
 
+from driver_container.driverroot.journal import STAGING
 from driver_container.errors import HostReadError, Problem, PublishError
 from driver_container.formats.ldcache import (
     FLAGS_BY_MACHINE,
@@ -21,7 +22,6 @@ from driver_container.formats.ldcache import (
 )
 from driver_container.formats.ldcache import LD_SO_CACHE as CACHE
 from driver_container.paths import Root
-from driver_container.driverroot.journal import STAGING
 from driver_container.publish.model import PlannedEntry, PublishPlan
 from driver_container.runtime.fsutil import ensure_dir
 from driver_container.runtime.runner import Runner

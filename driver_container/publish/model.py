@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from driver_container.formats.elffacts import ElfDeps
 from driver_container.driverroot.manifest import RecordType
+from driver_container.formats.elffacts import ElfDeps
 from driver_container.records import NamedRecord
 
 

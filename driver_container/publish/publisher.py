@@ -17,20 +17,20 @@ import stat
 import time
 from pathlib import Path, PurePosixPath
 
+from driver_container.driverroot.index import LazyIndex
+from driver_container.driverroot.journal import STAGING, Step, Transaction, recover
+from driver_container.driverroot.manifest import MANIFEST_PATH, Manifest, format_manifest, read_manifest
 from driver_container.errors import DriverContainerError, PublishError
 from driver_container.formats.ldcache import LD_SO_CACHE as CACHE
 from driver_container.paths import HostPaths
 from driver_container.publish.apply import Prepared, commit_steps, prepare
+from driver_container.publish.cache_check import build_cache, cache_problems, closure_problems
 from driver_container.publish.copier import TMP_SUFFIX, Copier, reset_staging, sweep_temporaries
-from driver_container.driverroot.index import LazyIndex
-from driver_container.driverroot.journal import STAGING, Step, Transaction, recover
-from driver_container.driverroot.manifest import MANIFEST_PATH, Manifest, format_manifest, read_manifest
 from driver_container.publish.model import PublishPlan, PublishReport
 from driver_container.publish.plan import plan_publish
 from driver_container.publish.rootdir import create_driver_root, prepare_driver_root
 from driver_container.publish.scan import describe_userspace, early_sources
 from driver_container.publish.unchanged import keep_unchanged_root, publish_inputs
-from driver_container.publish.cache_check import build_cache, cache_problems, closure_problems
 from driver_container.runtime import statusfiles
 from driver_container.runtime.dirtree import Tree
 from driver_container.runtime.runner import Runner

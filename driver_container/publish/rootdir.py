@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from driver_container.driverroot.mount import MOUNTINFO, describe, ensure_exec_mount, leftovers_at, read_mounts
 from driver_container.errors import CommandError, HostReadError, PublishError
 from driver_container.formats.kernel.mountinfo import Mount
-from driver_container.driverroot.mount import MOUNTINFO, describe, ensure_exec_mount, leftovers_at, read_mounts
 from driver_container.paths import HostPaths
 from driver_container.runtime.runner import Runner
 

@@ -18,6 +18,8 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
+from driver_container.driverroot.index import UserspaceIndex
+from driver_container.driverroot.manifest import SourceKey
 from driver_container.errors import HostReadError, LdCacheFormatError, UserspaceError
 from driver_container.formats.elffacts import ElfDeps
 from driver_container.formats.ldcache import FLAGS_BY_MACHINE, LD_SO_CACHE_LIMIT, CacheEntry, parse_ld_cache
@@ -25,8 +27,6 @@ from driver_container.formats.ldcache import LD_SO_CACHE as CACHE_PATH
 from driver_container.formats.userspace_layout import IMAGE_FIRMWARE_DIRS, LIBRARY_DIRS, TRIPLETS, driver_versions
 from driver_container.paths import MAX_SYMLINKS, Root
 from driver_container.publish.closure import MAX_CANDIDATE_DEPTH, resolve_closure
-from driver_container.driverroot.index import UserspaceIndex
-from driver_container.driverroot.manifest import SourceKey
 from driver_container.publish.model import PublishSources, SourceFile
 from driver_container.publish.roles import binary_is_required, library_is_required
 from driver_container.publish.sources import ElfFacts, source_file

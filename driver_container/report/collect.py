@@ -14,8 +14,8 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from driver_container.paths import HostPaths
 from driver_container.driverroot.integrity import report_json, verify_published
+from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
 from driver_container.report import bugscript, hostfacts
 from driver_container.report.archive import build_archive

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
+from driver_container.driverroot.manifest import MANIFEST_PATH
 from driver_container.inspect.verdict import VERDICT_FILE
 from driver_container.paths import HostPaths, Root
-from driver_container.driverroot.manifest import MANIFEST_PATH
 from driver_container.report.model import Member
 from driver_container.report.reading import SMALL_CAP, entries, file_member, read_capped, source_of, walk
 from driver_container.runtime.logfile import LOG_CAP, LOG_FILE, ROTATED_LOG_FILE

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from driver_container.driverroot.manifest import parse_manifest
 from driver_container.findings import values_equal
 from driver_container.formats.elfarch import elf_machine
 from driver_container.formats.elfdeps import read_elf_deps
@@ -30,7 +31,6 @@ from driver_container.formats.modconf import driver_major, parse_module_conf
 from driver_container.inspect.platform import parse_os_release
 from driver_container.kube.client import _retry_after
 from driver_container.kube.kubeconfig import parse_kubeconfig
-from driver_container.driverroot.manifest import parse_manifest
 from driver_container.settings import parse_seconds
 from helpers.support import FIXTURES
 

@@ -28,8 +28,8 @@ from helpers.tls import self_signed
 from helpers.waits import wait_until
 
 from driver_container.errors import KubernetesError
-from driver_container.kube.endpoint import Endpoint, KubeConfig
 from driver_container.kube.client import KubeClient
+from driver_container.kube.endpoint import Endpoint, KubeConfig
 from driver_container.kube.nodereport import READY, NodeVerdict, report
 
 TOKEN = "hostile-api-token-value"

@@ -25,10 +25,10 @@ import pytest
 from helpers.support import require
 
 from driver_container.beneath import open_beneath
+from driver_container.driverroot.procsys import ensure_proc_sys
 from driver_container.errors import HostReadError, PublishError
 from driver_container.node.devices import DeviceNode, create_device_nodes
 from driver_container.node.firmware import FirmwarePathResult, set_firmware_search_path
-from driver_container.driverroot.procsys import ensure_proc_sys
 from driver_container.paths import HostPaths, Root
 from driver_container.runtime.runner import CompletedCommand, Runner
 

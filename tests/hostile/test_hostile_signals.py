@@ -28,8 +28,8 @@ from helpers.fakes import add_fabric_to_image, fabric_env
 from helpers.hostenv import make_host
 from helpers.support import REPO, require
 
-from driver_container.errors import CommandStopped
 from driver_container.driverroot.integrity import VerifyBudget, verify_published
+from driver_container.errors import CommandStopped
 from driver_container.runtime.runner import Runner
 from driver_container.runtime.supervise import BackgroundChild, Shutdown
 from driver_container.runtime.timedchild import TIMED_OUT, run_until

@@ -27,9 +27,9 @@ from helpers.tls import self_signed
 
 from driver_container.errors import HostDriverPresentError, KubernetesError
 from driver_container.inspect.hoststate import inspect_host
+from driver_container.kube.client import KubeClient
 from driver_container.kube.endpoint import Endpoint, KubeConfig
 from driver_container.manager.facts import NodeFacts
-from driver_container.kube.client import KubeClient
 from driver_container.manager.labels import PAUSED
 from driver_container.manager.manager import ManagerOptions, run_uninstall
 from driver_container.paths import HostPaths

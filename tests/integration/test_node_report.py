@@ -18,10 +18,10 @@ from helpers.tls import self_signed
 from test_manager_api import NODE, NS, TOKEN, ApiState, Server, endpoint, start_tls
 
 from driver_container.inspect.hoststate import inspect_host
-from driver_container.lifecycle.publishing import Published, report_ready
-from driver_container.kube.endpoint import KubeConfig
 from driver_container.kube.client import KubeClient
+from driver_container.kube.endpoint import KubeConfig
 from driver_container.kube.nodereport import PREFIX, READY, REFUSED, NodeVerdict, event, report
+from driver_container.lifecycle.publishing import Published, report_ready
 from driver_container.settings import Settings
 
 ENV = {"NODE_NAME": NODE, "KUBERNETES_SERVICE_HOST": "set-so-in-cluster"}

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from helpers.support import require
 
+from driver_container.driverroot.integrity import verify_published
 from driver_container.paths import HostPaths
 from driver_container.publish.index_build import build_index
-from driver_container.driverroot.integrity import verify_published
 from driver_container.publish.publisher import publish_driver_root
 from driver_container.publish.unchanged import unchanged_manifest
 from driver_container.runtime.runner import Runner

@@ -47,9 +47,9 @@ from driver_container.formats.kmod.der import element
 from driver_container.formats.ldcache import parse_ld_cache
 from driver_container.formats.modconf import driver_major, parse_module_conf
 from driver_container.inspect.verdict import parse_verdict
+from driver_container.kube.kubeconfig import parse_kubeconfig
 from driver_container.lifecycle.init import _check_alive
 from driver_container.logs import JsonFormatter
-from driver_container.kube.kubeconfig import parse_kubeconfig
 from driver_container.node.fabric import FabricInfo
 from driver_container.node.fabricmanager import Daemon, FabricDaemons, write_config
 from driver_container.paths import HostPaths, Root

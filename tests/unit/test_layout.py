@@ -201,14 +201,14 @@ def test_other_fixed_choices_are_literal_types() -> None:
     the module flavour, where the userspace version was found and the Node verdict: one Literal each."""
     from typing import Literal, get_args, get_type_hints
 
+    from driver_container.driverroot.journal import JournalAction, Step
+    from driver_container.driverroot.manifest import Record, RecordType
+    from driver_container.driverroot.mount import RootMountAction, RootMountDecision
     from driver_container.formats.kernel.nvidia_proc import ModuleFlavour, NvidiaProcVersion
     from driver_container.inspect.modfiles import ModuleFile
     from driver_container.inspect.userspace import UserspaceVersion, VersionSource
     from driver_container.kube.nodereport import NodeVerdict, VerdictResult
     from driver_container.node.fabric import FabricInfo, FabricKind
-    from driver_container.driverroot.mount import RootMountAction, RootMountDecision
-    from driver_container.driverroot.journal import JournalAction, Step
-    from driver_container.driverroot.manifest import Record, RecordType
     from driver_container.publish.model import EntryKind, PlannedEntry
     from driver_container.settings import ModuleTypeChoice
 

@@ -12,13 +12,13 @@ import pytest
 from helpers.mounts import tmpfs
 from helpers.support import FIXTURES, fixture_paths
 
-from driver_container.lifecycle.status_render import render_text, status_json
+from driver_container.driverroot.manifest import Manifest, format_manifest
+from driver_container.driverroot.proof import PROOF_BINARY
 from driver_container.findings import check
 from driver_container.inspect.hoststate import HostState, inspect_host
 from driver_container.lifecycle.hostcheck import verify
-from driver_container.driverroot.proof import PROOF_BINARY
+from driver_container.lifecycle.status_render import render_text, status_json
 from driver_container.paths import HostPaths
-from driver_container.driverroot.manifest import Manifest, format_manifest
 from driver_container.runtime.runner import Runner
 from driver_container.settings import Settings
 

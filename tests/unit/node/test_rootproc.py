@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from driver_container.driverroot.procsys import PROC_SYS_FIX, ensure_proc_sys, read_root_mounts, why_not
 from driver_container.formats.kernel.mountinfo import parse_mountinfo
 from driver_container.node.devices import chroot_nodes
-from driver_container.driverroot.procsys import PROC_SYS_FIX, ensure_proc_sys, read_root_mounts, why_not
 from driver_container.paths import HostPaths
 from driver_container.runtime.runner import CompletedCommand, Runner
 

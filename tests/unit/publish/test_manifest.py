@@ -9,7 +9,6 @@ from typing import get_args, get_type_hints
 
 import pytest
 
-from driver_container.formats.elfdeps import ElfDeps
 from driver_container.driverroot.manifest import (
     MANIFEST_PATH,
     Manifest,
@@ -19,6 +18,7 @@ from driver_container.driverroot.manifest import (
     parse_manifest,
     read_manifest,
 )
+from driver_container.formats.elfdeps import ElfDeps
 from driver_container.publish.model import EntryKind, PlannedEntry
 
 CUDA_ELF = ElfDeps("EM_X86_64", 64, "ET_DYN", None, "libcuda.so.1", ("libnvidia-glcore.so.535.309.01",))

@@ -8,10 +8,10 @@ from test_plan import T, V, space
 
 from driver_container.errors import Problem
 from driver_container.formats.elfdeps import ElfDeps
+from driver_container.publish.cache_check import closure_problems
 from driver_container.publish.model import SourceFile
 from driver_container.publish.plan import plan_publish
 from driver_container.publish.roles import binary_is_required, is_extra_library, library_is_required, link_name
-from driver_container.publish.cache_check import closure_problems
 
 U = Path("/userspace")
 
