@@ -31,7 +31,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from driver_container.formats.kmod import format_modinfo, read_module  # noqa: E402
+from driver_container.formats.kmod import format_modinfo  # noqa: E402
+from driver_container.readers.kmod import read_module  # noqa: E402
 
 FIXTURE = REPO / "tests" / "fixtures" / "modules" / "nvidia.ko"
 MAGIC = b"~Module signature appended~\n"

@@ -1,6 +1,6 @@
 """Open a path below a root descriptor with no symlink at any component: the one helper for it.
 
-Resolving a path (``paths.Root.resolve``, chroot-like) and then opening the result by its full path leaves
+Resolving a path (``resolver.Root.resolve``, chroot-like) and then opening the result by its full path leaves
 a window: a directory component swapped for a symlink in between is followed by open(2), out of the root.
 ``open_beneath`` closes it: every component is looked up below a descriptor of the root and a symlink
 anywhere is refused with ELOOP, never followed. The resolved paths handed here are symlink-free by

@@ -41,7 +41,8 @@ def bug_report(
     """Write one .tar.gz: status --json, the manifest and a fresh check of DRIVER_ROOT, init's log, module
     facts, the kernel's NVIDIA messages, nvidia-bug-report.sh's log; never tokens or kubeconfigs."""
     # Lazy, hot path: every command imports this module at registration; only bug-report pays for report/.
-    from driver_container.lifecycle.status_render import collect_status, status_json
+    from driver_container.lifecycle.status import collect_status
+    from driver_container.lifecycle.status_render import status_json
     from driver_container.report.archive import write_archive
     from driver_container.report.collect import ReportOptions, collect_report
 

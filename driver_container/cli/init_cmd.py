@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 
 from driver_container.cli.app import app, host_paths
-from driver_container.errors import DriverContainerError
 from driver_container.runtime.runner import Runner
 from driver_container.settings import Settings
 
@@ -37,7 +36,7 @@ def init(
     """Verify the loaded driver, publish DRIVER_ROOT, start nvidia-persistenced, wait for a signal."""
     # Lazy, hot path: every command imports this module at registration; `status` and `modinfo`
     # (bench/modinfo.py) must not pay for lifecycle/publish.
-    from driver_container.lifecycle.init import InitOptions, run_init
+    from driver_container.lifecycle.init import InitOptions, run_init_reporting_refusal
     from driver_container.runtime.logfile import keep_log
 
     paths = host_paths(ctx)
@@ -52,15 +51,7 @@ def init(
     settings = Settings.from_env()
     for line in settings.unused_lines():
         log.warning("%s", line)
-    try:
-        run_init(paths, settings, Runner(), options)
-    except DriverContainerError as exc:
-        # Lazy, hot path: only a refusal reports from here (the Ready report is the publishing child's).
-        from driver_container.kube.nodereport import REFUSED, NodeVerdict, report
-
-        # The Node shows why and what to set (a setting's finding names it and its value); never masks ``exc``.
-        report(NodeVerdict(REFUSED, reason=f"{exc.message}; fix: {exc.fix}" if exc.fix else exc.message))
-        raise
+    run_init_reporting_refusal(paths, settings, Runner(), options)
 
 
 @app.command("load")

@@ -43,10 +43,10 @@ def _running_kernel(ctx: typer.Context) -> str:
 def _resolve(ctx: typer.Context, arg: str, kver: str | None, basedir: Path | None) -> str | Path:
     # Lazy, hot path: kmod pulls in pyelftools/zstandard; `status` without module files imports neither
     # (tests/integration/test_status.py).
-    from driver_container.formats.kmod import find_module
+    from driver_container.readers.kmod import find_module
 
     if _is_path(arg):
-        return arg  # the text as given: kmod prints it unnormalised (kmod/reader.py absolute_name)
+        return arg  # the text as given: kmod prints it unnormalised (readers/kmod.py absolute_name)
     return find_module(arg, kver or _running_kernel(ctx), basedir or host_paths(ctx).host_root)
 
 
@@ -74,7 +74,8 @@ def modinfo(
 ) -> None:
     """Show module information exactly like kmod's modinfo (text) or as JSON."""
     # Lazy, hot path: as in ``_resolve``.
-    from driver_container.formats.kmod import format_modinfo, read_module, to_json
+    from driver_container.formats.kmod import format_modinfo, to_json
+    from driver_container.readers.kmod import read_module
 
     failed = False
     records: list[object] = []

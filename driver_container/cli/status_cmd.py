@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
@@ -29,12 +28,8 @@ def status(
     """
     # Lazy, hot path: every command imports this module at registration; `modinfo` (bench/modinfo.py)
     # must not pay for inspect/publish.
-    from driver_container.findings import has_errors
-    from driver_container.lifecycle.status_render import collect_status, render_text, status_json
+    from driver_container.lifecycle.status import status_report
 
-    state, findings, absent = collect_status(host_paths(ctx), Settings.from_env(), verify=verify)
-    if as_json:
-        typer.echo(json.dumps(status_json(state, findings, absent), indent=2, sort_keys=False))
-    else:
-        typer.echo(render_text(state, findings, absent))
-    raise typer.Exit(1 if has_errors(findings) else 0)
+    text, failed = status_report(host_paths(ctx), Settings.from_env(), verify=verify, as_json=as_json)
+    typer.echo(text)
+    raise typer.Exit(1 if failed else 0)

@@ -29,8 +29,8 @@ from driver_container.errors import HostFileNotFound, HostReadError, PublishErro
 from driver_container.formats.boundedjson import decode_json
 from driver_container.formats.elffacts import ElfDeps
 from driver_container.formats.userspace_layout import DIGEST_INDEX
-from driver_container.paths import Root
 from driver_container.records import NamedRecord
+from driver_container.resolver import Root
 from driver_container.runtime.fsutil import check_relative
 
 log = logging.getLogger(__name__)

@@ -48,7 +48,7 @@ MOUNT_OPTIONS = "mode=0755,nosuid"  # no setuid file is ever published; exec and
 BLOCKING_OPTIONS = ("noexec", "nodev")  # noexec: no exec/mmap(PROT_EXEC); nodev: /dev/nvidia* unusable
 MOUNTINFO = "self/mountinfo"
 MOUNTINFO_LIMIT = 16 << 20
-# The remedy wherever a published root cannot be executed from (init before Ready, status: rootusable.py).
+# The remedy wherever a published root cannot be executed from (init before Ready, status: driverroot/proof.py).
 UNUSABLE_ROOT_FIX = (
     "restart the driver container privileged (CAP_SYS_ADMIN; gpu-operator's driver DaemonSet is) with RUN_DIR "
     f"mounted shared (mountPropagation: Bidirectional): `init` then mounts a tmpfs {MOUNT_SOURCE} at "

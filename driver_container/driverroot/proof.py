@@ -23,8 +23,8 @@ from pathlib import Path, PurePosixPath
 
 from driver_container.driverroot.mount import RootFlags, read_root_flags
 from driver_container.errors import CommandError, HostReadError
-from driver_container.paths import Root
 from driver_container.records import NamedRecord
+from driver_container.resolver import Root
 from driver_container.runtime.runner import Runner
 
 PROOF_BINARY = PurePosixPath("sbin/ldconfig.real")  # plan.py publishes a static ldconfig here, always
@@ -87,7 +87,7 @@ def _map_failure(root: Root) -> str:
         inner = find_proof_library(root)
         if inner is None:
             return f"none of {', '.join(PROOF_LIBRARIES)} is in {LIBRARY_PARENT}/*/ of the published root"
-        # Opened from the root with no link at any component (paths.Root.open_resolved, beneath.py).
+        # Opened from the root with no link at any component (resolver.Root.open_resolved, beneath.py).
         fd, real = root.open_resolved(inner, os.O_RDONLY | os.O_NONBLOCK)
     except HostReadError as exc:
         return exc.message

@@ -17,7 +17,7 @@ from driver_container.findings.model import (
 
 if TYPE_CHECKING:
     from driver_container.inspect.hoststate import HostState
-    from driver_container.node.fabric import FabricKind
+    from driver_container.readers.fabric import FabricKind
 
 
 def _param_fix(state: HostState, module: str) -> str:

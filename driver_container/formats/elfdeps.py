@@ -8,18 +8,14 @@ loader itself only uses segments, and stripped or packed objects may have no sec
 from __future__ import annotations
 
 import functools
-import io
-import os
-import stat
 import struct
-from pathlib import Path
 from typing import Any, BinaryIO
 
 from driver_container.errors import ElfFormatError
 from driver_container.formats.elffacts import ElfDeps
 from driver_container.records import NamedRecord
 
-__all__ = ["ELF_MAGIC", "ElfDeps", "ElfFormatError", "read_elf_deps"]
+__all__ = ["ELF_MAGIC", "ElfDeps", "ElfFormatError", "parse_elf_deps"]
 
 ELF_MAGIC = b"\x7fELF"
 
@@ -187,7 +183,8 @@ def _interpreter(stream: BinaryIO, interp: _Segment, source: str) -> str:
     return _read(stream, interp.offset, min(interp.filesz, 4096), source).split(b"\0")[0].decode("utf-8", "replace")
 
 
-def _parse(stream: BinaryIO, source: str) -> ElfDeps:
+def parse_elf_deps(stream: BinaryIO, source: str) -> ElfDeps:
+    """The loader's view of the ELF file in ``stream`` (seekable); ``source`` names it in errors."""
     from elftools.common.exceptions import ELFError  # lazy, hot path: `status` imports publish, never pyelftools
 
     if stream.read(4) != ELF_MAGIC:
@@ -218,27 +215,6 @@ def _parse(stream: BinaryIO, source: str) -> ElfDeps:
             path=source,
             fix="reinstall the package that owns it",
         ) from exc
-
-
-def read_elf_deps(source: bytes | Path, *, name: str | None = None) -> ElfDeps:
-    """Parse ``source`` (bytes, or a path opened without following a final symlink)."""
-    if isinstance(source, bytes):
-        return _parse(io.BytesIO(source), name or "<bytes>")
-    try:
-        # O_NONBLOCK: a FIFO opens at once (and is refused below) instead of waiting for a writer.
-        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except OSError as exc:
-        fix = f"check the permissions of {source}"
-        raise ElfFormatError(f"{source}: cannot open: {exc.strerror}", path=source, fix=fix) from exc
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise ElfFormatError(
-            f"{name or source}: not a regular file",
-            path=name or source,
-            fix="replace it with the real file",
-        )
-    with os.fdopen(fd, "rb") as stream:
-        return _parse(stream, name or str(source))
 
 
 def is_elf(head: bytes) -> bool:

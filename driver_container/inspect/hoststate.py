@@ -25,28 +25,28 @@ from driver_container.formats.kernel.nvidia_proc import (
     GpuInfo,
     GpuList,
     NvidiaProcVersion,
-    nvswitch_proc_present,
     parse_nvidia_params,
     parse_nvidia_version,
-    read_gpus,
 )
 from driver_container.formats.kernel.pci import PciFunction
-from driver_container.formats.kernel.sysfs import SysfsModule, read_sysfs_module
+from driver_container.formats.kernel.sysfs import SysfsModule
 from driver_container.formats.modconf import conf_module_name, parse_module_conf
 from driver_container.inspect.firmware import locate_firmware
 from driver_container.inspect.modfiles import read_module_files
 from driver_container.inspect.pcigpus import read_pci_gpus
 from driver_container.inspect.platform import PlatformInfo, detect_platform
 from driver_container.inspect.userspace import UserspaceVersion, find_userspace
-from driver_container.paths import HostPaths, Root
+from driver_container.paths import HostPaths
+from driver_container.readers.nvidia_proc import nvswitch_proc_present, read_gpus
+from driver_container.readers.sysfs import read_sysfs_module
 from driver_container.records import NamedRecord
+from driver_container.resolver import Root
 from driver_container.settings import Settings
 
 if TYPE_CHECKING:
     from driver_container.driverroot.proof import RootProof
     from driver_container.inspect.modfiles import ModuleFile
-    from driver_container.node.fabric import FabricInfo
-    from driver_container.runtime.runner import Runner
+    from driver_container.readers.fabric import FabricInfo
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ class HostState(NamedRecord):
     module_files_source: str = "host"  # host | driver-manager verdict <file> | none (verdict.py)
     driver_root_mount: Mount | None = None  # the mount holding DRIVER_ROOT in our own mountinfo (None: unknown)
     proc_sys: ProcSys | None = None  # the root's shell, and the mounts at its proc and sys (None: unknown)
-    driver_root_flags: RootFlags | None = None  # statvfs at DRIVER_ROOT; the proof: status only (rootusable.py)
+    driver_root_flags: RootFlags | None = None  # statvfs at DRIVER_ROOT; the proof: status only (driverroot/proof.py)
     driver_root_proof: RootProof | None = None
     published_version: str | None = None  # from the manifest
     publish_failure: tuple[str, str] | None = None  # (version, error) of the last publish, when it failed
@@ -194,16 +194,16 @@ def read_requested_params(paths: HostPaths) -> RequestedParams:
 def _fabric(paths: HostPaths) -> FabricInfo | None:
     if not nvswitch_proc_present(paths.proc):  # one stat on ordinary nodes
         return None
-    from driver_container.node.fabric import inspect_fabric  # lazy, hot path: NVSwitch/NVLink5 nodes only
+    from driver_container.readers.fabric import inspect_fabric  # lazy, hot path: NVSwitch/NVLink5 nodes only
 
     return inspect_fabric(paths)
 
 
 def inspect_host(paths: HostPaths, settings: Settings, platform: PlatformInfo | None = None,
-                 loaded: LoadedModules | None = None, prove_with: Runner | None = None) -> HostState:  # fmt: skip
+                 loaded: LoadedModules | None = None) -> HostState:  # fmt: skip
     """Read the whole host picture (no checks: callers run ``findings.check`` on it), module files included.
     ``platform``, ``loaded``: the caller's detection and module read, where it made them (once per process).
-    ``prove_with``: ``status``'s runner, to prove a published root usable (``init`` does after publishing)."""
+    The proof that the published root is usable runs nothing here: ``status`` adds it (lifecycle/status.py)."""
     platform = platform or detect_platform(paths, settings.driver_platform)
     loaded = loaded or read_loaded_modules(paths)
     problems: list[Problem] = [*platform.problems, *loaded.problems]
@@ -227,7 +227,6 @@ def inspect_host(paths: HostPaths, settings: Settings, platform: PlatformInfo | 
     publish = read_publish_status(paths)
     mounts = noted(problems, lambda: read_root_mounts(paths), None)  # our own mountinfo, read once
     flags = noted(problems, lambda: read_root_flags(paths.driver_root), None)
-    proof = _prove(paths, prove_with) if prove_with is not None and publish.version is not None else None
     firmware = locate_firmware(paths, firmware_names, kver)
     problems.extend(firmware.problems)
     return HostState(
@@ -256,11 +255,4 @@ def inspect_host(paths: HostPaths, settings: Settings, platform: PlatformInfo | 
         driver_root_mount=mounts.holder if mounts else None,
         proc_sys=mounts.proc_sys if mounts else None,
         driver_root_flags=flags,
-        driver_root_proof=proof,
     )
-
-
-def _prove(paths: HostPaths, runner: Runner) -> RootProof:
-    from driver_container.driverroot.proof import prove_root_usable  # lazy, hot path: `status` only
-
-    return prove_root_usable(paths.driver_root, runner)

@@ -15,8 +15,9 @@ from pathlib import PurePosixPath
 
 from driver_container.errors import DriverContainerError
 from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
-from driver_container.paths import HostPaths, Root
+from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
+from driver_container.resolver import Root
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ def find_module_files(paths: HostPaths, kernel_release: str) -> list[PurePosixPa
 def read_module_file(host: Root, path: PurePosixPath) -> ModuleFile:
     """Read one file with the modinfo engine; failures become ``ModuleFile.error``, never exceptions."""
     # Lazy, hot path: kmod pulls in pyelftools and zstandard; `status` without module files skips them.
-    from driver_container.formats.kmod import read_module
+    from driver_container.readers.kmod import read_module
 
     fallback = name_from_file(path.name)
     try:

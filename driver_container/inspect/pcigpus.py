@@ -27,8 +27,9 @@ from driver_container.formats.kernel.pci import (
     nvidia_functions,
     parse_pci_hex,
 )
-from driver_container.paths import HostPaths, Root
+from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
+from driver_container.resolver import Root
 
 DEVICES = "bus/pci/devices"  # below SYSFS_ROOT
 PROC_DEVICES = "bus/pci/devices"  # below PROCFS_ROOT: every function's vendor in one read
@@ -84,7 +85,7 @@ def _nvidia_gpu(root: Root, address: str) -> PciFunction | None:
 
 def _attribute(directory: str, name: str, digits: int) -> int | None:
     """A PCI attribute: a regular file (not a link, FIFO or device) of at most ATTRIBUTE_LIMIT bytes, read
-    without blocking, as paths.Root.read_bytes reads; None where it does not exist."""
+    without blocking, as resolver.Root.read_bytes reads; None where it does not exist."""
     where = f"{directory}/{name}"
     try:
         fd = os.open(where, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)

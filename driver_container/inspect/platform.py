@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Literal
 
 from driver_container.errors import HostReadError, Problem, noted
 from driver_container.formats.numbers import is_ascii_name
-from driver_container.paths import HostPaths, Root
+from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
+from driver_container.resolver import Root
 
 if TYPE_CHECKING:  # settings stays out of the peermem probe's imports (a hot path, bench/probe.py)
     from driver_container.settings import PlatformChoice

@@ -30,8 +30,6 @@ from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
 from driver_container.inspect.modfiles import ModuleFile
 from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
-from driver_container.runtime.fsutil import atomic_write_text
-from driver_container.runtime.statusfiles import make_room
 
 log = logging.getLogger(__name__)
 
@@ -172,25 +170,6 @@ def current_binding(paths: HostPaths, digest: str | None, image_version: str | N
     except DriverContainerError:
         boot = None
     return Binding(boot, digest, image_version, kver)
-
-
-def write_verdict(paths: HostPaths, verdict: Verdict) -> None:
-
-    target = paths.run_dir / VERDICT_FILE
-    make_room(paths.run_dir, VERDICT_FILE)
-    atomic_write_text(target, render_verdict(verdict), root=paths.run_dir)
-    log.info("module-file verdict for init written to %s (%d file(s))", target, len(verdict.module_files))
-
-
-def remove_verdict(paths: HostPaths) -> None:
-    """Drop an earlier verdict the writer can no longer stand behind (no host root this time)."""
-    make_room(paths.run_dir, VERDICT_FILE)  # a directory or link in its place: removed, not followed
-    try:
-        (paths.run_dir / VERDICT_FILE).unlink()
-    except FileNotFoundError:
-        pass
-    except OSError as exc:
-        log.warning("%s: cannot remove: %s", paths.run_dir / VERDICT_FILE, exc.strerror)
 
 
 def load_verdict(paths: HostPaths, current: Binding) -> Verdict | None:

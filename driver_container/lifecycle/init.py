@@ -20,12 +20,12 @@ from driver_container.errors import (
     DriverContainerError,
     HostReadError,
 )
-from driver_container.formats.kernel.nvidia_proc import nvswitch_proc_present
 from driver_container.lifecycle.hostcheck import detect
 from driver_container.lifecycle.modwait import POLL_S, PROGRESS_S, required_modules, wait_for_modules
 from driver_container.lifecycle.publishing import after_ready, report_ready, require_usable_root, verify_and_publish
 from driver_container.node import devices, firmware
 from driver_container.paths import HostPaths
+from driver_container.readers.nvidia_proc import nvswitch_proc_present
 from driver_container.records import NamedRecord
 from driver_container.runtime import statusfiles
 from driver_container.runtime.lock import PidLock
@@ -59,7 +59,7 @@ class InitOptions(NamedRecord):
 
 class _Started:
     """What ``init`` started so far, for the cleanup in ``run_init`` (filled in stage by stage; a plain
-    class: a dataclass would cost ~1 ms of every start, see ``paths.Root``)."""
+    class: a dataclass would cost ~1 ms of every start, see ``resolver.Root``)."""
 
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
@@ -68,6 +68,21 @@ class _Started:
         self.generic_host = False
         self.verify: BackgroundChild | None = None  # the check of DRIVER_ROOT after Ready
         self.platform: PlatformInfo | None = None  # detected once, passed to every later step
+
+
+def run_init_reporting_refusal(
+    paths: HostPaths, settings: Settings, runner: Runner, options: InitOptions | None = None
+) -> None:
+    """``run_init``; a refusal is also shown on the Node (annotation and Event), never masking the error."""
+    try:
+        run_init(paths, settings, runner, options)
+    except DriverContainerError as exc:
+        # Lazy, hot path: only a refusal reports from here (the Ready report is the publishing child's).
+        from driver_container.kube.nodereport import REFUSED, NodeVerdict, report
+
+        # The Node shows why and what to set (a setting's finding names it and its value).
+        report(NodeVerdict(REFUSED, reason=f"{exc.message}; fix: {exc.fix}" if exc.fix else exc.message))
+        raise
 
 
 def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: InitOptions | None = None) -> None:
@@ -133,7 +148,7 @@ def _init_stages(
     if published is None:
         return
     require_usable_root(paths, runner)  # never Ready on a root its consumers cannot execute from
-    ensure_proc_sys(paths, runner)  # for a program run chrooted in the root; a failure only warns (rootproc.py)
+    ensure_proc_sys(paths, runner)  # for programs chrooted in the root; a failure warns (driverroot/procsys.py)
     if _interrupted(shutdown, "the node steps"):
         return
     _node_steps(paths)
@@ -226,7 +241,7 @@ def _start_fabric(
         return None
     # Lazy, hot path: NVSwitch and NVLink5 nodes only.
     from driver_container.node import fabricmanager
-    from driver_container.node.fabric import inspect_fabric
+    from driver_container.readers.fabric import inspect_fabric
 
     info = inspect_fabric(paths)
     if info is None:

@@ -36,7 +36,7 @@ def passes_at_a_glance(procfs: str) -> bool | None:
     data = _read_modules(os.path.join(procfs, "modules"))
     if data is None:
         return None
-    text = data.decode("utf-8", errors="replace")  # as paths.Root.read_text
+    text = data.decode("utf-8", errors="replace")  # as resolver.Root.read_text
     # The names parse_proc_modules would list: lines without the kernel's shape are skipped alike.
     names = {fields[0] for line in text.splitlines() if (fields := parse_module_line(line)) is not None}
     if MLX5 not in names or PEERMEM in names:

@@ -1,5 +1,5 @@
 """The ``status`` document and its text form, built from a ``HostState`` and its findings (the only place
-that turns the host picture into JSON keys: docs/status.md)."""
+that turns the host picture into JSON keys: docs/status.md). lifecycle/status.py collects them."""
 
 from __future__ import annotations
 
@@ -15,32 +15,6 @@ if TYPE_CHECKING:
     from driver_container.formats.kernel.mountinfo import Mount
     from driver_container.formats.kernel.pci import PciFunction
     from driver_container.inspect.hoststate import HostState, LoadedModule
-    from driver_container.paths import HostPaths
-    from driver_container.settings import Settings
-
-
-def collect_status(
-    paths: HostPaths, settings: Settings, *, verify: bool
-) -> tuple[HostState, list[Finding], tuple[ToolkitFeature, ...]]:
-    """What ``status`` shows (and ``bug-report`` archives as status.json): the host, its findings, and what
-    the root lacks. ``verify``: hash DRIVER_ROOT now; else the outcome of init's check after Ready."""
-    # Lazy, hot path: only `status` and `bug-report` import inspect/publish (this module is typer-free).
-    from driver_container.driverroot.integrity import last_verification, verify_published
-    from driver_container.driverroot.toolkit_features import read_absent_features
-    from driver_container.findings import check
-    from driver_container.findings.integrity import integrity_findings
-    from driver_container.inspect.hoststate import inspect_host
-    from driver_container.runtime.runner import Runner
-
-    # The runner executes from the published root: DRIVER_ROOT_NOT_EXECUTABLE is init's own proof.
-    state = inspect_host(paths, settings, prove_with=Runner())
-    absent = read_absent_features(paths)  # what the toolkit would mount and the root lacks (issue 29)
-    findings = check(state)
-    if verify:
-        findings += integrity_findings(verify_published(paths.driver_root), paths.driver_root, when="now")
-    else:
-        findings += integrity_findings(last_verification(paths), paths.driver_root, when="after Ready")
-    return state, findings, absent
 
 
 def status_json(state: HostState, findings: list[Finding], absent: tuple[ToolkitFeature, ...] = ()) -> dict[str, Any]:

@@ -15,7 +15,8 @@ from driver_container.formats.kernel.mountinfo import mounts_at_or_below, parse_
 from driver_container.formats.numbers import parse_uint
 from driver_container.inspect.hoststate import HostState, inspect_host
 from driver_container.inspect.platform import PlatformKind
-from driver_container.paths import HostPaths, Root
+from driver_container.paths import HostPaths
+from driver_container.resolver import Root
 from driver_container.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -26,6 +26,7 @@ from driver_container.errors import (
 from driver_container.findings import check
 from driver_container.inspect import verdict
 from driver_container.inspect.hoststate import HostState, inspect_host
+from driver_container.manager import handoff
 from driver_container.manager.facts import (
     NodeFacts,
     gather_facts,
@@ -98,10 +99,10 @@ def hand_verdict_to_init(
         state = state if state is not None else inspect_host(paths, settings)
     except DriverContainerError as exc:
         log.warning("module files not read, no verdict for init: %s", exc.message)
-        verdict.remove_verdict(paths)
+        handoff.remove_verdict(paths)
         return "module-file verdict NOT written"
     if state.module_files_source != "host" or not state.module_files:
-        verdict.remove_verdict(paths)
+        handoff.remove_verdict(paths)
         return (
             f"no NVIDIA module files under {paths.host_root} (the host's {paths.host_rootfs}): "
             "no module-file verdict for init"
@@ -112,7 +113,7 @@ def hand_verdict_to_init(
     for line in made.findings:
         log.warning("module files: %s", line)
     try:
-        verdict.write_verdict(paths, made)
+        handoff.write_verdict(paths, made)
     except (DriverContainerError, OSError) as exc:
         log.warning("cannot leave the module-file verdict for init: %s", exc)
         return "module-file verdict NOT written"

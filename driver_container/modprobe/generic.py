@@ -26,7 +26,8 @@ from driver_container.formats.modconf import conf_file_name, nvidia_parameters, 
 from driver_container.inspect.hoststate import LoadedModule, read_loaded_modules
 from driver_container.inspect.platform import PlatformInfo, detect_platform, read_kernel_release
 from driver_container.node.firmware import set_firmware_search_path
-from driver_container.paths import HostPaths, Root
+from driver_container.paths import HostPaths
+from driver_container.resolver import Root
 from driver_container.runtime.runner import MODULE_TOOLS, Runner
 from driver_container.settings import Settings
 

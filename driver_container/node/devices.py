@@ -36,8 +36,8 @@ from driver_container.formats.kernel.devices import (
     parse_mig_minors,
     parse_proc_devices,
 )
-from driver_container.formats.kernel.nvidia_proc import read_gpus
 from driver_container.paths import HostPaths
+from driver_container.readers.nvidia_proc import read_gpus
 from driver_container.records import NamedRecord
 from driver_container.runtime.fsutil import check_relative, lstat_at, open_dir
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from driver_container.errors import CommandError, FabricError
 from driver_container.formats.kernel.fabric import GpuFabric, parse_fabric_states
-from driver_container.node.fabric import FM_BINARY
+from driver_container.readers.fabric import FM_BINARY
 from driver_container.runtime.runner import Runner
 from driver_container.runtime.supervise import Shutdown
 from driver_container.settings import Settings

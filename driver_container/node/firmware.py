@@ -15,16 +15,15 @@ import enum
 import errno
 import logging
 import os
-from pathlib import PurePosixPath
 
 from driver_container.beneath import open_beneath
 from driver_container.errors import HostReadError
+from driver_container.formats.kernel.sysfs import FIRMWARE_PATH_PARAM
 from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
 
 log = logging.getLogger(__name__)
 
-PARAM = PurePosixPath("module/firmware_class/parameters/path")
 # fw_path_para is a 256-byte buffer (module_param_string, firmware_loader/main.c): longer is refused.
 MAX_PATH_LEN = 255
 
@@ -74,9 +73,9 @@ def wanted_firmware_path(paths: HostPaths) -> str:
 
 def set_firmware_search_path(paths: HostPaths) -> FirmwarePathReport:
     wanted = wanted_firmware_path(paths)
-    param_file = paths.sysfs_root / PARAM
+    param_file = paths.sysfs_root / FIRMWARE_PATH_PARAM
     try:
-        current_text = paths.sys.read_text_or_none(PARAM)
+        current_text = paths.sys.read_text_or_none(FIRMWARE_PATH_PARAM)
     except HostReadError as exc:
         log.warning("%s; firmware search path not set", exc.message)
         return FirmwarePathReport(FirmwarePathResult.READ_ONLY, wanted, None)
@@ -107,7 +106,7 @@ def _write(paths: HostPaths, param_file: str, wanted: str) -> FirmwarePathReport
     # Resolved chroot-like, then opened from SYSFS_ROOT with no link at any component (beneath.py): a
     # directory swapped for a link in between is refused (ELOOP), never followed out of the sysfs root.
     try:
-        parts = paths.sys.resolve_parts(PARAM)
+        parts = paths.sys.resolve_parts(FIRMWARE_PATH_PARAM)
     except HostReadError as exc:  # changed since it was read (a link now, a loop)
         log.warning("%s; firmware search path not set", exc.message)
         return FirmwarePathReport(FirmwarePathResult.READ_ONLY, wanted, "")

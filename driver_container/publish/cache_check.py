@@ -21,8 +21,8 @@ from driver_container.formats.ldcache import (
     parse_ld_cache,
 )
 from driver_container.formats.ldcache import LD_SO_CACHE as CACHE
-from driver_container.paths import Root
 from driver_container.publish.model import PlannedEntry, PublishPlan
+from driver_container.resolver import Root
 from driver_container.runtime.fsutil import ensure_dir
 from driver_container.runtime.runner import Runner
 

@@ -1,9 +1,9 @@
 """DRIVER_ROOT itself: create it, clear a bind mount NVIDIA's driver container left on it, give it its own
-exec-capable mount where needed (``rootmount``).
+exec-capable mount where needed (driverroot/mount.py).
 
 NVIDIA's script exposes its container root with ``mount --rbind`` at /run/nvidia/driver; after that pod
 is gone the mount can remain (a reported gpu-operator pain point) and would hide what we publish. Our
-own exec-capable tmpfs there (``rootmount``) is not a leftover and stays.
+own exec-capable tmpfs there (driverroot/mount.py) is not a leftover and stays.
 The directory is kept, never replaced: operands bind-mount it, and replacing it would detach them.
 """
 
@@ -38,7 +38,7 @@ def create_driver_root(driver_root: Path) -> None:
 
 def prepare_driver_root(paths: HostPaths, runner: Runner) -> bool:
     """Leftover mounts off DRIVER_ROOT, then our exec-capable mount where its filesystem needs one
-    (``rootmount``); True when DRIVER_ROOT shows other content than before (what was read is stale)."""
+    (driverroot/mount.py); True when DRIVER_ROOT shows other content than before (what was read is stale)."""
     unknown = ""
     try:
         mounts = read_mounts(paths)

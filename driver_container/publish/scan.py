@@ -25,13 +25,13 @@ from driver_container.formats.elffacts import ElfDeps
 from driver_container.formats.ldcache import FLAGS_BY_MACHINE, LD_SO_CACHE_LIMIT, CacheEntry, parse_ld_cache
 from driver_container.formats.ldcache import LD_SO_CACHE as CACHE_PATH
 from driver_container.formats.userspace_layout import IMAGE_FIRMWARE_DIRS, LIBRARY_DIRS, TRIPLETS, driver_versions
-from driver_container.paths import MAX_SYMLINKS, Root
 from driver_container.publish.closure import MAX_CANDIDATE_DEPTH, resolve_closure
 from driver_container.publish.model import PublishSources, SourceFile
 from driver_container.publish.roles import binary_is_required, library_is_required
 from driver_container.publish.sources import ElfFacts, source_file
 from driver_container.publish.static_tools import find_ldconfig, find_static_shell
 from driver_container.publish.toolkit_extras import dev_links, select_extras, select_vdpau
+from driver_container.resolver import MAX_SYMLINKS, Root
 from driver_container.runtime.runner import Runner
 
 log = logging.getLogger(__name__)

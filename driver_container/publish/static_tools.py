@@ -23,9 +23,9 @@ import stat
 from pathlib import Path
 
 from driver_container.errors import PublishError
-from driver_container.paths import Root
 from driver_container.publish.model import SourceFile
 from driver_container.publish.sources import ElfFacts, source_file
+from driver_container.resolver import Root
 from driver_container.runtime.runner import Runner
 
 log = logging.getLogger(__name__)

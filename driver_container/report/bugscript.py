@@ -22,9 +22,10 @@ import zlib
 from pathlib import Path
 
 from driver_container.errors import CommandError, CommandTimeout
-from driver_container.paths import HostPaths, Root
+from driver_container.paths import HostPaths
 from driver_container.report.model import ABSENT, Member, missing
 from driver_container.report.reading import read_capped, source_of
+from driver_container.resolver import Root
 from driver_container.runtime.runner import Runner
 
 SCRIPT = "usr/bin/nvidia-bug-report.sh"  # in USERSPACE_ROOT

@@ -17,7 +17,8 @@ MAX_MODULE_FILES = 16  # five modules, each found at most in kernel/ and extras/
 def modinfo_text(paths: HostPaths) -> bytes:
     """Each file's ``modinfo`` text under a ``== path ==`` line; a file that does not read says why."""
     # Lazy, hot path: kmod pulls in pyelftools and zstandard (this runs in the report's child only).
-    from driver_container.formats.kmod import format_modinfo, read_module
+    from driver_container.formats.kmod import format_modinfo
+    from driver_container.readers.kmod import read_module
 
     release = read_kernel_release(paths)
     if release is None:

@@ -15,7 +15,6 @@ from pathlib import Path
 from driver_container.driverroot.manifest import parse_manifest
 from driver_container.findings import values_equal
 from driver_container.formats.elfarch import elf_machine
-from driver_container.formats.elfdeps import read_elf_deps
 from driver_container.formats.kernel.devices import parse_mig_minors, parse_proc_devices
 from driver_container.formats.kernel.modules import parse_proc_modules
 from driver_container.formats.kernel.mountinfo import parse_mount_points
@@ -25,12 +24,14 @@ from driver_container.formats.kernel.nvidia_proc import (
     parse_nvidia_params,
     parse_nvidia_version,
 )
-from driver_container.formats.kmod import format_modinfo, read_module, to_json
+from driver_container.formats.kmod import format_modinfo, to_json
 from driver_container.formats.ldcache import parse_ld_cache
 from driver_container.formats.modconf import driver_major, parse_module_conf
 from driver_container.inspect.platform import parse_os_release
 from driver_container.kube.client import _retry_after
 from driver_container.kube.kubeconfig import parse_kubeconfig
+from driver_container.readers.elf import read_elf_deps
+from driver_container.readers.kmod import read_module
 from driver_container.settings import parse_seconds
 from helpers.support import FIXTURES
 
@@ -69,7 +70,7 @@ def _module(data: bytes) -> None:
 
 def _text(parse: Callable[[str], object]) -> Callable[[bytes], None]:
     def run(data: bytes) -> None:
-        # The readers decode with errors="replace" (paths.Root.read_text); do the same.
+        # The readers decode with errors="replace" (resolver.Root.read_text); do the same.
         parse(data.decode("utf-8", errors="replace"))
 
     return run

@@ -30,17 +30,17 @@ from driver_container.errors import (
     ModuleFormatError,
     ModuleNotFoundInTreeError,
 )
-from driver_container.formats.elfdeps import read_elf_deps
 from driver_container.formats.elffacts import ElfDeps
 from driver_container.formats.kernel.fabric import GpuFabric, parse_fabric_states
 from driver_container.formats.kernel.kmsg import parse_kmsg
-from driver_container.formats.kmod import find_module, read_module
 from driver_container.formats.ldcache import FLAGS_X86_64, NEW_ENTRY, NEW_HEADER, NEW_MAGIC, lookup, parse_ld_cache
 from driver_container.formats.talos_config import parse_talos_version, uses_kernel_module_config
-from driver_container.paths import Root
 from driver_container.publish.closure import resolve_closure
 from driver_container.publish.model import SourceFile
 from driver_container.publish.sources import ElfFacts
+from driver_container.readers.elf import read_elf_deps
+from driver_container.readers.kmod import find_module, read_module
+from driver_container.resolver import Root
 
 FAST = 2.0  # seconds: a crafted input's whole parse; the fixed parsers take milliseconds
 SMALL = 16 << 20  # bytes of peak allocation allowed for a parse of a crafted file of ~100 KiB

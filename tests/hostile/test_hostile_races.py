@@ -29,7 +29,8 @@ from driver_container.driverroot.procsys import ensure_proc_sys
 from driver_container.errors import HostReadError, PublishError
 from driver_container.node.devices import DeviceNode, create_device_nodes
 from driver_container.node.firmware import FirmwarePathResult, set_firmware_search_path
-from driver_container.paths import HostPaths, Root
+from driver_container.paths import HostPaths
+from driver_container.resolver import Root
 from driver_container.runtime.runner import CompletedCommand, Runner
 
 OUTSIDE_TEXT = b"outside the roots: must never change\n"

@@ -177,7 +177,7 @@ def _entry(script: str) -> str:
 # start, and init before its handlers are installed.
 SIGINT_POINTS = [
     ("nvidia-driver", ["status"], "typer"),
-    ("nvidia-driver", ["status"], "driver_container.lifecycle.status_render"),
+    ("nvidia-driver", ["status"], "driver_container.lifecycle.status"),
     ("nvidia-driver", ["modinfo", "nvidia"], "typer"),
     ("nvidia-driver", ["bug-report"], "driver_container.report.collect"),
     ("nvidia-driver", ["init", "--no-wait"], "driver_container.lifecycle.init"),

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from helpers.support import ARTEFACTS, require
 
-from driver_container.formats.kmod import format_modinfo, read_module
+from driver_container.formats.kmod import format_modinfo
+from driver_container.readers.kmod import read_module
 
 # The whole Debian module tree (thousands of modules, kmod as the oracle): up to 15 minutes on a slow runner.
 pytestmark = [pytest.mark.artefact, pytest.mark.timeout(900)]

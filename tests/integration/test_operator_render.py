@@ -55,12 +55,12 @@ from helpers.support import REPO
 
 from driver_container.cli import _register_commands, manager_cmd
 from driver_container.cli.app import app as driver_app
+from driver_container.formats.kernel.sysfs import FIRMWARE_PATH_PARAM as FIRMWARE_PARAM
 from driver_container.formats.modconf import conf_file_name
 from driver_container.formats.userspace_layout import IMAGE_FIRMWARE_DIRS
 from driver_container.inspect.hoststate import NVIDIA_MODULES
 from driver_container.kube import client as kube
 from driver_container.kube import endpoint, nodereport
-from driver_container.node.firmware import PARAM as FIRMWARE_PARAM
 from driver_container.paths import HOST_ROOTS, OPERATOR_OS_RELEASE, HostPaths
 from driver_container.report.environment import settings_env_names
 

@@ -20,7 +20,7 @@ VERSION = "595.91.07"
 NOT_ON_AN_UNCHANGED_RESTART = (
     "dataclasses", "hashlib", "ctypes", "pickle", "concurrent.futures", "elftools", "requests", "yaml",
     "driver_container.publish.publisher", "driver_container.publish.copier", "driver_container.modprobe",
-    "driver_container.node.fabric", "driver_container.node.fabricmanager", "driver_container.node.persistenced",
+    "driver_container.readers.fabric", "driver_container.node.fabricmanager", "driver_container.node.persistenced",
 )  # fmt: skip
 
 

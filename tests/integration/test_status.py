@@ -240,7 +240,7 @@ try:
     main(sys.argv[1:])
 except SystemExit as exc:
     code = exc.code
-heavy = ("elftools", "requests", "zstandard", "driver_container.formats.kmod.reader")
+heavy = ("elftools", "requests", "zstandard", "driver_container.readers.kmod")
 print("HEAVY=" + ",".join(m for m in heavy if m in sys.modules), file=sys.stderr)
 sys.exit(code)
 """
@@ -261,4 +261,4 @@ def test_status_stays_light_without_module_files(tmp_path: Path) -> None:
         [sys.executable, "-c", LIGHT_PROBE, *status_argv(HOSTS / "ubuntu-24.04-dkms", tmp_path, "--json")],
         env=env, capture_output=True, text=True, check=False, cwd=REPO,
     )  # fmt: skip
-    assert "driver_container.formats.kmod.reader" in with_files.stderr and "zstandard" in with_files.stderr
+    assert "driver_container.readers.kmod" in with_files.stderr and "zstandard" in with_files.stderr

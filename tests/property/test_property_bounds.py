@@ -12,8 +12,8 @@ from helpers.cost import peak_bytes
 from helpers.fuzz_targets import MODULE_CAP
 
 from driver_container.errors import HostReadError, ModuleFormatError
-from driver_container.formats.kmod import read_module
 from driver_container.formats.ldcache import parse_ld_cache
+from driver_container.readers.kmod import read_module
 
 BOMB_SIZE = 64 << 20  # 64 MiB of zeros: 64x the cap, compresses to a few KiB
 

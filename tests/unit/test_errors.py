@@ -41,8 +41,6 @@ from driver_container.errors import (
     VerdictFormatError,
     noted,
 )
-from driver_container.formats.elfdeps import read_elf_deps
-from driver_container.formats.kmod import read_module
 from driver_container.formats.kmod.der import element
 from driver_container.formats.ldcache import parse_ld_cache
 from driver_container.formats.modconf import driver_major, parse_module_conf
@@ -50,10 +48,13 @@ from driver_container.inspect.verdict import parse_verdict
 from driver_container.kube.kubeconfig import parse_kubeconfig
 from driver_container.lifecycle.init import _check_alive
 from driver_container.logs import JsonFormatter
-from driver_container.node.fabric import FabricInfo
 from driver_container.node.fabricmanager import Daemon, FabricDaemons, write_config
-from driver_container.paths import HostPaths, Root
+from driver_container.paths import HostPaths
 from driver_container.publish.plan import relative_target
+from driver_container.readers.elf import read_elf_deps
+from driver_container.readers.fabric import FabricInfo
+from driver_container.readers.kmod import read_module
+from driver_container.resolver import Root
 from driver_container.runtime.fsutil import check_relative
 from driver_container.runtime.lock import PidLock
 from driver_container.runtime.runner import Runner

@@ -20,8 +20,9 @@ import driver_container
 from driver_container.cli.app import app
 from driver_container.formats import userspace_layout
 from driver_container.inspect import userspace as version_finder
-from driver_container.paths import HOST_ROOTS, HostPaths, Root
+from driver_container.paths import HOST_ROOTS, HostPaths
 from driver_container.publish import scan, toolkit_extras
+from driver_container.resolver import Root
 
 PACKAGE = Path(driver_container.__file__).parent
 OWNERS = {
@@ -34,7 +35,7 @@ OWNERS = {
 # Whole literals only (a message may name the file): the kernel release is read in one place.
 EXACT_OWNERS = {
     "sys/kernel/osrelease": {"inspect/platform.py"},
-    "module/firmware_class/parameters/path": {"node/firmware.py"},
+    "module/firmware_class/parameters/path": {"formats/kernel/sysfs.py"},
 }
 CACHE_FLAGS_64 = {0x0303, 0x0A03}  # glibc dl-cache.h FLAG_X8664_LIB64, FLAG_AARCH64_LIB64 (with FLAG_ELF_LIBC6)
 
@@ -208,8 +209,8 @@ def test_other_fixed_choices_are_literal_types() -> None:
     from driver_container.inspect.modfiles import ModuleFile
     from driver_container.inspect.userspace import UserspaceVersion, VersionSource
     from driver_container.kube.nodereport import NodeVerdict, VerdictResult
-    from driver_container.node.fabric import FabricInfo, FabricKind
     from driver_container.publish.model import EntryKind, PlannedEntry
+    from driver_container.readers.fabric import FabricInfo, FabricKind
     from driver_container.settings import ModuleTypeChoice
 
     fields = [

@@ -1,4 +1,4 @@
-"""``/proc/driver/nvidia/{version,params,gpus/*/information}`` (parsers and one reader).
+"""``/proc/driver/nvidia/{version,params,gpus/*/information}`` (parsers; readers/nvidia_proc.py reads them).
 
 Formats (NVIDIA open-gpu-kernel-modules, nv-procfs.c; fields separated by two spaces):
 open:        ``NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  570.86.15  Release Build  (u@h)  <date>``
@@ -15,28 +15,17 @@ from typing import Literal
 
 from driver_container.errors import HostReadError, Problem
 from driver_container.formats.numbers import parse_uint
-from driver_container.paths import Root
 from driver_container.records import NamedRecord
 
-# Created by the nvidia module on NVSwitch and NVLink5 systems (node/fabric.py says how each is told apart).
+# Created by the nvidia module on NVSwitch and NVLink5 systems (readers/fabric.py says how each is told apart).
 NVSWITCH_PROC_DIR = "driver/nvidia-nvswitch"
-
-
-def nvswitch_proc_present(proc: Root) -> bool:
-    """Whether ``/proc/driver/nvidia-nvswitch`` exists: the one look that ``init`` and ``status`` take on an
-    ordinary node before importing the fabric code. True when it cannot be read, so that
-    ``node.fabric.inspect_fabric`` reports why."""
-    try:
-        return proc.is_dir(NVSWITCH_PROC_DIR)
-    except HostReadError:
-        return True
 
 
 _NVRM = re.compile(
     r"NVRM version:\s+NVIDIA UNIX\s+(?P<kind>Open Kernel Module for (?P<arch1>\S+)|(?P<arch2>\S+) Kernel Module)"
     r"\s+(?P<version>[0-9]+\.[0-9]+(?:\.[0-9]+)?)(?=\s|$)(?P<rest>.*)"
 )
-_PCI = re.compile(r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
+PCI_ID = re.compile(r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]")
 SMALL = 64 * 1024
 
 
@@ -120,24 +109,3 @@ def gpu_from_information(pci_id: str, fields: dict[str, str]) -> GpuInfo:
 class GpuList(NamedRecord):
     gpus: tuple[GpuInfo, ...]  # sorted by PCI id
     problems: tuple[Problem, ...] = ()  # GPU directories or files that could not be read
-
-
-def read_gpus(proc: Root) -> GpuList:
-    """GPUs the loaded driver knows, from ``driver/nvidia/gpus/<pci>/information``, sorted by PCI id."""
-    gpus: list[GpuInfo] = []
-    problems: list[Problem] = []
-    try:
-        entries = proc.listdir("driver/nvidia/gpus")
-    except HostReadError as exc:
-        return GpuList((), (Problem.of(exc),))
-    for pci_id in entries:
-        if not _PCI.fullmatch(pci_id):
-            continue
-        try:
-            text = proc.read_text_or_none(f"driver/nvidia/gpus/{pci_id}/information", limit=SMALL)
-        except HostReadError as exc:
-            problems.append(Problem.of(exc))
-            continue
-        if text is not None:
-            gpus.append(gpu_from_information(pci_id, parse_gpu_information(text)))
-    return GpuList(tuple(gpus), tuple(problems))

@@ -1,4 +1,5 @@
-"""Kernel module files: compression, ELF ``.modinfo``, the appended signature, kmod-identical printing.
+"""Kernel module files decoded: compression, ELF ``.modinfo``, the appended signature, kmod-identical printing
+(readers/kmod.py opens the files).
 
 Light at import time (no pyelftools, no zstandard): status and probe commands import this package. The
 printing (``format``) is imported on first use (PEP 562 ``__getattr__``): ``init`` and ``status`` read
@@ -9,9 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from driver_container.formats.kmod.lookup import find_module
+from driver_container.formats.kmod.decode import DEFAULT_MAX_SIZE, decode_module
 from driver_container.formats.kmod.model import ModuleInfo, ModuleParameter, Signature
-from driver_container.formats.kmod.reader import DEFAULT_MAX_SIZE, read_module
 
 if TYPE_CHECKING:
     from driver_container.formats.kmod.format import format_modinfo, to_json
@@ -21,9 +21,8 @@ __all__ = [
     "ModuleInfo",
     "ModuleParameter",
     "Signature",
-    "find_module",
+    "decode_module",
     "format_modinfo",
-    "read_module",
     "to_json",
 ]
 

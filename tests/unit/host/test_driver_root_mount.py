@@ -15,11 +15,11 @@ from helpers.support import FIXTURES, fixture_paths
 from driver_container.driverroot.manifest import Manifest, format_manifest
 from driver_container.driverroot.proof import PROOF_BINARY
 from driver_container.findings import check
-from driver_container.inspect.hoststate import HostState, inspect_host
+from driver_container.inspect.hoststate import HostState
 from driver_container.lifecycle.hostcheck import verify
+from driver_container.lifecycle.status import inspect_for_status
 from driver_container.lifecycle.status_render import render_text, status_json
 from driver_container.paths import HostPaths
-from driver_container.runtime.runner import Runner
 from driver_container.settings import Settings
 
 HOST = FIXTURES / "hosts" / "talos-1.13-open-595"  # no finding of its own (tests/integration/test_status.py)
@@ -60,7 +60,7 @@ def _publish(paths: HostPaths) -> None:
 
 
 def _status(paths: HostPaths) -> HostState:
-    return inspect_host(paths, Settings(), prove_with=Runner())
+    return inspect_for_status(paths, Settings())
 
 
 def test_published_root_on_noexec_run_is_an_error_with_what_the_kernel_said(noexec_paths: HostPaths) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from helpers.support import FIXTURES
 
-from driver_container.formats.kmod import read_module
 from driver_container.inspect.platform import parse_os_release
+from driver_container.readers.kmod import read_module
 
 HOSTS = FIXTURES / "hosts"
 TALOS = sorted(p for p in HOSTS.iterdir() if p.is_dir() and p.name.startswith("talos-"))

@@ -17,14 +17,15 @@ from driver_container.formats import numbers
 from driver_container.formats.kernel.devices import parse_mig_minors, parse_proc_devices
 from driver_container.formats.kernel.modules import parse_proc_modules
 from driver_container.formats.kernel.nvidia_proc import gpu_from_information, parse_nvidia_version
-from driver_container.formats.kernel.sysfs import read_sysfs_module
 from driver_container.formats.kmod.der import DerError, encode_oid
 from driver_container.formats.ldcache import libcmp
 from driver_container.formats.modconf import driver_major
 from driver_container.kube.client import _retry_after
 from driver_container.kube.kubeconfig import parse_kubeconfig
 from driver_container.node.persistenced import HOST_PID_FILE, host_daemon_pid
-from driver_container.paths import HostPaths, Root
+from driver_container.paths import HostPaths
+from driver_container.readers.sysfs import read_sysfs_module
+from driver_container.resolver import Root
 from driver_container.runtime.lock import _read_pid
 from driver_container.settings import parse_seconds
 

@@ -16,8 +16,8 @@ from elfbuild import build_elf
 from helpers.support import MODULES
 
 from driver_container.errors import ModuleFormatError
-from driver_container.formats.kmod import read_module
 from driver_container.formats.kmod.signature import MAGIC
+from driver_container.readers.kmod import read_module
 
 SIGNED = (MODULES / "nvidia.ko").read_bytes()
 TRAILER = len(MAGIC) + 12

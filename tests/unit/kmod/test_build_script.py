@@ -9,7 +9,8 @@ from pathlib import Path
 
 from helpers.support import MODULES, require
 
-from driver_container.formats.kmod import ModuleParameter, read_module
+from driver_container.formats.kmod import ModuleParameter
+from driver_container.readers.kmod import read_module
 
 
 def test_variant_options(tmp_path: Path) -> None:

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from elfbuild import build_elf
 
-from driver_container.formats.kmod import format_modinfo, read_module
+from driver_container.formats.kmod import format_modinfo
 from driver_container.formats.kmod.elf import read_sections
+from driver_container.readers.kmod import read_module
 
 MODINFO = (
     b"\0\0version=2.0\0license=Dual MIT/GPL\0\0\0firmware=a.bin\0firmware=b.bin\0"

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from helpers.support import MODULES
 
-from driver_container.formats.kmod import ModuleParameter, format_modinfo, read_module
+from driver_container.formats.kmod import ModuleParameter, format_modinfo
+from driver_container.readers.kmod import read_module
 
 FORMS = {"nvidia.ko": None, "nvidia.ko.xz": "xz", "nvidia.ko.zst": "zstd"}
 
@@ -107,7 +108,7 @@ def test_name_falls_back_to_this_module_section(tmp_path: Path) -> None:
 def test_large_file_is_mapped_and_reads_the_same(kmod_modinfo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from elfbuild import build_elf
 
-    from driver_container.formats.kmod.reader import MMAP_THRESHOLD
+    from driver_container.readers.kmod import MMAP_THRESHOLD
 
     data = build_elf(b"description=" + b"x" * MMAP_THRESHOLD + b"\0license=GPL\0", bits=64, order="<")
     path = tmp_path / "large.ko"

@@ -10,7 +10,7 @@ import pytest
 from helpers.support import MODULES
 
 from driver_container.errors import ModuleNotFoundInTreeError
-from driver_container.formats.kmod import find_module, read_module
+from driver_container.readers.kmod import find_module, read_module
 
 KVER = "6.18.24-talos"
 

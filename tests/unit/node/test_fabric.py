@@ -1,4 +1,4 @@
-"""NVSwitch / NVLink5 detection (node/fabric.py), the findings it leads to, and status on the fixture hosts."""
+"""NVSwitch / NVLink5 detection (readers/fabric.py), the findings it leads to, and status on the fixture hosts."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from helpers.support import FIXTURES, fixture_paths
 from driver_container.findings import check
 from driver_container.inspect.hoststate import inspect_host
 from driver_container.lifecycle.status_render import status_json
-from driver_container.node.fabric import host_daemons, inspect_fabric
 from driver_container.paths import HostPaths
+from driver_container.readers.fabric import host_daemons, inspect_fabric
 from driver_container.settings import Settings
 
 HOSTS = FIXTURES / "hosts"

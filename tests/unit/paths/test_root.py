@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from driver_container.errors import HostReadError, SymlinkLoopError
-from driver_container.paths import HostFileNotFound, HostPaths, Root
+from driver_container.errors import HostFileNotFound, HostReadError, SymlinkLoopError
+from driver_container.paths import HostPaths
+from driver_container.resolver import Root
 
 
 @pytest.fixture

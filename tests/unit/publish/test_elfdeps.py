@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 from helpers.support import FIXTURES, require
 
-from driver_container.formats.elfdeps import ElfDeps, ElfFormatError, read_elf_deps
+from driver_container.formats.elfdeps import ElfDeps, ElfFormatError
 from driver_container.publish.sources import ElfFacts
+from driver_container.readers.elf import read_elf_deps
 
 TREE = FIXTURES / "userspace" / "debian-595.91.07"
 LIB = TREE / "usr/lib/x86_64-linux-gnu"

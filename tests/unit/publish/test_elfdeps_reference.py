@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from helpers.support import ARTEFACTS, FIXTURES, require
 
-from driver_container.formats.elfdeps import read_elf_deps
+from driver_container.readers.elf import read_elf_deps
 
 
 def _reference(path: Path) -> tuple[str | None, str | None, tuple[str, ...], tuple[str, ...]]:

@@ -1,8 +1,5 @@
-"""``read_module``: a module file (path or bytes) to a ``ModuleInfo``.
-
-Order of work follows kmod (libkmod-file.c, libkmod-module.c): decompress by magic, then the
-signature at the end of the decompressed bytes, then ``.modinfo`` from the ELF section table.
-"""
+"""Kernel module files: ``read_module`` (a path or bytes to a ``ModuleInfo``) and ``find_module`` (by name in a
+module tree, like ``modinfo -b BASEDIR -k KVER NAME``). The bytes are decoded by formats/kmod/decode.py."""
 
 from __future__ import annotations
 
@@ -13,18 +10,17 @@ import os
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from driver_container.errors import ModuleFormatError
-from driver_container.formats.elfarch import HEADER_BYTES, elf_machine
-from driver_container.formats.kmod.compression import Buffer, decompress, detect_compression
-from driver_container.formats.kmod.elf import read_sections
+from driver_container.errors import HostReadError, ModuleFormatError, ModuleNotFoundInTreeError
+from driver_container.formats.kmod.compression import Buffer
+from driver_container.formats.kmod.decode import DEFAULT_MAX_SIZE, decode_module
+from driver_container.formats.kmod.lookup import module_name_of, module_path_in_dep, normalize
 from driver_container.formats.kmod.model import ModuleInfo
-from driver_container.formats.kmod.signature import split_signature
+from driver_container.resolver import Root
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_SIZE = 1 << 30  # the largest real module (nvidia.ko, ~100 MB) is far below 1 GiB
 # Files this large are mapped, not read: a plain nvidia.ko is ~100 MB and only its headers,
 # .modinfo and signature are needed (kmod maps uncompressed files for the same reason). Module trees
 # are not rewritten in place (Talos: read-only image; depmod/dpkg replace files by rename), so the
@@ -102,36 +98,6 @@ def _contents(path: str | Path, label: str, max_size: int) -> Iterator[Buffer]:
     yield data
 
 
-def parse_modinfo(section: bytes, label: str) -> tuple[tuple[str, str], ...]:
-    """NUL-separated ``key=value`` strings; runs of NULs (alignment padding) are skipped like kmod."""
-    if section and not section.endswith(b"\0"):
-        last = section.rsplit(b"\0", 1)[-1][:40]
-        raise ModuleFormatError(
-            f"{label}: .modinfo section does not end with a NUL byte (last entry {last!r} is "
-            "unterminated): truncated or corrupt module",
-            path=label,
-        )
-    fields: list[tuple[str, str]] = []
-    for entry in section.split(b"\0"):
-        if not entry:
-            continue
-        key, _, value = entry.decode("utf-8", "surrogateescape").partition("=")
-        fields.append((key, value))
-    return tuple(fields)
-
-
-def _module_name(fields: tuple[tuple[str, str], ...], this_module: bytes | None, filename: str | None) -> str:
-    for key, value in fields:
-        if key == "name":
-            return value
-    if this_module:
-        return this_module.decode("utf-8", "surrogateescape")
-    if filename:
-        # Last resort, what kmod itself does for a path (path_to_modname): basename up to the first '.'.
-        return filename.rsplit("/", 1)[-1].split(".", 1)[0].replace("-", "_")
-    return ""
-
-
 def read_module(
     source: str | Path | bytes, *, max_size: int = DEFAULT_MAX_SIZE, filename: str | None = None
 ) -> ModuleInfo:
@@ -141,28 +107,48 @@ def read_module(
         label = filename or "<module bytes>"
         if len(data) > max_size:
             raise ModuleFormatError(f"{label}: {len(data)} bytes is over the {max_size}-byte cap", path=label)
-        return _parse(data, label, filename, max_size)
+        return decode_module(data, label, filename, max_size)
     filename = filename or absolute_name(source)
     with _contents(source, filename, max_size) as contents:
-        return _parse(contents, filename, filename, max_size)
+        return decode_module(contents, filename, filename, max_size)
 
 
-def _parse(data: Buffer, label: str, filename: str | None, max_size: int) -> ModuleInfo:
-    if not data:
-        raise ModuleFormatError(f"{label}: empty file, not a kernel module", path=label)
-    kind = detect_compression(data)
-    data = decompress(data, kind, label, max_size)
-    elf_size, signature = split_signature(data, label)
-    sections = read_sections(data, label, elf_size)
-    if sections.modinfo is None:
-        raise ModuleFormatError(f"{label}: no .modinfo section: not a kernel module", path=label)
-    fields = parse_modinfo(sections.modinfo, label)
-    log.debug("read %s: %d .modinfo entries, compression %s", label, len(fields), kind)
-    return ModuleInfo(
-        filename=filename,
-        name=_module_name(fields, sections.this_module_name, filename),
-        fields=fields,
-        signature=signature,
-        compression=kind,
-        machine=elf_machine(bytes(data[:HEADER_BYTES])),
+# modules.dep of a full distribution kernel is well under 1 MiB (~6000 modules of ~100 bytes a line); the
+# scan below costs ~0.25 s a MiB of short lines, so 8 MiB keeps a crafted file within a few seconds
+# (64 MiB of "a:" lines took 17 s).
+DEP_LIMIT = 8 << 20
+
+
+def find_module(name: str, kver: str, basedir: Path) -> Path:
+    """The real path of module ``name`` for kernel ``kver`` under ``basedir``."""
+    root = Root(basedir)
+    tree = PurePosixPath("/lib/modules") / kver
+    wanted = normalize(name)
+    try:
+        dep = root.read_text_or_none(tree / "modules.dep", limit=DEP_LIMIT)
+        if dep is not None:
+            found = module_path_in_dep(dep, wanted)
+            if found is not None:
+                return root.resolve(tree / found)
+            log.debug("%s not in %s/modules.dep", wanted, tree)
+        elif root.is_dir(tree):
+            for inner in root.walk_files(tree):
+                if module_name_of(inner.name) == wanted:
+                    return root.resolve(inner)
+    except HostReadError as exc:
+        raise ModuleNotFoundInTreeError(
+            f"module {name}: cannot read the tree {basedir}{tree}: {exc}",
+            module=name,
+            kernel=kver,
+            tree=f"{basedir}{tree}",
+        ) from exc
+    where = "modules.dep" if dep is not None else "the tree"
+    if dep is None and not root.is_dir(tree):
+        where = "nothing: the directory does not exist"
+    raise ModuleNotFoundInTreeError(
+        f"module {name} not found for kernel {kver} under {basedir}{tree} (searched {where})",
+        module=name,
+        kernel=kver,
+        tree=f"{basedir}{tree}",
+        fix="check the kernel version (-k) and the base directory (-b)",
     )

@@ -28,7 +28,8 @@ from driver_container.formats.kernel.fabric import (
     usable_management_port,
 )
 from driver_container.formats.kernel.nvidia_proc import NVSWITCH_PROC_DIR
-from driver_container.paths import HostPaths, Root
+from driver_container.paths import HostPaths
+from driver_container.resolver import Root
 
 log = logging.getLogger(__name__)
 
