@@ -8,9 +8,8 @@ bounded steps and abandoned as soon as it passes ``max_size``.
 from __future__ import annotations
 
 import lzma
-import mmap
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from driver_container.errors import ModuleFormatError
 
@@ -29,7 +28,11 @@ MAX_STREAMS = 16
 
 # File contents: bytes, or a read-only map of a large file (only slicing, indexing, len and the
 # buffer protocol are used on it, so both behave the same).
-Buffer = bytes | mmap.mmap
+if TYPE_CHECKING:
+    import mmap
+    from typing import TypeAlias
+
+    Buffer: TypeAlias = bytes | mmap.mmap  # readers/kmod.py maps large module files
 
 
 def detect_compression(data: Buffer) -> str | None:

@@ -7,13 +7,17 @@ signature at the end of the decompressed bytes, then ``.modinfo`` from the ELF s
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from driver_container.errors import ModuleFormatError
 from driver_container.formats.elfarch import HEADER_BYTES, elf_machine
-from driver_container.formats.kmod.compression import Buffer, decompress, detect_compression
+from driver_container.formats.kmod.compression import decompress, detect_compression
 from driver_container.formats.kmod.elf import read_sections
 from driver_container.formats.kmod.model import ModuleInfo
 from driver_container.formats.kmod.signature import split_signature
+
+if TYPE_CHECKING:
+    from driver_container.formats.kmod.compression import Buffer
 
 log = logging.getLogger(__name__)
 

@@ -11,10 +11,13 @@ buffer before use, so a truncated or hostile file gives a ``ModuleFormatError`` 
 from __future__ import annotations
 
 import struct
+from typing import TYPE_CHECKING
 
 from driver_container.errors import ModuleFormatError
-from driver_container.formats.kmod.compression import Buffer
 from driver_container.records import NamedRecord
+
+if TYPE_CHECKING:
+    from driver_container.formats.kmod.compression import Buffer
 
 ELF_MAGIC = b"\x7fELF"
 SHT_NOBITS = 8

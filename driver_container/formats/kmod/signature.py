@@ -11,11 +11,14 @@ shows the first SignerInfo's issuer commonName, serial number, digest algorithm 
 from __future__ import annotations
 
 import struct
+from typing import TYPE_CHECKING
 
 from driver_container.errors import DerError, ModuleFormatError
-from driver_container.formats.kmod.compression import Buffer
 from driver_container.formats.kmod.der import Element, contents, element, encode_oid, inside, oid_text
 from driver_container.formats.kmod.model import Signature
+
+if TYPE_CHECKING:
+    from driver_container.formats.kmod.compression import Buffer
 
 MAGIC = b"~Module signature appended~\n"
 _TRAILER = struct.Struct(">BBBBB3xI")
