@@ -139,5 +139,5 @@ class HostPaths(NamedRecord):
         return self.run_dir / "nvidia-driver.state"
 
     @property
-    def verify_file(self) -> Path:  # init's check of DRIVER_ROOT after Ready (driverroot/integrity.py)
+    def integrity_file(self) -> Path:  # init's check of DRIVER_ROOT after Ready (driverroot/integrity.py)
         return self.run_dir / "nvidia-driver.verify.json"

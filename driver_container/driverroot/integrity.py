@@ -2,12 +2,12 @@
 
 The manifest's digests come from the image's index (``publish.index``) or from hashing while copying;
 this is where they are checked against what consumers really load: ``status --verify`` on demand, and
-``init`` once after ``Ready`` in a low-priority child (``verify_and_record``; the outcome is kept in
+``init`` once after ``Ready`` in a low-priority child (``check_integrity_and_record``; the outcome is kept in
 RUN_DIR for ``status``). Files are read through directory descriptors (``dirtree.Tree``: no link followed
 on the way), opened ``O_NOFOLLOW|O_NONBLOCK``, checked to be regular and read no further than their
 recorded size, so a file replaced by a link, a FIFO or a growing file is a finding, never a hang. A size
 that differs from the record is a finding without reading the file, and the whole check has a budget
-(``VerifyBudget``: bytes hashed and seconds): past it the check stops with what it found so far and
+(``IntegrityBudget``: bytes hashed and seconds): past it the check stops with what it found so far and
 says where it stopped (``IntegrityReport.stopped``), so a root grown to many GiB (a sparse file with
 its record edited to match) cannot hold ``status --verify`` or ``bug-report``.
 """
@@ -47,7 +47,7 @@ _CHUNK = 1 << 20  # bytes read (and hashed) between two looks at the clock
 
 
 @dataclass(frozen=True)
-class VerifyBudget:
+class IntegrityBudget:
     max_bytes: int = VERIFY_MAX_BYTES
     max_s: float = VERIFY_MAX_S
 
@@ -55,7 +55,7 @@ class VerifyBudget:
 class _Spent:
     """What a check has used of its budget so far."""
 
-    def __init__(self, budget: VerifyBudget) -> None:
+    def __init__(self, budget: IntegrityBudget) -> None:
         self.budget = budget
         self.started = time.monotonic()
         self.hashed = 0
@@ -184,13 +184,13 @@ def _kind(st: os.stat_result) -> str:
     return "file" if stat.S_ISREG(st.st_mode) else "special file"
 
 
-def verify_published(root: Path, budget: VerifyBudget | None = None) -> IntegrityReport:
+def check_integrity(root: Path, budget: IntegrityBudget | None = None) -> IntegrityReport:
     """Every record of ROOT's manifest against the file or link at its path (reads only), within ``budget``
     (by default ``VERIFY_MAX_BYTES`` and ``VERIFY_MAX_S``): past it the records left are not checked."""
     text, manifest = read_manifest(root)
     if manifest is None:
         return IntegrityReport("", None, 0, ())
-    spent = _Spent(budget or VerifyBudget())
+    spent = _Spent(budget or IntegrityBudget())
     tree = Tree(root)
     mismatches = []
     checked, stopped = 0, ""
@@ -222,7 +222,7 @@ def report_json(report: IntegrityReport) -> dict[str, Any]:
 
 
 def parse_report(text: str) -> IntegrityReport | None:
-    """The record ``verify_and_record`` wrote; None when it is not one (pure)."""
+    """The record ``check_integrity_and_record`` wrote; None when it is not one (pure)."""
     try:
         body = decode_object(text, limit=statusfiles.MAX_VERIFY_RECORD)
         listed = tuple(Mismatch(str(m["path"]), str(m["reason"])) for m in body["mismatches"][:MAX_LISTED])
@@ -236,10 +236,10 @@ def parse_report(text: str) -> IntegrityReport | None:
         return None
 
 
-def verify_and_record(paths: HostPaths) -> IntegrityReport:
+def check_integrity_and_record(paths: HostPaths) -> IntegrityReport:
     """Verify DRIVER_ROOT, log the outcome (an error on a mismatch) and record it in RUN_DIR for ``status``."""
-    report = verify_published(paths.driver_root, VerifyBudget(max_s=AFTER_READY_MAX_S))
-    statusfiles.write_verify_record(paths, json.dumps(report_json(report)) + "\n")
+    report = check_integrity(paths.driver_root, IntegrityBudget(max_s=AFTER_READY_MAX_S))
+    statusfiles.write_integrity_record(paths, json.dumps(report_json(report)) + "\n")
     if report.stopped:
         log.warning("%s: %s", paths.driver_root, report.stopped)
     elif report.ok:
@@ -251,17 +251,17 @@ def verify_and_record(paths: HostPaths) -> IntegrityReport:
     return report
 
 
-def last_verification(paths: HostPaths) -> IntegrityReport | None:
+def last_integrity_check(paths: HostPaths) -> IntegrityReport | None:
     """The recorded outcome of the check after ``Ready``, if it was made against the manifest now in
     DRIVER_ROOT (a later publish makes it stale); None otherwise."""
     try:
-        text = statusfiles.read_verify_record(paths)
+        text = statusfiles.read_integrity_record(paths)
     except (HostReadError, DriverContainerError):
         return None
     report = parse_report(text) if text else None
     if report is None:
         if text:  # damaged: as if absent; the next check after Ready rewrites it
-            log.warning("%s: ignored, not a record this version wrote", paths.verify_file)
+            log.warning("%s: ignored, not a record this version wrote", paths.integrity_file)
         return None
     current, _manifest = read_manifest(paths.driver_root)
     if not current or hashlib.sha256(current.encode()).hexdigest() != report.manifest_sha256:

@@ -9,7 +9,7 @@ from driver_container.errors import (
     DriverContainerError,
     ModuleWaitTimeout,
 )
-from driver_container.lifecycle.hostcheck import detect, verify
+from driver_container.lifecycle.hostcheck import check_host, detect
 from driver_container.lifecycle.modwait import missing_modules, wait_for_modules
 from driver_container.modprobe import generic, unload
 from driver_container.paths import HostPaths
@@ -68,7 +68,7 @@ def run_load(paths: HostPaths, settings: Settings, runner: Runner) -> HostState:
             raise ModuleWaitTimeout(f"interrupted by {shutdown.describe()} while waiting for the modules")
     finally:
         shutdown.restore()
-    return verify(paths, settings, info)
+    return check_host(paths, settings, info)
 
 
 def run_unload(paths: HostPaths, settings: Settings, runner: Runner) -> str:

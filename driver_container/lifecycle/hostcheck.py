@@ -1,4 +1,4 @@
-"""Detect the platform and verify the host (inspect, then check) before anything is written."""
+"""Detect the platform and check the host (inspect, then findings) before anything is written."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def verify(
+def check_host(
     paths: HostPaths, settings: Settings, platform: PlatformInfo | None = None, loaded: LoadedModules | None = None
 ) -> HostState:
     """Host-inspection findings; any error stops here, before DRIVER_ROOT is touched. ``platform``, ``loaded``:

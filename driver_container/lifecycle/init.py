@@ -22,7 +22,7 @@ from driver_container.errors import (
 )
 from driver_container.lifecycle.hostcheck import detect
 from driver_container.lifecycle.modwait import POLL_S, PROGRESS_S, required_modules, wait_for_modules
-from driver_container.lifecycle.publishing import after_ready, report_ready, require_usable_root, verify_and_publish
+from driver_container.lifecycle.publishing import after_ready, check_and_publish, report_ready, require_usable_root
 from driver_container.node import devices, firmware
 from driver_container.paths import HostPaths
 from driver_container.readers.nvidia_proc import nvswitch_proc_present
@@ -66,7 +66,7 @@ class _Started:
         self.daemon: Persistenced | None = None
         self.fabric: FabricDaemons | None = None
         self.generic_host = False
-        self.verify: BackgroundChild | None = None  # the check of DRIVER_ROOT after Ready
+        self.after_ready: BackgroundChild | None = None  # the check of DRIVER_ROOT after Ready
         self.platform: PlatformInfo | None = None  # detected once, passed to every later step
 
 
@@ -100,8 +100,8 @@ def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: Init
         # The step a signal cut short (a command killed, CommandStopped) fails; init ends as on the signal.
         log.info("%s received during a step: %s", shutdown.describe(), exc.message)
     finally:
-        if started.verify is not None:
-            started.verify.kill()  # still checking: a signal or an error ends init now, not after it
+        if started.after_ready is not None:
+            started.after_ready.kill()  # still checking: a signal or an error ends init now, not after it
         if shutdown.requested:
             log.info("%s received: stopping what init started; %s is kept", shutdown.describe(), paths.driver_root)
         if started.fabric is not None:
@@ -144,7 +144,7 @@ def _init_stages(
     )  # fmt: skip
     if loaded is None or _interrupted(shutdown, "verify and publish"):
         return
-    published = verify_and_publish(paths, settings, runner, shutdown, info, loaded)
+    published = check_and_publish(paths, settings, runner, shutdown, info, loaded)
     if published is None:
         return
     require_usable_root(paths, runner)  # never Ready on a root its consumers cannot execute from
@@ -174,8 +174,8 @@ def _init_stages(
     # Once, in a child: annotate the Node, then (nice 19, SCHED_IDLE) hash the published root against its
     # manifest. Readiness stays Ready whatever it finds: flipping it would restart consumers over a file
     # they may not even load; the error is logged and `status` reports it.
-    started.verify = BackgroundChild(lambda: after_ready(paths, published), "Node report and root check")
-    _wait_for_signal(paths, shutdown, started.daemon, started.fabric, started.verify)
+    started.after_ready = BackgroundChild(lambda: after_ready(paths, published), "Node report and root check")
+    _wait_for_signal(paths, shutdown, started.daemon, started.fabric, started.after_ready)
 
 
 def _node_steps(paths: HostPaths) -> None:

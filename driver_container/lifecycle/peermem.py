@@ -72,11 +72,10 @@ def run_reload(paths: HostPaths, settings: Settings, runner: Runner) -> None:
     """
     # Lazy, hot path: this module is the liveness probe's (every 30 s, bench/startup.py); only ``reload``
     # needs the module wait, the supervisor and modprobe.
-    from driver_container.lifecycle import hostcheck as verify
-    from driver_container.lifecycle import modwait
+    from driver_container.lifecycle import hostcheck, modwait
     from driver_container.runtime.supervise import Shutdown
 
-    info, runner = verify.detect(paths, settings, runner)
+    info, runner = hostcheck.detect(paths, settings, runner)
     talos = info.name == "talos"
     shutdown = Shutdown().install()
     try:

@@ -24,7 +24,7 @@ from driver_container.driverroot.mount import UNUSABLE_ROOT_FIX
 from driver_container.driverroot.proof import PROOF_BINARY, prove_root_usable
 from driver_container.errors import DriverContainerError, PublishError
 from driver_container.findings import check
-from driver_container.lifecycle.hostcheck import loaded_version, verify
+from driver_container.lifecycle.hostcheck import check_host, loaded_version
 from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
 from driver_container.runtime.runner import Runner
@@ -47,14 +47,14 @@ class Published(NamedRecord):
     version: str
 
 
-def verify_and_publish(
+def check_and_publish(
     paths: HostPaths, settings: Settings, runner: Runner, shutdown: Shutdown, platform: PlatformInfo | None = None,
     loaded: LoadedModules | None = None,
 ) -> Published | None:
     """Verify here, then publish in a child unless DRIVER_ROOT is unchanged; None when a signal stopped it
     (a publishing child is killed after a grace, its half-done commit rolled back). ``platform`` and
     ``loaded``: what ``init`` already read (detection, the module wait's last poll), not read again."""
-    state = verify(paths, settings, platform, loaded)
+    state = check_host(paths, settings, platform, loaded)
     version = loaded_version(state)
     from driver_container.publish.unchanged import keep_unchanged_root  # lazy, hot path: not for `status`
 
@@ -125,9 +125,9 @@ def report_ready(published: Published, stop: Callable[[], bool] | None = None) -
 
 def check_published_root(paths: HostPaths) -> bool:
     """Hash DRIVER_ROOT against its manifest (whose digests may come from the image's index)."""
-    from driver_container.driverroot.integrity import verify_and_record  # lazy, hot path: in the child only
+    from driver_container.driverroot.integrity import check_integrity_and_record  # lazy, hot path: in the child only
 
-    return verify_and_record(paths).ok
+    return check_integrity_and_record(paths).ok
 
 
 def after_ready(paths: HostPaths, published: Published) -> bool:

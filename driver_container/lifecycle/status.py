@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from driver_container.driverroot.integrity import last_verification, verify_published
+from driver_container.driverroot.integrity import check_integrity, last_integrity_check
 from driver_container.driverroot.proof import prove_root_usable
 from driver_container.driverroot.toolkit_features import read_absent_features
 from driver_container.findings import check, has_errors
@@ -44,9 +44,9 @@ def collect_status(
     absent = read_absent_features(paths)  # what the toolkit would mount and the root lacks (issue 29)
     findings = check(state)
     if verify:
-        findings += integrity_findings(verify_published(paths.driver_root), paths.driver_root, when="now")
+        findings += integrity_findings(check_integrity(paths.driver_root), paths.driver_root, when="now")
     else:
-        findings += integrity_findings(last_verification(paths), paths.driver_root, when="after Ready")
+        findings += integrity_findings(last_integrity_check(paths), paths.driver_root, when="after Ready")
     return state, findings, absent
 
 

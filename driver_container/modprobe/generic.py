@@ -175,7 +175,7 @@ def load_modules(
         commands.append(tuple(argv))
         requested[name] = params
     after = read_loaded_modules(paths).modules
-    warnings += verify_loaded(after, [kernel_name(m) for m in wanted], version, requested)
+    warnings += confirm_loaded(after, [kernel_name(m) for m in wanted], version, requested)
     for warning in warnings:
         log.warning("%s", warning)
     log.info("loaded %s; nvidia-peermem %s", ", ".join(requested) or "nothing", peermem_reason)
@@ -206,7 +206,7 @@ def run_module_command(runner: Runner, argv: list[str]) -> None:
         ) from exc
 
 
-def verify_loaded(
+def confirm_loaded(
     after: Mapping[str, LoadedModule],
     names: Sequence[str],
     version: str | None,

@@ -5,7 +5,7 @@ interrupted (``journal.recover``), read USERSPACE_ROOT (``scan``), plan the cano
 pure, with its closure checked), stage every new file in DRIVER_ROOT/.driver-container/staging
 (``apply.prepare``; the big ones are copied while the scan runs, ``copier``), then commit as one
 journalled transaction (``journal``): the files, ``ldconfig`` into staging and its cache checked
-(``verify``) before it replaces the live one, the manifest last. Any failure up to the commit point
+(``cache_check``) before it replaces the live one, the manifest last. Any failure up to the commit point
 rolls every replaced path back, so consumers see the previous root or the new one, never a mix that
 stays; a failure is recorded for ``status`` (``statusfiles``) and cleared by the next good publish.
 """

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from driver_container.driverroot.integrity import report_json, verify_published
+from driver_container.driverroot.integrity import check_integrity, report_json
 from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
 from driver_container.report import bugscript, hostfacts
@@ -78,7 +78,7 @@ def collect_report(
 
 
 def _verification(paths: HostPaths) -> bytes:
-    report = verify_published(paths.driver_root)
+    report = check_integrity(paths.driver_root)
     body = report_json(report) | {"ok": report.ok, "published": bool(report.manifest_sha256)}
     return (json.dumps(body, indent=2) + "\n").encode()
 

@@ -5,7 +5,7 @@
 - ``nvidia-driver.state``: ``DRIVER_CONFIG_DIGEST``; k8s-driver-manager skips its uninstall when it matches.
 - ``nvidia-driver.publish-failed`` (ours): the version and error of the last publish that failed and
   was rolled back; removed by the next publish that succeeds. ``status`` reports it.
-- ``nvidia-driver.verify.json`` (ours, ``HostPaths.verify_file``): the outcome of the check of
+- ``nvidia-driver.verify.json`` (ours, ``HostPaths.integrity_file``): the outcome of the check of
   DRIVER_ROOT against its manifest that ``init`` runs once after Ready (driverroot/integrity.py), bound to
   that manifest's digest. ``status`` reports a mismatch.
 All written atomically through fsutil (readers see the old or the new content). RUN_DIR is a host
@@ -149,11 +149,11 @@ def read_publish_failure(paths: HostPaths) -> tuple[str, str] | None:
 MAX_VERIFY_RECORD = 64 << 10  # at most 50 listed paths with their reasons
 
 
-def write_verify_record(paths: HostPaths, text: str) -> None:
-    make_room(paths.run_dir, paths.verify_file.name)
-    atomic_write_text(paths.verify_file, text, root=paths.run_dir)
+def write_integrity_record(paths: HostPaths, text: str) -> None:
+    make_room(paths.run_dir, paths.integrity_file.name)
+    atomic_write_text(paths.integrity_file, text, root=paths.run_dir)
 
 
-def read_verify_record(paths: HostPaths) -> str | None:
+def read_integrity_record(paths: HostPaths) -> str | None:
     """The record's text; None when there is none (bounded, regular file, inside RUN_DIR)."""
-    return paths.run.read_text_or_none(paths.verify_file.name, limit=MAX_VERIFY_RECORD)
+    return paths.run.read_text_or_none(paths.integrity_file.name, limit=MAX_VERIFY_RECORD)

@@ -28,7 +28,7 @@ from helpers.fakes import add_fabric_to_image, fabric_env
 from helpers.hostenv import make_host
 from helpers.support import REPO, require
 
-from driver_container.driverroot.integrity import VerifyBudget, verify_published
+from driver_container.driverroot.integrity import IntegrityBudget, check_integrity
 from driver_container.errors import CommandStopped
 from driver_container.runtime.runner import Runner
 from driver_container.runtime.supervise import BackgroundChild, Shutdown
@@ -250,7 +250,7 @@ def test_verify_stops_at_its_time_budget_inside_a_file(tmp_path: Path) -> None:
     assert h.run("init", "--no-wait").returncode == 0
     _sparse_in_place_of(h.driver_root, 3 << 30)  # within the byte budget: read, and hashed for seconds
     started = time.monotonic()
-    report = verify_published(h.driver_root, VerifyBudget(max_s=0.2))
+    report = check_integrity(h.driver_root, IntegrityBudget(max_s=0.2))
     took = time.monotonic() - started
     assert took < 1.5, f"verify took {took:.2f} s with a 0.2 s budget"
     assert report.stopped.startswith("verify stopped after ") and "(budget: 4294967296 bytes, 0.2 s)" in report.stopped

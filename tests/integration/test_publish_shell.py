@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from helpers.support import require
 
-from driver_container.driverroot.integrity import verify_published
+from driver_container.driverroot.integrity import check_integrity
 from driver_container.paths import HostPaths
 from driver_container.publish.index_build import build_index
 from driver_container.publish.publisher import publish_driver_root
@@ -54,7 +54,7 @@ def test_a_static_busybox_becomes_bin_sh_and_dev_shm_a_recorded_directory(usersp
         assert _records(dr)[directory]["type"] == "dir"
     again = publish_driver_root(_host(userspace, dr), V, Runner(), check_unchanged=False)
     assert (again.written, again.removed, again.ldconfig_ran) == (0, 0, False)  # a restart writes nothing
-    assert verify_published(dr).ok
+    assert check_integrity(dr).ok
 
 
 def test_a_missing_dev_shm_is_a_finding_and_the_next_publish_makes_it_again(userspace: Path, tmp_path: Path) -> None:
@@ -63,11 +63,11 @@ def test_a_missing_dev_shm_is_a_finding_and_the_next_publish_makes_it_again(user
     publish_driver_root(_host(userspace, dr), V, Runner())
     (dr / "dev/shm").rmdir()
     (dr / "dev/shm").write_text("not a directory\n")
-    assert [(m.path, m.reason) for m in verify_published(dr).mismatches] == [("dev/shm", "a file, not a directory")]
+    assert [(m.path, m.reason) for m in check_integrity(dr).mismatches] == [("dev/shm", "a file, not a directory")]
     (dr / "dev/shm").unlink()
-    assert [(m.path, m.reason) for m in verify_published(dr).mismatches] == [("dev/shm", "missing")]
+    assert [(m.path, m.reason) for m in check_integrity(dr).mismatches] == [("dev/shm", "missing")]
     report = publish_driver_root(_host(userspace, dr), V, Runner(), check_unchanged=False)
-    assert report.written == 1 and (dr / "dev/shm").is_dir() and verify_published(dr).ok
+    assert report.written == 1 and (dr / "dev/shm").is_dir() and check_integrity(dr).ok
 
 
 def test_without_a_static_shell_the_root_gets_neither(
@@ -92,7 +92,7 @@ def test_a_shell_gone_from_the_image_leaves_the_root_with_its_directories(usersp
     assert report.removed == 1 and not (dr / "bin/sh").exists()
     for directory in ("dev/shm", "proc", "sys"):
         assert (dr / directory).is_dir() and directory not in _records(dr)
-    assert verify_published(dr).ok
+    assert check_integrity(dr).ok
 
 
 def test_an_unchanged_restart_sees_dev_shm_gone_or_replaced(userspace: Path, tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from helpers.fakes import FakeHost
 
 from driver_container.errors import ModuleLoadError, Problem, UsageError, VerificationError
 from driver_container.inspect.hoststate import LoadedModule, read_loaded_modules
-from driver_container.modprobe.generic import build_modprobe_argv, load_modules, mellanox_present, verify_loaded
+from driver_container.modprobe.generic import build_modprobe_argv, confirm_loaded, load_modules, mellanox_present
 from driver_container.settings import Settings
 
 Make = Callable[..., FakeHost]
@@ -157,7 +157,7 @@ def test_verification_compares_effective_parameters() -> None:
                                           "NVreg_CoherentGPUMemoryMode": '"cdmm"'})}
     requested = {"nvidia": [("NVreg_EnableGpuFirmware", "0x01"), ("NVreg_RegistryDwords", "a=1"),
                             ("NVreg_CoherentGPUMemoryMode", "driver"), ("NVreg_NotReported", "1")]}
-    warnings = verify_loaded(after, ["nvidia"], "580.105.08", requested)
+    warnings = confirm_loaded(after, ["nvidia"], "580.105.08", requested)
     assert warnings == (Problem("nvidia", "NVreg_CoherentGPUMemoryMode requested 'driver', in effect '\"cdmm\"'"),)
     assert str(warnings[0]) == "nvidia: NVreg_CoherentGPUMemoryMode requested 'driver', in effect '\"cdmm\"'"
 

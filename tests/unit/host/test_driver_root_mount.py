@@ -16,7 +16,7 @@ from driver_container.driverroot.manifest import Manifest, format_manifest
 from driver_container.driverroot.proof import PROOF_BINARY
 from driver_container.findings import check
 from driver_container.inspect.hoststate import HostState
-from driver_container.lifecycle.hostcheck import verify
+from driver_container.lifecycle.hostcheck import check_host
 from driver_container.lifecycle.status import inspect_for_status
 from driver_container.lifecycle.status_render import render_text, status_json
 from driver_container.paths import HostPaths
@@ -92,7 +92,7 @@ def test_an_exec_capable_root_is_clean_whatever_the_host_views_mount_table_says(
 
 def test_init_verify_proves_nothing_before_it_publishes(noexec_paths: HostPaths) -> None:
     _publish(noexec_paths)
-    state = verify(noexec_paths, Settings())  # raises VerificationError on any error finding
+    state = check_host(noexec_paths, Settings())  # raises VerificationError on any error finding
     assert state.driver_root_proof is None and state.driver_root_flags is not None
 
 

@@ -58,11 +58,11 @@ def _record(calls: list[str], name: str, func: Callable[..., object]) -> Callabl
     return wrapped
 
 
-@pytest.mark.parametrize("stage", ["detect", "wait_for_modules", "verify", "_publish", "_node_steps"])
+@pytest.mark.parametrize("stage", ["detect", "wait_for_modules", "check_host", "_publish", "_node_steps"])
 def test_signal_after_a_stage_starts_nothing_later(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stage: str) -> None:
     paths = _host(tmp_path)
     calls: list[str] = []
-    owner = publishing if stage in ("verify", "_publish") else lifecycle  # verify and the child are publishing's
+    owner = publishing if stage in ("check_host", "_publish") else lifecycle  # check_host and the child are publishing's
     monkeypatch.setattr(owner, stage, _sigterm_after(getattr(owner, stage)))
     for later in ("_node_steps", "_start_daemons", "_publish"):
         if later != stage:
@@ -82,7 +82,7 @@ def test_signal_after_a_stage_starts_nothing_later(tmp_path: Path, monkeypatch: 
     assert "_start_daemons" not in calls, "a daemon was started after the signal"
     if stage != "_node_steps":
         assert "_node_steps" not in calls
-    if stage in ("detect", "wait_for_modules", "verify"):
+    if stage in ("detect", "wait_for_modules", "check_host"):
         assert "_publish" not in calls, "a publishing child was started after the signal"
     assert statusfiles.read_daemons_status(paths) == statusfiles.NOT_READY
     assert not paths.pid_file.exists()
