@@ -1,4 +1,4 @@
-"""Issue 14 item 7: a termination signal at any stage of ``init`` ends it within 2 s, and nothing after
+"""A termination signal at any stage of ``init`` ends it within 2 s, and nothing after
 that stage starts (no nvidia-persistenced, no ``Ready``). ``run_init`` runs in this process on a copied
 fixture host; the signal is sent from inside a stage (wrapping the stage function), so it lands exactly
 there instead of racing a timer against the stage.
