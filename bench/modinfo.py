@@ -1,4 +1,4 @@
-"""Benchmark: `nvidia-driver modinfo` against kmod's `modinfo` (issue 2). A script, not a test.
+"""Benchmark: `nvidia-driver modinfo` against kmod's `modinfo` (docs/modinfo.md). A script, not a test.
 
     .venv/bin/python bench/modinfo.py [--repeat N] [--tree DIR]
 

@@ -1,8 +1,8 @@
-"""All benchmarks of the project in one table: measured value, target, PASS/FAIL (issues 9 and 18).
+"""All benchmarks of the project in one table: measured value, target, PASS/FAIL (docs/development.md).
 
     .venv/bin/python bench/run_all.py [--quick] [--json] [--image IMAGE]
 
-The first rows are issue 18's: whole processes against floors measured in the same run, in pairs
+The first rows are whole processes against floors measured in the same run, in pairs
 (bench/startup.py: first `init --no-wait`, unchanged restart, the peermem probe, `status` without and
 with module files), the RSS of a waiting ``init``, and modinfo over the real module tree against kmod.
 Then the in-process publish (bench/publish.py), the 100 MB modules and the image size against its
@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PY = sys.executable
 DEFAULT_IMAGE = "talos-nvidia-driver:535.309.01-debian"  # scripts/setup.sh builds this tag
-PAYLOAD_SLACK_MB = 150.0  # issue 9 / docs/image.md: image <= NVIDIA payload + 150 MB
+PAYLOAD_SLACK_MB = 150.0  # docs/image.md: image <= NVIDIA payload + 150 MB
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Whole-process start-up of the commands a node waits for, against their floors, in paired runs (issue 18).
+"""Whole-process start-up of the commands a node waits for, against their floors, in paired runs (docs/development.md).
 
     .venv/bin/python bench/startup.py [--rounds N] [--json]
 

@@ -3,7 +3,7 @@
 On CPython 3.11 ``class X(typing.NamedTuple)`` runs ``typing._type_check`` on every field's annotation;
 under ``from __future__ import annotations`` each one is a string, turned into a ``ForwardRef`` and
 compiled (Lib/typing.py, ``_make_nmtuple``). That is ~0.07 ms a class, ~3% of the instructions of an
-unchanged ``init`` restart, which creates ~43 records (callgrind, bench/startup.py, issue 18). ``NamedRecord``
+unchanged ``init`` restart, which creates ~43 records (callgrind, bench/startup.py). ``NamedRecord``
 builds the same class from ``collections.namedtuple`` - fields, defaults, methods, properties, docstring,
 module and qualified name, so pickling and ``_replace``/``_asdict`` work as before - and keeps the
 annotations as the strings they are (``typing.get_type_hints`` resolves them on demand). To mypy it is

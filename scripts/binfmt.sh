@@ -2,7 +2,7 @@
 # architecture with binfmt_misc, so that its ELF files run by path (GitHub: docker/setup-qemu-action).
 #   release-build.sh: a foreign platform's RUN steps inside the image build;
 #   setup.sh: the arm64 userspace tests on an amd64 machine, where `init`'s proof before Ready
-#   (driver_container/driverroot/proof.py, issue 28) executes the published root's static ldconfig by path,
+#   (driver_container/driverroot/proof.py, docs/init.md) executes the published root's static ldconfig by path,
 #   which no PATH shim can redirect.
 # Needs root and qemu-user-static (/usr/lib/binfmt.d/qemu-<arch>.conf); `die` must be defined by the caller.
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # containerd 2.x from Debian's archive, unpacked (not installed) under .cache/containerd for the CDI tests
-# (issue 29: tests/container/test_cdi_containerd.py). Talos runs containerd 2.x and applies the toolkit's
+# (tests/container/test_cdi_containerd.py). Talos runs containerd 2.x and applies the toolkit's
 # CDI specs itself; bookworm's containerd is 1.6 (no CDI in ctr) and trixie's 1.7, so the package comes
 # from sid (2.1.9 when this was written). Only the .deb is used, with `dpkg-deb -x`: the system's
 # containerd (docker.io's) and its service are untouched; the test starts this one on its own socket, with

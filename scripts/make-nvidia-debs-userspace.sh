@@ -13,7 +13,7 @@
 # The graphics set (GLX, EGL, EGL-wayland, Vulkan ICD, PKCS#11 and nvidia-settings' GTK3 library) is
 # installed as NVIDIA's packages ship it. nvidia-settings is unpacked WITHOUT its dependencies (libgtk-3
 # and friends): the published root must then warn about libnvidia-gtk3's missing libgtk-3.so.0, never
-# fail (issue 16).
+# fail (docs/publish.md).
 #
 # Environment: ARTEFACTS_DIR (default <repo>/.cache/artefacts), DEBIAN_MIRROR, FORCE=1.
 set -euo pipefail

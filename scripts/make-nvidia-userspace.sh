@@ -28,7 +28,7 @@ DEST="$ARTEFACTS/$NAME"
 MARKER="$ARTEFACTS/$NAME.building"
 DEB_CACHE="$REPO/.cache/debootstrap-debs"
 
-# Userspace packages only. What the driver-container publishes (issue 4): libraries, nvidia-smi,
+# Userspace packages only. What the driver-container publishes (docs/publish.md): libraries, nvidia-smi,
 # nvidia-persistenced, MPS, nvidia-modprobe, OpenCL ICD, GSP firmware. Kernel packages are never asked for:
 # nvidia-smi/libcuda1 only *Recommend* nvidia-kernel-dkms, so --no-install-recommends keeps dkms, the
 # kernel headers and a compiler out (checked below: the build fails if any of them got installed).

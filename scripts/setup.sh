@@ -72,7 +72,7 @@ fi
 step "artefacts: Debian NVIDIA 535 userspace"
 bash scripts/make-nvidia-userspace.sh >/dev/null
 
-# Issue 16: every real userspace Debian has, with the graphics packages, unpacked from downloaded .debs
+# Every real userspace Debian has, with the graphics packages, unpacked from downloaded .debs
 # (about 45-90 s each on a fresh machine, mostly the download; a few seconds when cached).
 step "artefacts: Debian NVIDIA userspaces with graphics (535 amd64/arm64, 550, 555)"
 bash scripts/make-nvidia-debs-userspace.sh debian-nvidia-535-graphics bookworm amd64 535.309.01
@@ -94,7 +94,7 @@ fi
 step "docker engine"
 bash scripts/dockerd.sh start
 
-# Issue 29: the CDI consumer Talos runs, for tests/container/test_cdi_containerd.py (about 16 s on a fresh
+# The CDI consumer Talos runs, for tests/container/test_cdi_containerd.py (about 16 s on a fresh
 # machine: sid's package list and a 30 MB .deb; instant when cached). NVIDIA's toolkit binaries are not
 # set up here: they stay outside the project (NVIDIA_CONTAINER_TOOLKIT_DIR, tests/helpers/toolkit.py).
 step "containerd 2.x for the CDI tests"
@@ -119,10 +119,10 @@ docker_build --network host --progress plain \
   -t "$IMAGE" . >"$CACHE/image-build.log" 2>&1 \
   || { tail -40 "$CACHE/image-build.log" >&2; die "image build failed (log: $CACHE/image-build.log)"; }
 echo "built in $((SECONDS - started)) s; $(docker image inspect -f '{{.Size}}' "$IMAGE") bytes" >&2
-# Issue 16: the USERSPACE_SOURCE=tree route (what the default .run route does after its download), fed with
+# The USERSPACE_SOURCE=tree route (what the default .run route does after its download), fed with
 # a .run-shaped flat tree assembled from Debian's 535 packages with the graphics libraries; tested by
 # tests/container/test_tree_image.py. The BuildKit cache shares every stage but the userspace with $IMAGE.
-# Issue 31: built by the release script's build phase (scripts/release-build.sh, what the release workflow
+# Built by the release script's build phase (scripts/release-build.sh, what the release workflow
 # runs for every driver), native platform only; scripts/test.sh runs its test and push phases on it.
 step "image $IMAGE_TREE (USERSPACE_SOURCE=tree from a .run-shaped tree, scripts/release-build.sh build)"
 started=$SECONDS

@@ -19,7 +19,7 @@ case $rc in
   *) failed+=("pytest($rc)") ;;
 esac
 
-# Issue 31: the release script (what .github/workflows/release.yml runs per driver) up to the push, on the
+# The release script (what .github/workflows/release.yml runs per driver) up to the push, on the
 # image setup built with its build phase: the container tests against it, then the push phase, which
 # stops before pushing (no PUSH=1; no registry is reachable here).
 if [[ -z "${SKIP_CONTAINER:-}" ]]; then
@@ -36,7 +36,7 @@ echo "== mypy" >&2
 echo "== lint-imports" >&2
 .venv/bin/lint-imports || failed+=(lint-imports)
 
-# Issue 18: the benchmark table (whole processes, ratios against floors measured in the same run) is
+# The benchmark table (whole processes, ratios against floors measured in the same run) is
 # printed on every run; a missed target is reported in it, not a failure (timings on a shared CI machine
 # are not tests), but a benchmark that cannot run is.
 echo "== bench/run_all.py" >&2

@@ -27,7 +27,7 @@ def command_modules(args: list[str]) -> list[str]:
     (``--help``, no command, a typo: typer then lists or suggests every command).
 
     typer builds every registered command's parameters from its signature on each call, which costs
-    more than the command itself for ``init`` restarts and ``status`` (bench/startup.py, issue 18)."""
+    more than the command itself for ``init`` restarts and ``status`` (bench/startup.py)."""
     named = [module for module, commands in COMMAND_MODULES.items() if any(c in args for c in commands)]
     return named or list(COMMAND_MODULES)
 

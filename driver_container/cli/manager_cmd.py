@@ -2,7 +2,8 @@
 
 The operator runs ``driver-manager uninstall_driver`` with the stock environment (NODE_NAME,
 OPERATOR_NAMESPACE, DRIVER_CONFIG_DIGEST, FORCE_REINSTALL, ENABLE_GPU_POD_EVICTION, ENABLE_AUTO_DRAIN,
-DRAIN_*, KUBECONFIG; gpu-operator-contract.md section 4). Host paths use the same variables as
+DRAIN_*, KUBECONFIG; NVIDIA/k8s-driver-manager cmd/driver-manager/main.go @ bd62ca7d, docs/manager.md).
+Host paths use the same variables as
 ``nvidia-driver`` (HostPaths.from_env).
 """
 

@@ -20,7 +20,7 @@ The mount is made through the operator's Bidirectional ``/run/nvidia`` (rshared)
 the host and outlives the container; a restarted container finds it in its own mountinfo (the kubelet's
 rbind of /run/nvidia carries it) and keeps it.
 
-Who decides what (issue 28): whether a mount is needed comes from the kernel, ``statvfs`` of DRIVER_ROOT
+Who decides what (docs/publish.md): whether a mount is needed comes from the kernel, ``statvfs`` of DRIVER_ROOT
 (the flags exec and mmap obey); this process's own mountinfo (OWN_PROCFS_ROOT, not the host view
 PROCFS_ROOT, which may have no ``self/``) only says whether ours is there and whether a new one would
 propagate. Whatever they said, ``driverroot/proof.py`` then proves the published root usable before Ready.
@@ -72,7 +72,7 @@ def describe(mount: Mount) -> str:
 class RootFlags(NamedRecord):
     """What the kernel enforces at DRIVER_ROOT: statvfs(2)'s ``f_flag`` (ST_NOEXEC, ST_NODEV are the
     mount's MNT_NOEXEC/MNT_NODEV, fs/statfs.c ``flags_by_mnt``). A mount table can be absent, unreadable
-    or another namespace's; these flags are the ones exec(2) and mmap(2) check (issue 28)."""
+    or another namespace's; these flags are the ones exec(2) and mmap(2) check."""
 
     path: str  # where statvfs was asked: DRIVER_ROOT, or its nearest existing parent before it is made
     noexec: bool

@@ -1,4 +1,4 @@
-"""/proc and /sys inside the published root, for the programs NVIDIA's DRA driver runs chrooted in it (issue 30).
+"""/proc and /sys inside the published root, for the programs NVIDIA's DRA driver runs chrooted in it (docs/publish.md).
 
 Its MPS control daemon runs ``chroot /driver-root sh -c "nvidia-cuda-mps-control -d"`` when the root has
 an executable ``bin/sh`` (kubernetes-sigs/dra-driver-nvidia-gpu templates/mps-control-daemon.tmpl.yaml

@@ -1,5 +1,5 @@
 """Proof that the published DRIVER_ROOT can be used the way its consumers use it, made before ``Ready``
-and by ``status`` (issue 28).
+and by ``status`` (docs/init.md, step 6b).
 
 Its consumers execute from it and map from it: gpu-operator's validator runs ``chroot <root> nvidia-smi``
 and LD_PRELOADs the root's libnvidia-ml (validator/main.go), the device plugin and DCGM dlopen

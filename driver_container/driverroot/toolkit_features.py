@@ -1,6 +1,6 @@
 """What NVIDIA's container toolkit (and NVIDIA's DRA driver) also look for in a driver root, which an image
 may lack (Debian's packages, NVIDIA's ``.run`` of older branches, an image without busybox-static), and
-what a GPU workload loses when the published root has none (issues 29, 30).
+what a GPU workload loses when the published root has none (docs/publish.md, docs/mps.md).
 
 ``status`` lists these under "not in the image" (docs/status.md); the toolkit's own warnings on such a root
 are in docs/publish.md ("Warnings nvidia-ctk prints on a published root"), tested with its real binaries.

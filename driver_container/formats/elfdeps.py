@@ -2,7 +2,8 @@
 
 Read from the program headers (PT_INTERP, PT_DYNAMIC) with pyelftools, not from section headers: the
 loader itself only uses segments, and stripped or packed objects may have no section headers at all
-(formats.md). pyelftools is imported inside the function so that status/probe commands stay fast.
+(glibc elf/dl-load.c ``_dl_map_object_from_fd``, bminor/glibc @ 630da022).
+pyelftools is imported inside the function so that status/probe commands stay fast.
 """
 
 from __future__ import annotations

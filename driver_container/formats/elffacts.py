@@ -1,7 +1,7 @@
 """What the dynamic loader needs from an ELF file, as data (``elfdeps`` reads it from the file).
 
 Apart from the reader so that the manifest (``status``, every ``init``) and the image's index can hold
-these facts without importing the reader's structures (bench/startup.py, issue 18).
+these facts without importing the reader's structures (bench/startup.py).
 """
 
 from __future__ import annotations

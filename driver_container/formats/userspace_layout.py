@@ -34,7 +34,8 @@ LIBRARY_DIRS: tuple[str, ...] = (
     ".",
 )
 # The libraries whose file name tells the driver version, in order of preference: the toolkit takes
-# libcuda.so.X.Y[.Z], else libnvidia-ml.so.X.Y[.Z] (gpu-operator-contract.md section 6). The version
+# libcuda.so.X.Y[.Z], else libnvidia-ml.so.X.Y[.Z] (NVIDIA/nvidia-container-toolkit v1.20.0 @ 5505e2f9
+# internal/lookup/root/root.go ``inferVersion``). The version
 # finder (inspect.userspace) and the publisher's "found versions" hint (publish.scan) both use these.
 VERSION_LIBS = ("libcuda.so", "libnvidia-ml.so")
 _VERSIONED = re.compile(r"(?P<lib>lib[A-Za-z0-9_+-]+\.so)\.(?P<version>[0-9]+\.[0-9]+(?:\.[0-9]+)?)")

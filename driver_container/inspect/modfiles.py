@@ -1,6 +1,7 @@
 """NVIDIA module files on the host, read with the modinfo engine (only when a command needs them).
 
-Where they are (shared/reference/talos.md): open modules in ``kernel/drivers/video/``, proprietary in
+Where they are (docs/talos.md, section 1, from siderolabs/extensions' file lists):
+open modules in ``kernel/drivers/video/``, proprietary in
 ``extras/`` of ``/usr/lib/modules/<kver>`` (Talos >= 1.10, /usr-merged) or ``/lib/modules/<kver>``
 (before 1.10); DKMS builds in ``updates/dkms``; anything modprobe can load is also in ``modules.dep``
 (Ubuntu's precompiled ``kernel/nvidia-<ver>/``). File names use dashes, and the module's own name comes

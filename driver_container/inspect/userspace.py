@@ -1,10 +1,11 @@
 """The image's NVIDIA userspace and its driver version, found as the container toolkit finds it.
 
-nvidia-container-toolkit (see shared/reference/gpu-operator-contract.md section 6) looks for
+nvidia-container-toolkit (v1.20.0 @ 5505e2f9: pkg/lookup/library.go, internal/lookup/root/root.go) looks for
 ``libcuda.so.X.Y[.Z]`` (else ``libnvidia-ml.so.X.Y[.Z]``) in fixed search directories under the root,
 including their ``nvidia/current`` subdirectories (Debian's layout), then in ``<root>/etc/ld.so.cache``
 (64-bit entries only). The driver version is the suffix of that file name, and the legacy
-``nvidia-container-cli`` only mounts libraries whose name ends with the LOADED module's version, so the
+``nvidia-container-cli`` only mounts libraries whose name ends with the LOADED module's version
+(NVIDIA/libnvidia-container src/nvc_info.c ``select_libraries`` @ 1d44a936), so the
 two must be equal exactly.
 """
 

@@ -96,7 +96,7 @@ def kubeconfig_endpoint(path_list: str, workdir: Path, context: str | None = Non
     entry = select_context(load_kubeconfig_file(source), source, context)
     where = f"{source} context {entry.context}"
     if entry.insecure:
-        # Decision (issue 14 item 8): every user driver-manager accepts carries a credential (token or
+        # Decision: every user driver-manager accepts carries a credential (token or
         # client key), and without verification anyone on the path receives it. kubectl allows the flag;
         # we refuse it rather than silently sending a cluster-admin token to an unverified peer.
         raise KubernetesError(

@@ -30,7 +30,7 @@ def prepare_generic(
     paths: HostPaths, settings: Settings, runner: Runner, names: tuple[str, ...],
     platform: PlatformInfo | None = None,
 ) -> tuple[str, ...]:
-    """Generic hosts (issue 8): keep loaded modules when the digest matches, else reload them.
+    """Generic hosts (docs/generic-hosts.md): keep loaded modules when the digest matches, else reload them.
     Returns the modules to wait for: nvidia_peermem only where a Mellanox device makes it load."""
 
     if "nvidia_peermem" in names and not generic.mellanox_present(paths):

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from driver_container.node.fabricmanager import FabricDaemons
     from driver_container.node.persistenced import Persistenced
 
-# Function-local imports below keep the hot path light (bench/startup.py, issue 18): an unchanged Talos
+# Function-local imports below keep the hot path light (bench/startup.py): an unchanged Talos
 # restart must not import module loading (modprobe/), Fabric Manager or the persistenced client.
 
 

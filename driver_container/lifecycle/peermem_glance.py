@@ -3,7 +3,7 @@
 gpu-operator runs ``nvidia-driver probe_nvidia_peermem`` every 30 s on every GPU node with a peermem
 sidecar (assets/state-driver/0500_daemonset.yaml, ``nvidia-peermem-ctr`` livenessProbe). Its floor is a
 bare interpreter start (``python -c pass``, ~20 ms); importing ``pathlib``, ``dataclasses`` and
-``logging`` alone costs more than that (bench/startup.py, issue 18). So the common answers come from here:
+``logging`` alone costs more than that (bench/startup.py). So the common answers come from here:
 the probe passes when /proc/modules lists no ``mlx5_core``, or lists ``nvidia_peermem``. Anything else
 (unreadable, not a regular file, too big, a line not in /proc/modules' format, mlx5_core without
 nvidia_peermem) is None: ``peermem.probe`` then decides with the full readers and says why.

@@ -4,7 +4,7 @@ Verifying and the unchanged check run in ``init`` itself: on an unchanged restar
 nothing is written, and forking only to read the host made a second process (its start, its exit,
 ctypes for PR_SET_PDEATHSIG, the loaded modules read a second time) on every restart. Together with the
 records (records.py) this took an unchanged restart from 1.71x to 1.42x ``import typer`` here (136 -> 111
-ms, paired runs, bench/startup.py, issue 18). What they import stays in the waiting process, the
+ms, paired runs, bench/startup.py). What they import stays in the waiting process, the
 module-file reader (no pyelftools) and the manifest's reader: its VmHWM went from 18.84 to 18.88 MB.
 Their reads are bounded and ``O_NONBLOCK`` (runtime/fsutil.py), so a hostile file cannot hold up a
 SIGTERM; only a hung filesystem could, as it would hold any process reading it.
@@ -97,7 +97,7 @@ def _undo_interrupted_publish(paths: HostPaths) -> None:
 
 def require_usable_root(paths: HostPaths, runner: Runner) -> None:
     """Before Ready: execute from and map from the published root for real (driverroot/proof.py); a root
-    its consumers would fail on ends ``init`` here, with the flags found and the fix (issue 28)."""
+    its consumers would fail on ends ``init`` here, with the flags found and the fix (docs/init.md, step 6b)."""
     proof = prove_root_usable(paths.driver_root, runner)
     if proof.ok:
         log.debug("DRIVER_ROOT %s: executed %s and mapped a library executable", paths.driver_root, PROOF_BINARY)

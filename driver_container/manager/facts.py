@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 
 # The validator's host-driver probe: a regular executable nvidia-smi in these host directories
-# (cmd/nvidia-validator, gpu-operator-contract.md section 5). In-root paths, resolved through Root.
+# (NVIDIA/gpu-operator cmd/nvidia-validator/main.go @ 10ee5b36). In-root paths, resolved through Root.
 HOST_SMI_DIRS = ("/usr/bin", "/usr/sbin", "/bin", "/sbin", "/opt/bin")
 
 

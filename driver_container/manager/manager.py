@@ -2,7 +2,8 @@
 
 NVIDIA's k8s-driver-manager (``uninstall_driver``) unloads the modules whenever the driver config
 digest changed; on Talos the pod has no CAP_SYS_MODULE and /run is empty after every reboot, so it
-crash-loops forever (gpu-operator-contract.md section 4). Here the modules belong to Talos: this
+crash-loops forever (docs/manager.md; NVIDIA/k8s-driver-manager cmd/driver-manager/main.go @ bd62ca7d).
+Here the modules belong to Talos: this
 manager never touches them. It keeps the rest of the stock contract: a host driver disables the
 driver pod on the node, operands are paused across a driver change so they restart against the new
 root, and leftovers of a previous driver container (a mount at the driver root, the pid file) go.

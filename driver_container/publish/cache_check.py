@@ -3,7 +3,8 @@
 ld.so and the toolkit find libraries through ROOT/etc/ld.so.cache; the check requires every published
 SONAME to resolve (with ld.so's binary search, for this architecture's flags) to the published file, and
 every NVIDIA SONAME to a file named *.so.<version>: the legacy nvidia-container-cli keeps a library only
-if its resolved name ends with the loaded module version (gpu-operator-contract.md section 6).
+if its resolved name ends with the loaded module version (NVIDIA/libnvidia-container src/nvc_info.c
+``select_libraries`` @ 1d44a936).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Everything is looked up through ``Root``: symlinks resolve as under ``chroot USERSPACE_ROOT`` (Debian
 reaches nvidia-smi through ABSOLUTE /etc/alternatives links), so nothing outside the root is ever read.
-Selection follows what consumers look for (gpu-operator-contract.md section 6): every ``*.so.<version>``
+Selection follows what consumers look for (docs/publish.md, what NVIDIA's container toolkit finds):
+every ``*.so.<version>``
 in the library dirs and ld.so.cache, the NVIDIA binaries, ``firmware/nvidia/<version>/*``, vendor configs,
 and what else the toolkit mounts from a driver root (``roles``): libraries with their own version, the
 ``vdpau/`` folder, the unversioned ``libX.so`` links. Each object's role decides whether a missing

@@ -3,8 +3,9 @@
 Both run where nothing else of the root may be usable, so each must be a static ELF (no PT_INTERP),
 checked, never a dynamic one.
 
-- ldconfig (required): the toolkit runs it inside workload containers (gpu-operator-contract.md section
-  6), and ``init`` runs it as ``ldconfig -r`` on a root without libc.
+- ldconfig (required): the toolkit runs it inside workload containers (NVIDIA/nvidia-container-toolkit
+  v1.20.0 @ 5505e2f9 ``api/config/v1/cli.go``, ``cmd/nvidia-cdi-hook/update-ldcache``; docs/operator.md),
+  and ``init`` runs it as ``ldconfig -r`` on a root without libc.
 - a shell (optional), published as ``bin/sh``: NVIDIA's DRA driver runs its MPS control daemon as
   ``chroot <driver root> sh -c "nvidia-cuda-mps-control -d"`` when the root has an executable
   ``bin/sh`` or ``usr/bin/sh``; without one it runs the root's binaries from its own container with an

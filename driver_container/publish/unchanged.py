@@ -4,7 +4,7 @@ exactly as it left it.
 
 The full path (``publisher``) scans the image, plans, and compares the plan with the manifest: ~60 ms of
 imports (copier, planner, ELF reader) and ~35 ms of work on the Debian 535 userspace, to write nothing
-(bench/startup.py, issue 18). Here the same answer comes from what the manifest recorded: when
+(bench/startup.py). Here the same answer comes from what the manifest recorded: when
 - the plan's inputs are the ones recorded (``publish_inputs``: the image's digest index, which lists every
   file a scan reads, so its size and mtime change with any of them; the code that plans; the version,
   USERSPACE_ROOT and PATH, where ldconfig is found), and

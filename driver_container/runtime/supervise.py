@@ -118,10 +118,10 @@ def run_in_child(func: Callable[[], T], stop: Shutdown | None = None, grace_s: f
     done is for the caller to undo (the publish journal). So SIGTERM is honoured within 2 s at every stage.
 
     Publishing imports the planner and the copier and may hash every file; done in a child, none of that stays
-    in the parent that then waits for days (issue 4: waiting RSS <= 30 MB). The child ignores termination
+    in the parent that then waits for days (bench/run_all.py bounds the waiting RSS). The child ignores termination
     signals (the parent decides) and dies with its parent (PR_SET_PDEATHSIG), as it would with the
     container's PID namespace. Without the kill a child stuck on a hostile file would keep the pod from
-    stopping (issue 14 item 7).
+    stopping (docs/init.md: a signal at any stage ends init within 2 s).
     """
     pid, read_fd = fork_child(func)
     try:

@@ -62,7 +62,8 @@ class FixtureNode:
         return env | ({"USERSPACE_ROOT": userspace} if userspace else {})
 
     def volumes(self, **extra: dict[str, str]) -> Volumes:
-        # The mounts gpu-operator gives the driver container (gpu-operator-contract.md): os-release at
+        # The mounts gpu-operator gives the driver container (NVIDIA/gpu-operator
+        # assets/state-driver/0500_daemonset.yaml @ 10ee5b36): os-release at
         # /host-etc/os-release, the host root, /proc and /sys (here the fixture's, through PROCFS_ROOT and
         # SYSFS_ROOT), the drivers config dir, the run dir (read-write, shared with the host side).
         mounts: Volumes = {

@@ -1,4 +1,4 @@
-"""A private containerd 2.x, the CDI consumer Talos runs, for the CDI tests (issue 29).
+"""A private containerd 2.x, the CDI consumer Talos runs, for the CDI tests (docs/operator.md).
 
 containerd is Debian sid's package unpacked by scripts/fetch-containerd.sh into .cache/containerd (not
 installed; the system's containerd, docker.io's 1.6, is left alone). It runs on its own socket, root and

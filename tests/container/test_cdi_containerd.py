@@ -1,4 +1,4 @@
-"""A real container gets the GPU devices from the toolkit's CDI spec of a published root (issue 29, points 2, 3).
+"""A real container gets the GPU devices from the toolkit's CDI spec of a published root (docs/operator.md).
 
 The node is Talos-shaped: its /run is a tmpfs mounted ``noexec,nosuid,nodev`` and shared (siderolabs/talos
 internal/pkg/mount/v3/helpers.go ``PseudoLate``), and ``nvidia-driver init --no-wait`` publishes Debian's
@@ -6,7 +6,7 @@ real 535.309.01 userspace (the Talos 1.11 kmod fixture host, as in tests/integra
 into RUN_DIR/driver on the tmpfs of its own it mounts there. NVIDIA's real nvidia-ctk v1.20.0 writes the
 spec gpu-operator v26.7's toolkit writes for a driver container (tests/helpers/toolkit.py: management mode,
 driver and dev root ``/run/nvidia/driver``'s stand-in, its nvidia-cdi-hook), under a CDI kind of this
-test's own (``nvidia.com/gpu-issue29-<pid>=all``: the same edits as ``nvidia.com/gpu=all`` without
+test's own (``nvidia.com/gpu-cdi-test-<pid>=all``: the same edits as ``nvidia.com/gpu=all`` without
 clashing with another spec). The consumer is containerd 2.x, what Talos runs (Debian sid's, through ``ctr
 run --device``: tests/container/containerd_support.py), with bookworm's runc executing the spec's OCI hooks.
 
@@ -14,7 +14,7 @@ The device nodes in the spec are the ones init made in DRIVER_ROOT/dev with mkno
 /proc/devices: stand-ins, no GPU behind them, so nvidia-smi ends at "couldn't communicate with the NVIDIA
 driver" (exit 9); a missing library would be a loader error (127).
 
-IMEX (issue 30, point 3): NVIDIA's DRA driver gives its compute-domain daemon's container the driver root's
+IMEX (docs/imex.md): NVIDIA's DRA driver gives its compute-domain daemon's container the driver root's
 ``nvidia-imex`` through the root's management-mode spec (kubernetes-sigs/dra-driver-nvidia-gpu 95932046
 cmd/compute-domain-kubelet-plugin/cdi.go) and runs ``nvidia-imex -c /etc/nvidia-imex/imexd.cfg`` there
 (cmd/compute-domain-daemon/main.go); the binaries are stand-ins (tests/helpers/imex.py: Debian has none).
@@ -54,7 +54,7 @@ V = "535.309.01"
 USERSPACE = ARTEFACTS / "debian-nvidia-535"
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 NO_DRIVER = "couldn't communicate with the NVIDIA driver"
-KIND = f"nvidia.com/gpu-issue29-{os.getpid()}"
+KIND = f"nvidia.com/gpu-cdi-test-{os.getpid()}"
 # What the container reports: its ld.so cache, the sha256 of every file the spec mounts, its mounts, the
 # symlink the create-symlinks hook makes, and nvidia-smi's output and exit status.
 SCRIPT = (

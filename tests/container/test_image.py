@@ -31,7 +31,8 @@ def test_status_reports_the_image_userspace_without_traceback(image: Any) -> Non
 
 
 def test_startup_probe_tools_are_on_path(image: Any) -> None:
-    # gpu-operator's startup probe script runs these by name (gpu-operator-contract.md, section 2).
+    # gpu-operator's startup probe script runs these by name (NVIDIA/gpu-operator
+    # assets/state-driver/0400_configmap.yaml @ 10ee5b36).
     tools = ["sh", "cat", "mkdir", "mv", "rm", "nvidia-smi"]
     # dash's `command -v` reports only its first operand: one call per tool.
     script = "; ".join(f"command -v {tool} || exit 1" for tool in tools)

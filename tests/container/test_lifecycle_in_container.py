@@ -25,7 +25,8 @@ HOST = FIXTURES / "hosts" / "talos-1.11-kmod-535"
 READY_LINE = "Done, now waiting for signal"
 NO_DRIVER = "couldn't communicate with the NVIDIA driver"
 
-# gpu-operator's startup probe (gpu-operator-contract.md, section 2), rewritten for the fixture paths:
+# gpu-operator's startup probe (NVIDIA/gpu-operator assets/state-driver/0400_configmap.yaml @ 10ee5b36),
+# rewritten for the fixture paths:
 # /sys/module/nvidia/refcnt comes from SYSFS_ROOT. Its nvidia-smi step needs a GPU; PROBE_NO_GPU_OK=1
 # accepts exit 9 (libraries loaded, no kernel driver answered) so the steps after it run too.
 STARTUP_PROBE = r"""
@@ -46,7 +47,7 @@ echo "probe: ready"
 
 
 def _env(node: FixtureNode) -> dict[str, str]:
-    # No GPU here: a persistence daemon would die at once and fail the container (issue 5, step 3).
+    # No GPU here: a persistence daemon would die at once and fail the container (docs/init.md).
     return node.container_env() | {"NVIDIA_PERSISTENCED": "false"}
 
 

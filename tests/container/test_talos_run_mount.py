@@ -39,7 +39,7 @@ READY_LINE = "Done, now waiting for signal"
 NO_DRIVER = "couldn't communicate with the NVIDIA driver"
 LIBDIR = "usr/lib/x86_64-linux-gnu"
 SOURCE = "nvidia-driver-root"
-# PROCFS_ROOT is the fixture's host view, without self/ (issue 28): init reads its own mounts from /proc.
+# PROCFS_ROOT is the fixture's host view, without self/ (docs/publish.md): init reads its own mounts from /proc.
 ENTRYPOINT = ["sh", "-c", 'exec nvidia-driver "$@"', "sh"]
 # nvidia-smi run as root creates /dev/nvidiactl: on the host only in a private mount namespace and /dev.
 PRIVATE_DEV = ["unshare", "-m", "sh", "-c", 'mount -t tmpfs private-dev /dev && exec "$@"', "sh"]
@@ -164,7 +164,7 @@ def test_the_host_runs_the_published_nvidia_smi(driver: Any, node: TalosNode) ->
 
 def test_the_first_publish_takes_every_digest_from_the_image_index(driver: Any, node: TalosNode) -> None:
     # The image build's index (Dockerfile: nvidia-driver index-userspace) survives the layer export and
-    # unpack with sizes and mtimes that still match, so no copied file is hashed (issue 18).
+    # unpack with sizes and mtimes that still match, so no copied file is hashed (docs/image.md).
     logs = _wait_ready(driver, 1)
     counted = re.search(r"(\d+) of (\d+) files' digests from the image index \((\d+) hashed\)", logs)
     assert counted is not None, logs

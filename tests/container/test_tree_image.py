@@ -1,4 +1,4 @@
-"""The image built through the Dockerfile's USERSPACE_SOURCE=tree route (issue 16): the route the default
+"""The image built through the Dockerfile's USERSPACE_SOURCE=tree route (docs/image.md): the route the default
 `.run` download takes after extraction, fed with a `.run`-shaped flat tree assembled from Debian's 535.309.01
 packages with the graphics libraries (scripts/make-nvidia-run-tree.sh; scripts/setup.sh builds the image
 IMAGE_TREE). Like the `.run`, it carries every NVIDIA library, also libnvidia-gtk3 (needs libgtk-3) and

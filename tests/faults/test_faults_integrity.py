@@ -1,4 +1,4 @@
-"""Files changed behind our back in DRIVER_ROOT (issue 18): ``status --verify`` hashes every published file
+"""Files changed behind our back in DRIVER_ROOT (docs/status.md): ``status --verify`` hashes every published file
 and compares it with the manifest; ``init`` checks once after Ready and ``status`` reports what it found.
 An image index that lies (same size and mtime, another digest) is caught the same way."""
 

@@ -1,4 +1,4 @@
-"""A publish whose checks fail after the plan (issue 13's reproduction: a good root, then a publish whose
+"""A publish whose checks fail after the plan (a good root, then a publish whose
 ld.so.cache check fails while nvidia-smi, firmware and links were being replaced): exit 1, the previous
 root byte-identical (files, links, cache, manifest, inodes), and ``status`` saying which version is
 published and that the last publish failed. A failed first publish leaves nothing that claims to be

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Real-GPU check (issue 9): run on a machine with an NVIDIA GPU, the NVIDIA modules loaded and the
+# Real-GPU check (docs/development.md): run on a machine with an NVIDIA GPU, the NVIDIA modules loaded and the
 # matching userspace installed (standard paths, /usr/local/nvidia, or USERSPACE_ROOT=<dir>).
 #
 #   sudo tests/gpu/check.sh            # from the repository; < 5 minutes; exit 0 = all PASS

@@ -3,7 +3,7 @@
 
 - without the NVIDIA modules it stops at once with a readable FAIL summary and removes its work dir;
 - on a non-Talos host with the modules loaded, ``init`` keeps them (no refusing module-tool stub is
-  called) and an empty firmware search path is empty again afterwards (issue 14 item 12: a zero-byte
+  called) and an empty firmware search path is empty again afterwards (a zero-byte
   write is a no-op in sysfs, so the old script left init's path set).
 
 The fixture sysfs attribute is a regular file, where a NUL byte is stored as written; the script reads

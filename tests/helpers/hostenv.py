@@ -18,7 +18,7 @@ from helpers.support import FIXTURES
 
 HOSTS = FIXTURES / "hosts"
 USERSPACE = FIXTURES / "userspace" / "debian-595.91.07"
-# The healthy Talos 1.13 host with the open 595 modules loaded (issue 9 names it talos-1.13-open-healthy).
+# The healthy Talos 1.13 host with the open 595 modules loaded (once named talos-1.13-open-healthy).
 SCENARIO = next(s for s in ("talos-1.13-open-healthy", "talos-1.13-open-595") if (HOSTS / s).is_dir())
 MODULE_TOOLS = ("modprobe", "rmmod", "insmod")
 

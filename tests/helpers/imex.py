@@ -1,4 +1,4 @@
-"""A real userspace that has ``nvidia-imex`` and ``nvidia-imex-ctl`` (issue 30, point 3; issue 29, point 4).
+"""A real userspace that has ``nvidia-imex`` and ``nvidia-imex-ctl`` (docs/imex.md).
 
 Debian packages no IMEX (none of its NVIDIA suites has an nvidia-imex package), and NVIDIA's ``.run`` that
 ships it cannot be downloaded here. So the binaries are STAND-INS: small C programs built here with gcc,

@@ -1,5 +1,5 @@
 """The two MPS control daemons gpu-operator's consumers start from a driver root, run against a published root
-(issue 30, point 1; tests/integration/test_mps_real.py).
+(docs/mps.md; tests/integration/test_mps_real.py).
 
 Each flow runs as PID 1 of its own PID and mount namespace (``run_flow``: ``unshare -m -p -f --mount-proc
 --kill-child``), so every mount it makes is private and every process it starts, daemons included, dies

@@ -1,7 +1,7 @@
 """Run NVIDIA's real userspace binaries (nvidia-smi, nvidia-persistenced, published copies) in tests.
 
 Run as root, libnvidia-ml creates the device nodes it misses (/dev/nvidiactl c 195:255, /dev/nvidia0...)
-in whatever /dev it sees; a test run once left /dev/nvidiactl on the build machine (issue 14). So every
+in whatever /dev it sees; a test run once left /dev/nvidiactl on the build machine. So every
 such command runs in a private mount namespace (``unshare -m``; util-linux makes its mounts private)
 with a fresh tmpfs on /dev holding only null, zero, urandom and tty: whatever the binary creates there
 vanishes with the namespace. A chroot inside sees the root's own /dev (under the test's tmp dir).

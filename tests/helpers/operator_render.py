@@ -1,4 +1,4 @@
-"""NVIDIA gpu-operator v26.7.0's own code rendering the driver DaemonSets for Talos nodes (issue 39).
+"""NVIDIA gpu-operator v26.7.0's own code rendering the driver DaemonSets for Talos nodes (docs/operator.md).
 
 Nothing here models the operator: ``render-driver`` runs its node labelling, its ClusterPolicy
 ``state-driver`` and its NVIDIADriver reconcile (NVIDIA/gpu-operator tag v26.7.0, commit

@@ -1,5 +1,5 @@
 """``init --no-wait`` for real on a Talos-like node in a private mount namespace, then NVIDIA's DRA driver's MPS
-flow against the root it published (issue 30; tests/integration/test_procsys_real.py).
+flow against the root it published (docs/publish.md; tests/integration/test_procsys_real.py).
 
 ``run_node`` starts ``python -m helpers.procsys USERSPACE BASE`` as PID 1 of a PID and mount namespace of its
 own (``unshare -m -p -f --mount-proc --kill-child --propagation private``): every mount made inside (the

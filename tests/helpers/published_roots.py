@@ -1,4 +1,4 @@
-"""Every real NVIDIA userspace the suite publishes, and its publish by ``nvidia-driver init --no-wait`` (issues 16, 29).
+"""Every real NVIDIA userspace the suite publishes, and its publish by ``nvidia-driver init --no-wait``.
 
 The userspaces: Debian's 535.309.01 in a debootstrap chroot (dpkg-installed, binaries reached through
 ABSOLUTE /etc/alternatives links), the graphics trees unpacked from Debian's .debs

@@ -1,4 +1,4 @@
-"""NVIDIA's real container toolkit v1.20.0 reading a driver root: what it gives a GPU container (issue 29).
+"""NVIDIA's real container toolkit v1.20.0 reading a driver root: what it gives a GPU container (docs/publish.md).
 
 Nothing here models the toolkit: its binaries (NVIDIA/nvidia-container-toolkit tag v1.20.0, commit
 5505e2f94d9aaa08561490db974ba3cd676af209, built as the README beside them says) are run and their output is
@@ -113,7 +113,7 @@ def _warnings(stderr: str, root: Path, version: str) -> set[str]:
 
 def management_spec(root: Path, dev_root: Path, *, ldconfig_path: str | None = None) -> tuple[dict[str, Any], str]:
     """``nvidia-ctk cdi generate`` with the operator toolkit's flags for a driver container (module doc):
-    the spec as JSON and nvidia-ctk's stderr. ``ldconfig_path`` adds ``--ldconfig-path`` (issue 29, point 3)."""
+    the spec as JSON and nvidia-ctk's stderr. ``ldconfig_path`` adds ``--ldconfig-path`` (docs/operator.md)."""
     tools = require_toolkit()
     hook = tools / "nvidia-cdi-hook"
     argv = [str(tools / "nvidia-ctk"), "cdi", "generate", "--mode=management", f"--driver-root={root}",
@@ -152,7 +152,8 @@ def graphics_edits(root: Path, work: Path) -> tuple[dict[str, Any], str]:
 
 
 # The control and GPU nodes of one GPU: (name, major, minor) with the majors of the Talos fixture's
-# /proc/devices (nvidia 195, nvidia-uvm 509) and NVIDIA's fixed minors (gpu-operator-contract.md section 6).
+# /proc/devices (nvidia 195, nvidia-uvm 509) and NVIDIA's fixed minors (NVIDIA/nvidia-container-toolkit
+# v1.20.0 @ 5505e2f9 internal/info/proc/devices/devices.go).
 STAND_IN_NODES = (("nvidiactl", 195, 255), ("nvidia0", 195, 0), ("nvidia-modeset", 195, 254),
                   ("nvidia-uvm", 509, 0), ("nvidia-uvm-tools", 509, 1))  # fmt: skip
 

@@ -170,7 +170,7 @@ def _limit_memory() -> None:
 
 @pytest.mark.parametrize("target", ["/dev/zero", "../../../../../../../dev/zero"])
 def test_driver_manager_pid_file_linked_to_dev_zero(tmp_path: Path, target: str) -> None:
-    """Issue 14 item 6: driver-manager read RUN_DIR/nvidia-driver.pid through a link, unbounded."""
+    """driver-manager once read RUN_DIR/nvidia-driver.pid through a link, unbounded."""
     import subprocess
     import sys
 

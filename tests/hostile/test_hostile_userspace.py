@@ -96,8 +96,8 @@ CASES: dict[str, Callable[[Host, Path], None]] = {
 }
 
 
-# Entries the publish must drop silently or sanitise while publishing the rest (issue 9: "setuid bits
-# dropped, FIFOs/devices not published"); for these a refusal would hide whether the sanitising works.
+# Entries the publish must drop silently or sanitise while publishing the rest ("setuid bits
+# dropped, FIFOs/devices not published", docs/publish.md); for these a refusal would hide whether the sanitising works.
 MUST_PUBLISH = {
     "setuid-files",
     "fifo-and-device",
@@ -157,7 +157,7 @@ def test_healthy_pair_publishes(tmp_path: Path) -> None:
     check_driver_root(h.driver_root)
 
 
-# --- Crafted ELF headers (issue 14 item 1): strings from PT_INTERP, DT_NEEDED, DT_SONAME and DT_RUNPATH are
+# --- Crafted ELF headers: strings from PT_INTERP, DT_NEEDED, DT_SONAME and DT_RUNPATH are
 # paths in the published root; none may reach outside it. ``victim`` beside RUN_DIR is a FILE: the
 # escape once replaced it with an empty directory (ensure_dir walked '..' before anything was checked).
 
@@ -219,7 +219,7 @@ def test_crafted_elf_headers_never_reach_outside(tmp_path: Path, case: str) -> N
     check_driver_root(h.driver_root)
 
 
-# --- Special files where the scan looks (issue 14 item 2): a FIFO once hung init (the early copier
+# --- Special files where the scan looks: a FIFO once hung init (the early copier
 # opened it blocking), a character device would have copied without end into /run.
 
 SCANNED = {
@@ -270,7 +270,7 @@ def test_special_files_in_scanned_directories(tmp_path: Path, where: str, kind: 
     check_driver_root(h.driver_root)
 
 
-# --- A previous root with symlinked directories (issue 14 item 3) and a damaged manifest (item 5).
+# --- A previous root with symlinked directories and a damaged manifest.
 
 
 def test_symlinked_directories_of_a_previous_root_are_never_followed(tmp_path: Path) -> None:
@@ -343,7 +343,7 @@ def test_damaged_manifest_is_treated_as_absent(tmp_path: Path, case: str) -> Non
     assert "Traceback" not in status.stderr
 
 
-# --- SIGTERM at any time (issue 14: honoured within 2 s at every stage, a stuck copy included).
+# --- SIGTERM at any time (docs/init.md: honoured within 2 s at every stage, a stuck copy included).
 
 
 def _terminate_after(h: Host, delay: float) -> float:

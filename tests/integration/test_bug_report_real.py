@@ -1,4 +1,4 @@
-"""``bug-report`` on the real published userspaces 535/550/555 (issue 30 point 4's acceptance): the archive
+"""``bug-report`` on the real published userspaces 535/550/555 (docs/bug-report.md): the archive
 holds the published manifest and a fresh check of DRIVER_ROOT against it saying OK; with a published
 library removed from the root, the report's check names it. Each root is the session's shared publish
 (tests/integration/conftest.py ``published_userspaces``); the removed file is put back, same inode."""

@@ -1,7 +1,7 @@
-"""nvidia-imex and nvidia-imex-ctl in a published root, for NVIDIA's DRA driver (issue 30 point 3, issue 29 point 4).
+"""nvidia-imex and nvidia-imex-ctl in a published root, for NVIDIA's DRA driver (docs/imex.md).
 
 The image's userspace is a real Debian one, 535.309.01 (the debootstrap chroot) and the 550.163.01 and
-555.58.02 trees of tests/helpers/published_roots.py (issue 30's acceptance: 535/550/555), plus STAND-IN IMEX
+555.58.02 trees of tests/helpers/published_roots.py (535/550/555), plus STAND-IN IMEX
 binaries (Debian ships none: tests/helpers/imex.py says what the stand-ins are and are not). The publisher
 takes NVIDIA's binaries by name (publish/scan.py ``NVIDIA_BINARIES``) with their DT_NEEDED closure from the
 image; here that closure includes libgcc_s.so.1, which nothing else published needs.

@@ -1,4 +1,4 @@
-"""``nvidia-driver init``/``load``/``unload`` end to end on generic (non-Talos) fixture hosts (issue 8).
+"""``nvidia-driver init``/``load``/``unload`` end to end on generic (non-Talos) fixture hosts (docs/generic-hosts.md).
 
 Each test runs the real CLI as a process, with the fake modprobe/rmmod/modinfo of tests/helpers/fakes.py first on
 PATH: they record every argv and edit the copied fixture /proc and /sys as the kernel would, so what init

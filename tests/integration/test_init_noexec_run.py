@@ -1,10 +1,11 @@
 """`init --no-wait` with RUN_DIR on a Talos-like /run: a tmpfs mounted ``noexec,nosuid,nodev`` and shared
 (siderolabs/talos internal/pkg/mount/v3/helpers.go ``PseudoLate``), the fixture Talos 1.11 host and
 Debian's real 535.309.01 userspace. Without DRIVER_ROOT's own mount the published nvidia-smi fails with
-EACCES (issue 13); with it, it reaches the driver check (exit 9).
+EACCES (docs/publish.md, DRIVER_ROOT's own mount); with it, it reaches the driver check (exit 9).
 
-PROCFS_ROOT is the fixture's and has no ``self/``, like any host view that lacks it (issue 28's
-reproduction): the decision comes from statvfs and the CLI's own /proc (OWN_PROCFS_ROOT). The scenarios
+PROCFS_ROOT is the fixture's and has no ``self/``, like any host view that lacks it (an earlier
+version then mounted nothing: docs/publish.md): the decision comes from statvfs and the CLI's own /proc
+(OWN_PROCFS_ROOT). The scenarios
 below give init an own mount table that is absent, unreadable or lies, each on a fresh noexec tmpfs:
 either our tmpfs is mounted and nvidia-smi exits 9, or init exits 1 before Ready, never Ready with 126.
 """

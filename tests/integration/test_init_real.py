@@ -3,7 +3,7 @@
 
 The command runs as a subprocess, exactly as the container's entrypoint runs it. Without a GPU an
 nvidia-smi that finds all its libraries prints "couldn't communicate with the NVIDIA driver" and exits 9;
-a missing library is a loader error, exit 127 (test-environment.md).
+a missing library is a loader error, exit 127.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Node:
     require(os.geteuid() == 0, "root (chroot, mknod)")
     assert CLI.is_file(), f"{CLI}: the package's console script is not installed in this interpreter's venv"
     base = tmp_path_factory.mktemp("init-real")
-    # A private copy: init writes the firmware search path under SYSFS_ROOT (issue 5).
+    # A private copy: init writes the firmware search path under SYSFS_ROOT (docs/init.md).
     host = Path(shutil.copytree(HOST, base / "host-fixture", symlinks=True))
     found = Node(node_env(host, USERSPACE, base / "run"), base / "run")
     done = _cli(found, "init", "--no-wait")
@@ -91,5 +91,5 @@ def test_status_json_on_the_published_host(node: Node) -> None:
     assert report["nvidia"]["version"] == V and report["nvidia"]["flavour"] == "proprietary"
     assert report["userspace"]["version"] == V
     assert report["driver_root"]["published"] is True
-    # The GSP files the loaded module names are found in the published root (issue 5, step 2).
+    # The GSP files the loaded module names are found in the published root (docs/init.md).
     assert sorted(report["firmware"]) == [f"nvidia/{V}/gsp_ga10x.bin", f"nvidia/{V}/gsp_tu10x.bin"]

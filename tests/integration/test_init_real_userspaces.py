@@ -1,4 +1,4 @@
-"""`nvidia-driver init --no-wait` on every real Debian NVIDIA userspace with the graphics packages (issue 16).
+"""`nvidia-driver init --no-wait` on every real Debian NVIDIA userspace with the graphics packages (docs/publish.md).
 
 Each userspace is unpacked from Debian's archive by scripts/make-nvidia-debs-userspace.sh (compute, GLX,
 EGL, EGL-wayland/gbm, Vulkan ICD, VDPAU, PKCS#11 and nvidia-settings' GTK3 library WITHOUT libgtk-3). The

@@ -1,4 +1,4 @@
-"""Parity with kmod's modinfo on every module of a real Debian kernel package (issue 2 acceptance).
+"""Parity with kmod's modinfo on every module of a real Debian kernel package (docs/modinfo.md).
 
 Prerequisite: scripts/fetch-kernel-modules.sh (writes .cache/artefacts/kernel/TREE). The whole tree is
 compared in-process (one batched kmod call as the oracle); the real CLI runs on a sample; >= 100
@@ -153,7 +153,7 @@ def test_foreign_architecture_trees_equal_kmod(arch: str, ident: bytes) -> None:
             "modules/../modules/nvidia.ko.zst", "FIXTURES//modules/nvidia.ko"],
 )  # fmt: skip
 def test_filename_is_printed_as_given_like_kmod(arg: str) -> None:
-    """Issue 14 item 10: ``./`` and ``//`` were normalised away; kmod keeps the argument's text."""
+    """``./`` and ``//`` were once normalised away; kmod keeps the argument's text."""
     from helpers.support import FIXTURES
 
     require(Path(MODINFO).exists(), "kmod's modinfo", how="apt-get install kmod")

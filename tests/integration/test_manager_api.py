@@ -425,7 +425,7 @@ def test_kubeconfig_with_embedded_ca_and_client_certificate(
 def test_insecure_skip_tls_verify_is_refused_before_any_request(
     tls_server: tuple[Server, Path, Path], tmp_path: Path, flag: str
 ) -> None:
-    """Issue 14 item 8: the flag used to disable verification while the bearer token was sent."""
+    """The flag used to disable verification while the bearer token was sent."""
     srv, _cert, _key = tls_server
     kubeconfig = tmp_path / "config"
     kubeconfig.write_text(

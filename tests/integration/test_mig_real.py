@@ -1,4 +1,4 @@
-"""gpu-operator's MIG manager against real published roots 535/550/555 (issue 30, part 2).
+"""gpu-operator's MIG manager against real published roots 535/550/555 (docs/mig.md).
 
 What the manager runs that touches the driver root, read at NVIDIA/mig-parted bd7160f4 (k8s-mig-manager
 v0.15.0, the chart's ``migManager.version`` at NVIDIA/gpu-operator a22dbf67):

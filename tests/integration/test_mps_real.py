@@ -1,4 +1,4 @@
-"""MPS from the published driver root (issue 30, point 1): NVIDIA's DRA driver and the device plugin's MPS mode
+"""MPS from the published driver root (docs/mps.md): NVIDIA's DRA driver and the device plugin's MPS mode
 start their control daemon from real published roots 535/550/555 (tests/helpers/mps.py has each consumer's
 commands, environment and mounts, with their sources).
 

@@ -1,4 +1,4 @@
-"""gpu-operator v26.7.0's own code renders the driver DaemonSets from the shipped samples (issue 39).
+"""gpu-operator v26.7.0's own code renders the driver DaemonSets from the shipped samples (docs/operator.md).
 
 ``docs/deploy/gpu-operator-values.yaml`` (made into the ClusterPolicy the chart would create) and
 ``docs/deploy/nvidiadriver.yaml`` are rendered by the operator (tests/helpers/operator_render.py) for Talos

@@ -1,5 +1,5 @@
 """``init`` mounts a procfs and a sysfs in the root it published, and NVIDIA's DRA driver's chrooted MPS daemon then
-reaches the GPU check (issue 30, point 1): real ``init --no-wait`` on a Talos-like /run in a private mount
+reaches the GPU check (docs/mps.md): real ``init --no-wait`` on a Talos-like /run in a private mount
 namespace (tests/helpers/procsys.py), real Debian 535/550/555 userspaces with their busybox-static, the DRA
 driver's exact commands (tests/helpers/mps.py).
 

@@ -217,7 +217,7 @@ def _loop(us: Path) -> None:
 
 
 def _no_soname(us: Path) -> None:
-    # a core compute library must have one; an optional one without is published by name (issue 16)
+    # a core compute library must have one; an optional one without is published by name (docs/publish.md)
     shutil.copy(us / "usr/lib/nvidia/current/nvidia-smi", us / LIB / "libnvidia-ptxjitcompiler.so.595.91.07")
 
 

@@ -1,4 +1,4 @@
-"""The image's digest index (issue 18): a first publish takes each indexed file's sha256 and ELF facts from
+"""The image's digest index (docs/image.md): a first publish takes each indexed file's sha256 and ELF facts from
 it (copied in the kernel, no ELF header parsed, pyelftools not even imported), trusts no entry whose size
 or mtime differs, and ignores a damaged or hostile index with a warning (every file hashed, as without)."""
 

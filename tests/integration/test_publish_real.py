@@ -1,7 +1,7 @@
 """Publish Debian's real NVIDIA 535.309.01 userspace (debootstrap chroot) and run its nvidia-smi.
 
 Without a GPU, an nvidia-smi that finds all its libraries prints "couldn't communicate with the NVIDIA
-driver" and exits 9; a missing library gives a loader error and exit 127 (test-environment.md). What
+driver" and exits 9; a missing library gives a loader error and exit 127. What
 NVIDIA's container toolkit finds in this userspace's published root: tests/integration/test_toolkit_real.py
 (535-chroot).
 """
@@ -61,7 +61,7 @@ def _host_nvidia_nodes() -> dict[str, tuple[int, int]]:
 
 
 def test_nvidia_smi_as_root_leaves_the_hosts_dev_alone(driver_root: Path) -> None:
-    """Issue 14: run as root outside a private /dev, libnvidia-ml created /dev/nvidiactl on the machine."""
+    """Run as root outside a private /dev, libnvidia-ml once created /dev/nvidiactl on the machine."""
     before = _host_nvidia_nodes()
     env = {"PATH": "/usr/bin:/bin", "LD_PRELOAD": str(driver_root / "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1")}
     done = run_nvidia(["sh", "-c", '"$0" >/dev/null 2>&1; ls /dev', str(driver_root / "usr/bin/nvidia-smi")], env=env)

@@ -1,4 +1,4 @@
-"""Selection by role on the synthetic userspace (issue 16): a missing dependency of an optional library
+"""Selection by role on the synthetic userspace (docs/publish.md): a missing dependency of an optional library
 (nvidia-settings' GTK3 library without libgtk-3) is a warning and the root publishes; a missing dependency
 of what init runs or of a core compute library is an error. What the toolkit mounts besides the
 ``*.so.<version>`` libraries is published: the EGL platform library with its own version, ``vdpau/``, the

@@ -1,4 +1,4 @@
-"""The image's static shell published as bin/sh with an empty dev/shm (issue 30, point 1: MPS through NVIDIA's
+"""The image's static shell published as bin/sh with an empty dev/shm (docs/mps.md: MPS through NVIDIA's
 DRA driver), on the synthetic userspace (tests/fixtures/userspace/debian-595.91.07).
 
 The busybox here is a stand-in: the host's glibc ldconfig, a static x86_64 ELF, which is all the scan

@@ -1,4 +1,4 @@
-"""An unchanged restart recognised without the publisher (publish/unchanged.py, issue 18), and every
+"""An unchanged restart recognised without the publisher (publish/unchanged.py, bench/startup.py), and every
 change that must send a restart back through the full publish, on the synthetic userspace with an index."""
 
 from __future__ import annotations

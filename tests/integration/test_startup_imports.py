@@ -1,4 +1,4 @@
-"""What an unchanged restart imports (issue 18): each module on that path costs start-up time on every GPU
+"""What an unchanged restart imports (bench/startup.py): each module on that path costs start-up time on every GPU
 node, every restart. ``PYTHONPROFILEIMPORTTIME`` lists every import of the process and of its forked
 publishing child, if there were one (the flag is inherited); an unchanged restart forks none.
 

@@ -1,4 +1,4 @@
-"""NVIDIA's real container toolkit v1.20.0 reads every published root (issue 29, point 1).
+"""NVIDIA's real container toolkit v1.20.0 reads every published root (docs/publish.md).
 
 For each real userspace the suite publishes (tests/helpers/published_roots.py: Debian's 535 as a debootstrap
 chroot and in both test images, the 535/550/555 graphics trees, arm64 535, the image built from the
@@ -187,14 +187,14 @@ def test_persistenced_socket_is_where_the_toolkit_mounts_it(
 def test_status_names_what_the_toolkit_cannot_find(
     userspace: Userspace, compared: Callable[[Userspace], Compared]
 ) -> None:
-    """Issue 29 point 4: what the toolkit looks for and these images lack (its "Could not locate" warnings
+    """What the toolkit looks for and these images lack (its "Could not locate" warnings
     above), ``status`` lists with what a workload loses. libnvidia-nvvm70 is not among them: it came with
     R575, after these drivers (driverroot/toolkit_features.py)."""
     c = compared(userspace)
     done = subprocess.run([str(CLI), "status", "--json"], env=c.published.env, capture_output=True, text=True,
                           timeout=120, check=False, cwd=REPO)  # fmt: skip
     absent = {f["name"]: f["loses"] for f in json.loads(done.stdout)["driver_root"]["not_in_image"]}
-    # sh: not the toolkit's but NVIDIA's DRA driver's (issue 30), listed where the userspace has no
+    # sh: not the toolkit's but NVIDIA's DRA driver's (docs/mps.md), listed where the userspace has no
     # busybox-static (the debootstrap chroot; publish/static_tools.py).
     shell = set() if (c.published.driver_root / "bin/sh").is_file() else {"sh"}
     assert set(absent) == {"nvidia-imex", "nvidia-imex-ctl", "nvidia-debugdump", *shell}, done.stdout

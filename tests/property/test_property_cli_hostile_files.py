@@ -1,5 +1,5 @@
 """``status`` and ``init --no-wait`` as processes on fixture hosts whose kernel and daemon files hold
-Unicode digits or random bytes: exit 0 or 1 with one-line errors, never a traceback (issue 14).
+Unicode digits or random bytes: exit 0 or 1 with one-line errors, never a traceback (docs/publish.md, hostile input).
 
 Each case rewrites one file of a copied healthy Talos host: a number in /proc/modules, "Device Minor"
 of a GPU, a module's refcnt, /proc/devices, and the host's nvidia-persistenced pid file.

@@ -24,7 +24,8 @@ DOCS = REPO / "docs"
 PACKAGE = Path(driver_container.__file__).parent
 # The operator route keeps the walk-through and its Talos settings; these moved to pages of their own.
 REFERENCE_PAGES = ("upgrades.md", "manager.md", "mig.md", "mps.md", "imex.md", "dra.md", "migration.md")
-SOURCED_PAGES = ("operator.md", "talos.md", "troubleshooting.md", "fabric.md", *REFERENCE_PAGES)
+SOURCED_PAGES = ("operator.md", "talos.md", "troubleshooting.md", "fabric.md", "publish.md", "image.md",
+                 "configuration.md", *REFERENCE_PAGES)
 MOVED_SECTIONS = ("## MIG", "## MPS", "## IMEX", "## Upgrades", "## GPUCluster", "### Deliberate differences",
                   "## What `driver-manager uninstall_driver` does", "## NVIDIA's DRA driver")  # fmt: skip
 _LINK = re.compile(r"\]\(([^)\s]+)\)")

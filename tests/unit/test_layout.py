@@ -1,4 +1,4 @@
-"""The package layout's rules that import-linter cannot see (docs/architecture.md, issue 15).
+"""The package layout's rules that import-linter cannot see (docs/architecture.md).
 
 - The library search dirs, the ld.so.cache path and its 64-bit entry flags have one definition each
   (formats/userspace_layout.py, formats/ldcache.py): the version finder and the publisher read one image,

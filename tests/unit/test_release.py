@@ -1,5 +1,5 @@
 """The release matrix (release/talos-drivers.toml) stays true to the drivers Talos ships, and the release
-workflow, the local build script, CI and the docs agree with it (issue 31)."""
+workflow, the local build script, CI and the docs agree with it (docs/image.md)."""
 
 from __future__ import annotations
 

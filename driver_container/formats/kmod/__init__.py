@@ -3,7 +3,7 @@
 
 Light at import time (no pyelftools, no zstandard): status and probe commands import this package. The
 printing (``format``) is imported on first use (PEP 562 ``__getattr__``): ``init`` and ``status`` read
-module files but never print them as modinfo does (~1 ms of every start, bench/startup.py, issue 18).
+module files but never print them as modinfo does (~1 ms of every start, bench/startup.py).
 """
 
 from __future__ import annotations

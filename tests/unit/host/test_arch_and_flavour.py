@@ -1,4 +1,4 @@
-"""Issue 14 item 11: the userspace's architecture against the node's, and the per-file flavour.
+"""The userspace's architecture against the node's, and the per-file flavour.
 
 The fixtures' module files and libraries are real x86_64 ELF files; the aarch64 userspace is the same
 tree with ``e_machine`` of libcuda rewritten to EM_AARCH64 (183), which is all the check reads.

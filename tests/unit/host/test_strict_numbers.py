@@ -1,4 +1,4 @@
-"""Issue 14 item 4: every numeric field goes through driver_container.formats.numbers (ASCII digits, bounded).
+"""Every numeric field goes through driver_container.formats.numbers (ASCII digits, bounded).
 
 ``"²".isdigit()`` is true and ``int("²")`` raises; ``int("٣")`` is 3; ``int("9" * 5000)`` raises
 (Python's int-digits limit). Each parser below crashed or accepted such a value before the fix.

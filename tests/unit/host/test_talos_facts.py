@@ -1,4 +1,4 @@
-"""Talos facts the entrypoint must get right (issue 13; sources in docs/talos.md and each fixture README)."""
+"""Talos facts the entrypoint must get right (sources in docs/talos.md and each fixture README)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every bad input of issue 2: one ModuleFormatError naming the file and the problem, never another
+"""Every bad input docs/modinfo.md lists: one ModuleFormatError naming the file and the problem, never another
 exception; and through the CLI, one stderr line per bad file, the good files printed, exit status 1."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 14 item 7: a termination signal at any stage of ``init`` ends it within 2 s, and nothing after
+"""A termination signal at any stage of ``init`` ends it within 2 s, and nothing after
 that stage starts (no nvidia-persistenced, no ``Ready``). ``run_init`` runs in this process on a copied
 fixture host; the signal is sent from inside a stage (wrapping the stage function), so it lands exactly
 there instead of racing a timer against the stage.
@@ -62,7 +62,7 @@ def _record(calls: list[str], name: str, func: Callable[..., object]) -> Callabl
 def test_signal_after_a_stage_starts_nothing_later(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stage: str) -> None:
     paths = _host(tmp_path)
     calls: list[str] = []
-    owner = publishing if stage in ("check_host", "_publish") else lifecycle  # check_host and the child are publishing's
+    owner = publishing if stage in ("check_host", "_publish") else lifecycle  # both are publishing's
     monkeypatch.setattr(owner, stage, _sigterm_after(getattr(owner, stage)))
     for later in ("_node_steps", "_start_daemons", "_publish"):
         if later != stage:

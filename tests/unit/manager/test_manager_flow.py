@@ -115,7 +115,7 @@ def test_a_pid_file_of_a_live_process_is_not_stale(node: Node) -> None:
 @pytest.mark.parametrize("node", ["talos-stale-mount"], indirect=True)
 @pytest.mark.parametrize("target", ["/dev/zero", "../../../../../../dev/zero"])
 def test_a_pid_file_linked_to_dev_zero_is_stale_and_never_read_through(node: Node, target: str) -> None:
-    """Issue 14 item 6: the pid file was read through a symlink without a limit (MemoryError)."""
+    """The pid file was once read through a symlink without a limit (MemoryError)."""
     pid_file = node.paths.pid_file
     pid_file.unlink()
     pid_file.symlink_to(target)

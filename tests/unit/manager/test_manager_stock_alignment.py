@@ -161,7 +161,7 @@ def test_preflight_command_passes_and_prints_the_version_note(
     assert "driver.manager.version=580.178.04" in out and "error" not in out
 
 
-# -- operator settings that are parsed but not acted on (issue 14 item 9) ------------------------
+# -- operator settings that are parsed but not acted on (docs/manager.md) ------------------------
 
 
 def test_unused_operator_settings_each_get_a_line() -> None:

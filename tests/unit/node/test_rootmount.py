@@ -1,7 +1,7 @@
 """driverroot/mount.py and publish/rootdir.prepare_driver_root: which mount DRIVER_ROOT gets, with what argv,
 and what happens without the privilege to mount; driver-manager and status on the same mounts.
 
-Whether a mount is needed is statvfs's answer (issue 28): the tests that need one run on a real tmpfs
+Whether a mount is needed is statvfs's answer (docs/publish.md): the tests that need one run on a real tmpfs
 with Talos's /run flags (helpers/mounts.py); the mount table (OWN_PROCFS_ROOT/self/mountinfo) is a file
 here, so it can be absent, unreadable or lie."""
 

@@ -75,7 +75,7 @@ def test_skipped_and_changed_sources_are_not_taken(tmp_path: Path, sources: tupl
 
 def test_a_non_regular_source_is_not_copied_early(tmp_path: Path) -> None:
     """A directory or FIFO named like a library: the early copier leaves it to the scan, which refuses
-    it with its own message (a FIFO opened blocking would hang the publish: issue 14 item 2)."""
+    it with its own message (a FIFO opened blocking would hang the publish)."""
     odd = tmp_path / "not-a-file"
     odd.mkdir()
     fifo = tmp_path / "libnvidia-fifo.so.1"

@@ -1,4 +1,4 @@
-"""roles (pure) and how the planner and the closure check use them (issue 16)."""
+"""roles (pure) and how the planner and the closure check use them (docs/publish.md)."""
 
 from __future__ import annotations
 

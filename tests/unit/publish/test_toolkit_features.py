@@ -1,4 +1,4 @@
-"""toolkit_features (pure): what ``status`` lists under "not in the image" (issue 29, point 4)."""
+"""toolkit_features (pure): what ``status`` lists under "not in the image" (docs/status.md)."""
 
 from __future__ import annotations
 
