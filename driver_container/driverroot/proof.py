@@ -22,7 +22,7 @@ from pathlib import Path, PurePosixPath
 
 from driver_container.driverroot.mount import RootFlags, read_root_flags
 from driver_container.errors import CommandError, HostReadError
-from driver_container.fileread import regular_stat
+from driver_container.fileread import READ_FLAGS, regular_stat
 from driver_container.paths import Root
 from driver_container.records import NamedRecord
 from driver_container.runtime.runner import Runner
@@ -88,7 +88,7 @@ def _map_failure(root: Root) -> str:
         if inner is None:
             return f"none of {', '.join(PROOF_LIBRARIES)} is in {LIBRARY_PARENT}/*/ of the published root"
         # Opened from the root with no link at any component (paths.Root.open_resolved, beneath.py).
-        fd, real = root.open_resolved(inner, os.O_RDONLY | os.O_NONBLOCK)
+        fd, real = root.open_resolved(inner, READ_FLAGS)
     except HostReadError as exc:
         return exc.message
     try:
