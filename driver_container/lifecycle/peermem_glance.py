@@ -1,4 +1,4 @@
-"""The peermem liveness probe's first look at /proc/modules, with ``os`` calls only.
+"""The peermem liveness probe's first look at /proc/modules, with ``os`` calls only (through fileread.py).
 
 gpu-operator runs ``nvidia-driver probe_nvidia_peermem`` every 30 s on every GPU node with a peermem
 sidecar (assets/state-driver/0500_daemonset.yaml, ``nvidia-peermem-ctr`` livenessProbe). Its floor is a
