@@ -20,7 +20,7 @@ from driver_container.fileread import converted, open_below, read_up_to, refuse_
 from driver_container.formats.elfarch import HEADER_BYTES, elf_machine
 from driver_container.formats.ldcache import FLAGS_BY_MACHINE, LD_SO_CACHE, LD_SO_CACHE_LIMIT, parse_ld_cache
 from driver_container.formats.userspace_layout import LIBRARY_DIRS, VERSION_LIBS, driver_versions, version_of
-from driver_container.paths import HostPaths, Root
+from driver_container.paths import Root
 from driver_container.records import NamedRecord
 
 log = logging.getLogger(__name__)
@@ -94,9 +94,9 @@ def _from_ld_cache(root: Root, problems: list[Problem]) -> dict[str, list[PurePo
     return found
 
 
-def find_userspace(paths: HostPaths) -> UserspaceVersion:
-    """Locate the image's libcuda/libnvidia-ml and derive the driver version from their file names."""
-    root = paths.userspace
+def find_userspace(root: Root) -> UserspaceVersion:
+    """Locate the image's libcuda/libnvidia-ml below ``root`` (USERSPACE_ROOT) and derive the driver version
+    from their file names."""
     problems: list[Problem] = []
     source: VersionSource = "search-path"
     found = _scan_dirs(root, problems)

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any, get_args
 
 from driver_container.errors import DriverContainerError, JsonFormatError, VerdictFormatError
 from driver_container.formats.boundedjson import decode_json
 from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
 from driver_container.inspect.modfiles import ModuleFile
-from driver_container.paths import HostPaths
+from driver_container.paths import HostPaths, Root
 from driver_container.records import NamedRecord
 from driver_container.runtime.fsutil import atomic_write_text
 from driver_container.runtime.statusfiles import make_room
@@ -166,31 +166,31 @@ def stale_reason(verdict: Binding, current: Binding) -> str | None:
 # -- I/O ------------------------------------------------------------------------------------------
 
 
-def current_binding(paths: HostPaths, digest: str | None, image_version: str | None, kver: str | None) -> Binding:
+def current_binding(proc: Root, digest: str | None, image_version: str | None, kver: str | None) -> Binding:
     try:
-        boot = (paths.proc.read_text_or_none(BOOT_ID, limit=256) or "").strip() or None
+        boot = (proc.read_text_or_none(BOOT_ID, limit=256) or "").strip() or None
     except DriverContainerError:
         boot = None
     return Binding(boot, digest, image_version, kver)
 
 
-def write_verdict(paths: HostPaths, verdict: Verdict) -> None:
+def write_verdict(run_dir: Path, verdict: Verdict) -> None:
 
-    target = paths.run_dir / VERDICT_FILE
-    make_room(paths.run_dir, VERDICT_FILE)
-    atomic_write_text(target, render_verdict(verdict), root=paths.run_dir)
+    target = run_dir / VERDICT_FILE
+    make_room(run_dir, VERDICT_FILE)
+    atomic_write_text(target, render_verdict(verdict), root=run_dir)
     log.info("module-file verdict for init written to %s (%d file(s))", target, len(verdict.module_files))
 
 
-def remove_verdict(paths: HostPaths) -> None:
+def remove_verdict(run_dir: Path) -> None:
     """Drop an earlier verdict the writer can no longer stand behind (no host root this time)."""
-    make_room(paths.run_dir, VERDICT_FILE)  # a directory or link in its place: removed, not followed
+    make_room(run_dir, VERDICT_FILE)  # a directory or link in its place: removed, not followed
     try:
-        (paths.run_dir / VERDICT_FILE).unlink()
+        (run_dir / VERDICT_FILE).unlink()
     except FileNotFoundError:
         pass
     except OSError as exc:
-        log.warning("%s: cannot remove: %s", paths.run_dir / VERDICT_FILE, exc.strerror)
+        log.warning("%s: cannot remove: %s", run_dir / VERDICT_FILE, exc.strerror)
 
 
 def load_verdict(paths: HostPaths, current: Binding) -> Verdict | None:
@@ -215,7 +215,7 @@ def adopt_verdict(
     paths: HostPaths, digest: str | None, image_version: str | None, kver: str
 ) -> tuple[dict[str, ModuleFile], str]:
     """Module files from driver-manager's verdict for ``init`` without a host root, and their source."""
-    verdict = load_verdict(paths, current_binding(paths, digest, image_version, kver))
+    verdict = load_verdict(paths, current_binding(paths.proc, digest, image_version, kver))
     if verdict is None:
         return {}, "none"
     where = paths.run_dir / VERDICT_FILE

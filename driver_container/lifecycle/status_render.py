@@ -34,7 +34,7 @@ def collect_status(
 
     # The runner executes from the published root: DRIVER_ROOT_NOT_EXECUTABLE is init's own proof.
     state = inspect_host(paths, settings, prove_with=Runner())
-    absent = read_absent_features(paths)  # what the toolkit would mount and the root lacks (issue 29)
+    absent = read_absent_features(paths.driver_root)  # what the toolkit would mount and the root lacks (issue 29)
     findings = check(state)
     if verify:
         findings += integrity_findings(verify_published(paths.driver_root), paths.driver_root, when="now")
