@@ -8,19 +8,19 @@ A ``Root`` resolves symlinks as the kernel would after
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
-from driver_container.beneath import open_beneath
 from driver_container.errors import HostFileNotFound, HostReadError, SymlinkLoopError
+from driver_container.fileread import READ_FLAGS, converted, open_below, read_up_to, refuse_irregular, refuse_larger
 from driver_container.records import NamedRecord
 
 MAX_SYMLINKS = 40  # Linux MAXSYMLINKS: ELOOP after 40 links in one lookup (fs/namei.c)
 DEFAULT_READ_LIMIT = 1 << 20  # kernel text files and os-release are far below 1 MiB
+LINK_APPEARED = "a symlink appeared in it while it was read"  # ELOOP below a root: the paths were link-free
 
 
 def _split(inner: str | PurePosixPath) -> list[str]:
@@ -96,28 +96,19 @@ class Root(NamedRecord):
         """(fd, real path) of ``inner`` resolved, then opened with no link at any component (beneath.py)."""
         parts = self.resolve_parts(inner)
         real = self.path.joinpath(*parts)
-        try:
-            return open_beneath(self.path, "/".join(parts), flags | os.O_NOFOLLOW | os.O_CLOEXEC), real
-        except (FileNotFoundError, NotADirectoryError) as exc:  # a file where a directory is: as _kind says
-            raise HostFileNotFound(f"{real}: no such file", path=real) from exc
-        except OSError as exc:
-            why = "a symlink appeared in it while it was read" if exc.errno == errno.ELOOP else exc.strerror
-            raise HostReadError(f"{real}: cannot open: {why}", path=real) from exc
+        # ENOTDIR is "no such file" too: a file where a directory is, as _kind says.
+        with converted(real, verb="cannot open", missing=HostFileNotFound, loop=LINK_APPEARED):
+            return open_below(self.path, "/".join(parts), flags), real
 
     def read_bytes(self, inner: str | PurePosixPath, *, limit: int = DEFAULT_READ_LIMIT) -> bytes:
-        fd, real = self.open_resolved(inner, os.O_RDONLY | os.O_NONBLOCK)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        fd, real = self.open_resolved(inner, READ_FLAGS)
+        refuse_irregular(fd, real, fix="check what is mounted or linked at this path")
+        try:
+            with converted(real):
+                data = read_up_to(fd, limit + 1)
+        finally:
             os.close(fd)
-            fix = "check what is mounted or linked at this path"
-            raise HostReadError(f"{real}: not a regular file", path=real, fix=fix)
-        with os.fdopen(fd, "rb") as handle:
-            try:
-                data = handle.read(limit + 1)
-            except OSError as exc:
-                raise HostReadError(f"{real}: cannot read: {exc.strerror}", path=real) from exc
-        if len(data) > limit:
-            raise HostReadError(f"{real}: larger than {limit} bytes", path=real, fix="check that it is the right file")
-        return data
+        return refuse_larger(data, limit, real, fix="check that it is the right file")
 
     def read_text(self, inner: str | PurePosixPath, *, limit: int = DEFAULT_READ_LIMIT) -> str:
         return self.read_bytes(inner, limit=limit).decode("utf-8", errors="replace")

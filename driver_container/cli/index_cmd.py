@@ -23,7 +23,7 @@ def index_userspace(
     from driver_container.runtime.runner import Runner
 
     paths = host_paths(ctx)
-    wanted = version or find_userspace(paths).version
+    wanted = version or find_userspace(paths.userspace).version
     if not wanted:
         raise typer.BadParameter(f"no NVIDIA userspace found in {paths.userspace_root}; pass --version")
     summary = build_index(paths.userspace, wanted, Runner())

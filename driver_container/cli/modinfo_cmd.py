@@ -37,7 +37,7 @@ def _is_path(arg: str) -> bool:
 
 def _running_kernel(ctx: typer.Context) -> str:
     # Inside the pod uname() is the host's kernel too; the proc root is read first so a fixture can set it.
-    return read_kernel_release(host_paths(ctx)) or os.uname().release
+    return read_kernel_release(host_paths(ctx).proc) or os.uname().release
 
 
 def _resolve(ctx: typer.Context, arg: str, kver: str | None, basedir: Path | None) -> str | Path:

@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Literal
 
 from driver_container.errors import CommandError, HostReadError, PublishError
 from driver_container.formats.kernel.mountinfo import Mount, mount_containing, parse_mountinfo, top_mount_at
-from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
+from driver_container.resolver import Root
 
 if TYPE_CHECKING:  # status reads mounts through this module too: no subprocess import for it
     from driver_container.runtime.runner import Runner
@@ -142,10 +142,10 @@ def leftovers_at(mounts: list[Mount], driver_root: str) -> list[Mount]:
     return found
 
 
-def read_mounts(paths: HostPaths) -> list[Mount] | None:
+def read_mounts(own_proc: Root) -> list[Mount] | None:
     """This process's own mounts (OWN_PROCFS_ROOT/self/mountinfo), not the host view's; None where the
     file does not exist, HostReadError where it cannot be read."""
-    text = paths.own_proc.read_text_or_none(MOUNTINFO, limit=MOUNTINFO_LIMIT)
+    text = own_proc.read_text_or_none(MOUNTINFO, limit=MOUNTINFO_LIMIT)
     return None if text is None else parse_mountinfo(text)
 
 
@@ -153,15 +153,15 @@ def mount_argv(driver_root: str) -> list[str]:
     return ["mount", "-t", "tmpfs", "-o", MOUNT_OPTIONS, MOUNT_SOURCE, driver_root]
 
 
-def ensure_exec_mount(paths: HostPaths, runner: Runner, mounts: list[Mount] | None, unknown: str = "") -> bool:
+def ensure_exec_mount(driver_root: Path, runner: Runner, mounts: list[Mount] | None, unknown: str = "") -> bool:
     """Give DRIVER_ROOT an exec-capable mount of its own where statvfs says it needs one; True when one was
     made now.
 
     ``mounts``: this namespace's, once leftovers are gone (``rootdir.prepare_driver_root``), None where
     they could not be read (``unknown`` says why); runs before anything is written into DRIVER_ROOT.
     """
-    target = str(paths.driver_root.resolve())
-    flags = read_root_flags(paths.driver_root)
+    target = str(driver_root.resolve())
+    flags = read_root_flags(driver_root)
     decision = decide(flags, mounts, target)
     log.info("DRIVER_ROOT mount: %s", decision.reason)
     holder = decision.holder

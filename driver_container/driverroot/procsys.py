@@ -135,7 +135,7 @@ class RootMounts(NamedRecord):
 def read_root_mounts(paths: HostPaths) -> RootMounts | None:
     """One read of this process's own mountinfo: DRIVER_ROOT's mount and those at its proc and sys; None
     where that file does not exist, HostReadError where it cannot be read."""
-    mounts = read_mounts(paths)
+    mounts = read_mounts(paths.own_proc)
     if mounts is None:
         return None
     target = str(paths.driver_root.resolve())
@@ -149,7 +149,7 @@ def ensure_proc_sys(paths: HostPaths, runner: Runner) -> int:
     if not has_shell(paths.driver_root):
         return 0  # no chroot consumer: one lstat on this path, nothing else (bench/startup.py)
     try:
-        mounts = read_mounts(paths)
+        mounts = read_mounts(paths.own_proc)
     except HostReadError as exc:
         log.warning("no /proc or /sys mounted in %s: %s; %s", paths.driver_root, exc.message, PROC_SYS_FIX)
         return 0

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import mmap
 import os
-import stat
 from pathlib import Path, PurePosixPath
 
 from driver_container.driverroot.mount import RootFlags, read_root_flags
 from driver_container.errors import CommandError, HostReadError
+from driver_container.fileread import READ_FLAGS, regular_stat
 from driver_container.records import NamedRecord
 from driver_container.resolver import Root
 from driver_container.runtime.runner import Runner
@@ -88,7 +88,7 @@ def _map_failure(root: Root) -> str:
         if inner is None:
             return f"none of {', '.join(PROOF_LIBRARIES)} is in {LIBRARY_PARENT}/*/ of the published root"
         # Opened from the root with no link at any component (resolver.Root.open_resolved, beneath.py).
-        fd, real = root.open_resolved(inner, os.O_RDONLY | os.O_NONBLOCK)
+        fd, real = root.open_resolved(inner, READ_FLAGS)
     except HostReadError as exc:
         return exc.message
     try:
@@ -102,8 +102,8 @@ def map_executable(fd: int) -> None:
     """mmap one page of a regular file PROT_READ|PROT_EXEC, as the dynamic loader does; OSError if refused.
     Closes ``fd``."""
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size == 0:
+        st = regular_stat(fd)
+        if st is None or st.st_size == 0:
             raise OSError(0, "not a non-empty regular file")
         length = min(st.st_size, mmap.PAGESIZE)
         with mmap.mmap(fd, length, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_EXEC):

@@ -10,10 +10,10 @@ Only ``status`` imports it (``init`` never needs it); ``absent_features`` is pur
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 from driver_container.driverroot.manifest import read_manifest
 from driver_container.formats.numbers import driver_branch
-from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
 
 
@@ -70,8 +70,8 @@ def absent_features(published_paths: Iterable[str], version: str) -> tuple[Toolk
     return tuple(f for f in TOOLKIT_FEATURES if branch >= f.since_branch and not present(f))
 
 
-def read_absent_features(paths: HostPaths) -> tuple[ToolkitFeature, ...]:
+def read_absent_features(driver_root: Path) -> tuple[ToolkitFeature, ...]:
     """What the root at DRIVER_ROOT lacks, from its manifest (read bounded, without following links); ()
     when nothing is published."""
-    _text, manifest = read_manifest(paths.driver_root)
+    _text, manifest = read_manifest(driver_root)
     return absent_features((r.path for r in manifest.records), manifest.version) if manifest else ()

@@ -212,9 +212,9 @@ def inspect_host(paths: HostPaths, settings: Settings, platform: PlatformInfo | 
     gpus, pci = read_gpus(paths.proc) if nvidia_loaded else GpuList(()), read_pci_gpus(paths)
     problems.extend(gpus.problems + pci.problems)
     kver = platform.kernel_release
-    files: dict[str, ModuleFile] = noted(problems, lambda: read_module_files(paths, kver), {}) if kver else {}
+    files: dict[str, ModuleFile] = noted(problems, lambda: read_module_files(paths.host, kver), {}) if kver else {}
     requested = read_requested_params(paths)
-    userspace = find_userspace(paths)
+    userspace = find_userspace(paths.userspace)
     files_source = "host"
     if not files and kver:  # no host root here (the operator's main container): driver-manager's verdict
         from driver_container.inspect.verdict import adopt_verdict  # lazy, hot path: only without a host root

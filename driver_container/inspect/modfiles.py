@@ -16,7 +16,6 @@ from pathlib import PurePosixPath
 
 from driver_container.errors import DriverContainerError
 from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
-from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
 from driver_container.resolver import Root
 
@@ -108,10 +107,9 @@ def _from_modules_dep(host: Root, base: str) -> list[PurePosixPath]:
     return found
 
 
-def find_module_files(paths: HostPaths, kernel_release: str) -> list[PurePosixPath]:
+def find_module_files(host: Root, kernel_release: str) -> list[PurePosixPath]:
     """In-root paths of nvidia*.ko* files for the release, in modprobe's order of preference.
     Cheap: names only, nothing is opened except modules.dep."""
-    host = paths.host
     ordered: list[PurePosixPath] = []
     for base in _module_bases(host, kernel_release):
         ordered.extend(_from_modules_dep(host, base))
@@ -149,12 +147,12 @@ def read_module_file(host: Root, path: PurePosixPath) -> ModuleFile:
     )
 
 
-def read_module_files(paths: HostPaths, kernel_release: str) -> dict[str, ModuleFile]:
+def read_module_files(host: Root, kernel_release: str) -> dict[str, ModuleFile]:
     """{module name: the file modprobe would pick}; the other candidates of a name are skipped.
     HostReadError where the module tree cannot be listed; a file that does not read as a module is a
     ``ModuleFile`` with ``error`` set."""
     result: dict[str, ModuleFile] = {}
-    for path in find_module_files(paths, kernel_release):
-        module = read_module_file(paths.host, path)
+    for path in find_module_files(host, kernel_release):
+        module = read_module_file(host, path)
         result.setdefault(module.name, module)
     return with_companion_flavours(result)

@@ -17,9 +17,9 @@ parse) every function's ``vendor`` is read instead: ~5 ms for 200 functions agai
 from __future__ import annotations
 
 import os
-import stat
 
 from driver_container.errors import HostReadError, Problem, noted
+from driver_container.fileread import converted, open_nofollow, read_up_to, refuse_irregular
 from driver_container.formats.kernel.pci import (
     NVIDIA_VENDOR_ID,
     PciFunction,
@@ -85,20 +85,17 @@ def _nvidia_gpu(root: Root, address: str) -> PciFunction | None:
 
 def _attribute(directory: str, name: str, digits: int) -> int | None:
     """A PCI attribute: a regular file (not a link, FIFO or device) of at most ATTRIBUTE_LIMIT bytes, read
-    without blocking, as resolver.Root.read_bytes reads; None where it does not exist."""
+    without blocking (fileread.py), as resolver.Root.read_bytes reads; None where it does not exist."""
     where = f"{directory}/{name}"
+    with converted(where, verb="cannot open"):
+        try:
+            fd = open_nofollow(where)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+    refuse_irregular(fd, where)
     try:
-        fd = os.open(where, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        raise HostReadError(f"{where}: cannot open: {exc.strerror}", path=where) from exc
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise HostReadError(f"{where}: not a regular file", path=where)
-        data = os.read(fd, ATTRIBUTE_LIMIT + 1)
-    except OSError as exc:
-        raise HostReadError(f"{where}: cannot read: {exc.strerror}", path=where) from exc
+        with converted(where):
+            data = read_up_to(fd, ATTRIBUTE_LIMIT + 1)
     finally:
         os.close(fd)
     text = data.decode("ascii", errors="replace")

@@ -105,9 +105,9 @@ def _read_os_release(paths: HostPaths) -> dict[str, str] | None:
     return None if text is None else parse_os_release(text)
 
 
-def read_kernel_release(paths: HostPaths) -> str | None:
+def read_kernel_release(proc: Root) -> str | None:
     """``uname -r`` of the running kernel, from procfs (the container's uname is the host's too)."""
-    text = paths.proc.read_text_or_none("sys/kernel/osrelease", limit=4096)
+    text = proc.read_text_or_none("sys/kernel/osrelease", limit=4096)
     if text is None:
         return None
     release = text.strip()
@@ -122,7 +122,7 @@ def is_talos_cmdline(text: str) -> bool:
     return any(word.startswith("talos.platform=") for word in text.split())
 
 
-def _kernel_evidence(paths: HostPaths, release: str | None, problems: list[Problem]) -> str | None:
+def _kernel_evidence(proc: Root, release: str | None, problems: list[Problem]) -> str | None:
     if release and release.endswith("-talos"):
         return f"kernel release {release} ends with -talos"
     checks = (
@@ -131,7 +131,7 @@ def _kernel_evidence(paths: HostPaths, release: str | None, problems: list[Probl
     )
     for inner, test, what in checks:
         try:
-            text = paths.proc.read_text_or_none(inner, limit=65536)
+            text = proc.read_text_or_none(inner, limit=65536)
         except HostReadError as exc:
             problems.append(Problem.of(exc))
             continue
@@ -143,7 +143,7 @@ def _kernel_evidence(paths: HostPaths, release: str | None, problems: list[Probl
 def detect_platform(paths: HostPaths, override: PlatformChoice = "auto") -> PlatformInfo:
     """Decide talos/generic and say which evidence decided (``DRIVER_PLATFORM`` ``override`` wins)."""
     problems: list[Problem] = []
-    release = noted(problems, lambda: read_kernel_release(paths), None)
+    release = noted(problems, lambda: read_kernel_release(paths.proc), None)
     fields = noted(problems, lambda: _read_os_release(paths), None)
     if fields is not None and "ID" not in fields:
         problems.append(Problem(paths.host_os_release, "no ID= line (not an os-release file?)"))
@@ -158,7 +158,7 @@ def detect_platform(paths: HostPaths, override: PlatformChoice = "auto") -> Plat
     elif is_talos_release:
         name, evidence = "talos", "os-release ID=talos"
     else:
-        kernel = _kernel_evidence(paths, release, problems)
+        kernel = _kernel_evidence(paths.proc, release, problems)
         if kernel is not None:
             name, evidence = "talos", kernel
         else:

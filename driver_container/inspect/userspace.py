@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from driver_container.beneath import open_beneath
 from driver_container.errors import HostReadError, Problem
+from driver_container.fileread import converted, open_below, read_up_to, refuse_irregular
 from driver_container.formats.elfarch import HEADER_BYTES, elf_machine
 from driver_container.formats.ldcache import FLAGS_BY_MACHINE, LD_SO_CACHE, LD_SO_CACHE_LIMIT, parse_ld_cache
 from driver_container.formats.userspace_layout import LIBRARY_DIRS, VERSION_LIBS, driver_versions, version_of
-from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
 from driver_container.resolver import Root
 
@@ -97,9 +95,9 @@ def _from_ld_cache(root: Root, problems: list[Problem]) -> dict[str, list[PurePo
     return found
 
 
-def find_userspace(paths: HostPaths) -> UserspaceVersion:
-    """Locate the image's libcuda/libnvidia-ml and derive the driver version from their file names."""
-    root = paths.userspace
+def find_userspace(root: Root) -> UserspaceVersion:
+    """Locate the image's libcuda/libnvidia-ml below ``root`` (USERSPACE_ROOT) and derive the driver version
+    from their file names."""
     problems: list[Problem] = []
     source: VersionSource = "search-path"
     found = _scan_dirs(root, problems)
@@ -135,17 +133,14 @@ def _elf_machine_of(root: Root, inner: PurePosixPath, problems: list[Problem]) -
     parts = root.resolve_parts(inner)
     real = root.path.joinpath(*parts)
     try:  # from the root, no link at any component (beneath.py): a directory swapped for one is refused
-        fd = open_beneath(root.path, "/".join(parts), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        problems.append(Problem(real, f"cannot open: {exc.strerror}"))
+        with converted(real, verb="cannot open"):
+            fd = open_below(root.path, "/".join(parts))
+        refuse_irregular(fd, real)
+        try:
+            with converted(real):
+                return elf_machine(read_up_to(fd, HEADER_BYTES))
+        finally:
+            os.close(fd)
+    except HostReadError as exc:
+        problems.append(Problem.of(exc))
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            problems.append(Problem(real, "not a regular file"))
-            return None
-        return elf_machine(os.pread(fd, HEADER_BYTES, 0))
-    except OSError as exc:
-        problems.append(Problem(real, f"cannot read: {exc.strerror}"))
-        return None
-    finally:
-        os.close(fd)

@@ -30,6 +30,7 @@ from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
 from driver_container.inspect.modfiles import ModuleFile
 from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
+from driver_container.resolver import Root
 
 log = logging.getLogger(__name__)
 
@@ -164,9 +165,9 @@ def stale_reason(verdict: Binding, current: Binding) -> str | None:
 # -- I/O ------------------------------------------------------------------------------------------
 
 
-def current_binding(paths: HostPaths, digest: str | None, image_version: str | None, kver: str | None) -> Binding:
+def current_binding(proc: Root, digest: str | None, image_version: str | None, kver: str | None) -> Binding:
     try:
-        boot = (paths.proc.read_text_or_none(BOOT_ID, limit=256) or "").strip() or None
+        boot = (proc.read_text_or_none(BOOT_ID, limit=256) or "").strip() or None
     except DriverContainerError:
         boot = None
     return Binding(boot, digest, image_version, kver)
@@ -194,7 +195,7 @@ def adopt_verdict(
     paths: HostPaths, digest: str | None, image_version: str | None, kver: str
 ) -> tuple[dict[str, ModuleFile], str]:
     """Module files from driver-manager's verdict for ``init`` without a host root, and their source."""
-    verdict = load_verdict(paths, current_binding(paths, digest, image_version, kver))
+    verdict = load_verdict(paths, current_binding(paths.proc, digest, image_version, kver))
     if verdict is None:
         return {}, "none"
     where = paths.run_dir / VERDICT_FILE

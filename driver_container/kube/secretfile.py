@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import logging
 import os
-import stat
 from pathlib import Path
 
 from driver_container.errors import KubernetesError
+from driver_container.fileread import converted, open_following, read_up_to, refuse_irregular, refuse_larger
 
 log = logging.getLogger(__name__)
 
@@ -20,17 +20,14 @@ def read_small_file(path: Path, what: str, *, limit: int = SECRET_LIMIT, fix: st
     Links are followed on purpose: service-account files are links into ``..data`` (kubelet's atomic
     writer), and a kubeconfig is often a link; what matters is that a FIFO or /dev/zero cannot hang or
     exhaust the manager."""
+    boundary = converted(path, error=KubernetesError, verb=f"cannot read {what}", fix=fix)
+    with boundary:
+        fd = open_following(path)
+    refuse_irregular(fd, path, error=KubernetesError, what=what, fix=fix)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        raise KubernetesError(f"{path}: cannot read {what}: {exc.strerror}", path=path, fix=fix) from exc
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise KubernetesError(f"{path}: {what} is not a regular file", path=path, fix=fix)
-        try:
-            data = handle.read(limit + 1)
-        except OSError as exc:
-            raise KubernetesError(f"{path}: cannot read {what}: {exc.strerror}", path=path, fix=fix) from exc
-    if len(data) > limit:
-        raise KubernetesError(f"{path}: {what} is larger than {limit} bytes", path=path, fix=fix)
+        with boundary:
+            data = read_up_to(fd, limit + 1)
+    finally:
+        os.close(fd)
+    refuse_larger(data, limit, path, error=KubernetesError, what=what, fix=fix)
     return data.decode("utf-8", errors="replace")

@@ -33,7 +33,7 @@ def prepare_generic(
     """Generic hosts (docs/generic-hosts.md): keep loaded modules when the digest matches, else reload them.
     Returns the modules to wait for: nvidia_peermem only where a Mellanox device makes it load."""
 
-    if "nvidia_peermem" in names and not generic.mellanox_present(paths):
+    if "nvidia_peermem" in names and not generic.mellanox_present(paths.sys):
         names = tuple(n for n in names if n != "nvidia_peermem")
     digest = settings.driver_config_digest
     # Every module to wait for must be loaded: with only nvidia checked, a dependant removed by hand

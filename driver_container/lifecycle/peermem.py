@@ -89,7 +89,7 @@ def run_reload(paths: HostPaths, settings: Settings, runner: Runner) -> None:
             if not talos and modwait.missing_modules(paths, (PEERMEM,)):
                 from driver_container.modprobe import generic  # lazy, hot path: never on Talos
 
-                params = generic.read_module_params(paths, "nvidia-peermem")
+                params = generic.read_module_params(paths.drivers_conf_dir, "nvidia-peermem")
                 runner.run(generic.build_modprobe_argv("nvidia-peermem", params, settings.driver_version))
             if not modwait.wait_for_modules(paths, _only_peermem(settings), shutdown, talos=False,
                                               names=(PEERMEM,)):

@@ -1,4 +1,4 @@
-"""The peermem liveness probe's first look at /proc/modules, with ``os`` calls only.
+"""The peermem liveness probe's first look at /proc/modules, with ``os`` calls only (through fileread.py).
 
 gpu-operator runs ``nvidia-driver probe_nvidia_peermem`` every 30 s on every GPU node with a peermem
 sidecar (assets/state-driver/0500_daemonset.yaml, ``nvidia-peermem-ctr`` livenessProbe). Its floor is a
@@ -12,8 +12,8 @@ nvidia_peermem) is None: ``peermem.probe`` then decides with the full readers an
 from __future__ import annotations
 
 import os
-import stat
 
+from driver_container.fileread import open_nofollow, read_up_to, regular_stat
 from driver_container.formats.kernel.modules_line import parse_module_line
 
 # The same facts as paths.HOST_ROOTS / HostPaths.procfs_root (tests/unit/lifecycle/test_peermem_glance.py
@@ -46,21 +46,15 @@ def passes_at_a_glance(procfs: str) -> bool | None:
 
 def _read_modules(path: str) -> bytes | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = open_nofollow(path)
     except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        if regular_stat(fd) is None:
             return None
-        chunks: list[bytes] = []
-        size = 0
-        while chunk := os.read(fd, 1 << 16):  # procfs returns a page or so per read(2)
-            size += len(chunk)
-            if size > MODULES_LIMIT:
-                return None
-            chunks.append(chunk)
-        return b"".join(chunks)
+        data = read_up_to(fd, MODULES_LIMIT + 1)
     except OSError:
         return None
     finally:
         os.close(fd)
+    return data if len(data) <= MODULES_LIMIT else None

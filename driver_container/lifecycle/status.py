@@ -41,7 +41,7 @@ def collect_status(
     """What ``status`` shows (and ``bug-report`` archives as status.json): the host, its findings, and what
     the root lacks. ``verify``: hash DRIVER_ROOT now; else the outcome of init's check after Ready."""
     state = inspect_for_status(paths, settings)
-    absent = read_absent_features(paths)  # what the toolkit would mount and the root lacks (docs/status.md)
+    absent = read_absent_features(paths.driver_root)  # what the toolkit would mount and the root lacks (docs/status.md)
     findings = check(state)
     if verify:
         findings += integrity_findings(check_integrity(paths.driver_root), paths.driver_root, when="now")

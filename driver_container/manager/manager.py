@@ -48,6 +48,7 @@ from driver_container.manager.labels import (
     restore_patch,
 )
 from driver_container.paths import HostPaths
+from driver_container.resolver import Root
 from driver_container.runtime.runner import MODULE_TOOLS, Runner
 from driver_container.settings import Settings
 
@@ -83,10 +84,10 @@ class NodeApi(Protocol):
 # -- the command ----------------------------------------------------------------------------------
 
 
-def _make_verdict(paths: HostPaths, state: HostState, checks: tuple[str, ...], digest: str | None) -> verdict.Verdict:
+def _make_verdict(proc: Root, state: HostState, checks: tuple[str, ...], digest: str | None) -> verdict.Verdict:
     """The verdict of a host inspection made with the host root (driver-manager's view); ``checks``: the
     "CODE: message" of its FILE_FINDINGS."""
-    binding = verdict.current_binding(paths, digest, state.userspace.version, state.kernel_release)
+    binding = verdict.current_binding(proc, digest, state.userspace.version, state.kernel_release)
     return verdict.Verdict(binding, dict(state.module_files), checks)
 
 
@@ -100,21 +101,21 @@ def hand_verdict_to_init(
         state = state if state is not None else inspect_host(paths, settings)
     except DriverContainerError as exc:
         log.warning("module files not read, no verdict for init: %s", exc.message)
-        handoff.remove_verdict(paths)
+        handoff.remove_verdict(paths.run_dir)
         return "module-file verdict NOT written"
     if state.module_files_source != "host" or not state.module_files:
-        handoff.remove_verdict(paths)
+        handoff.remove_verdict(paths.run_dir)
         return (
             f"no NVIDIA module files under {paths.host_root} (the host's {paths.host_rootfs}): "
             "no module-file verdict for init"
         )
     found = check(state)
     checks = tuple(f"{f.code}: {f.message}" for f in found if f.code in verdict.FILE_FINDINGS)
-    made = _make_verdict(paths, state, checks, digest)
+    made = _make_verdict(paths.proc, state, checks, digest)
     for line in made.findings:
         log.warning("module files: %s", line)
     try:
-        handoff.write_verdict(paths, made)
+        handoff.write_verdict(paths.run_dir, made)
     except (DriverContainerError, OSError) as exc:
         log.warning("cannot leave the module-file verdict for init: %s", exc)
         return "module-file verdict NOT written"

@@ -86,17 +86,17 @@ def build_modprobe_argv(
     return ["modprobe", *prefix, module, *(f"{name}={value}" for name, value in params)]
 
 
-def read_module_params(paths: HostPaths, module: str) -> list[tuple[str, str]]:
+def read_module_params(drivers_conf_dir: Path, module: str) -> list[tuple[str, str]]:
     """The operator's DRIVERS_CONF_DIR/<module>.conf (absent file: no parameters)."""
     name = conf_file_name(module)
-    text = Root(paths.drivers_conf_dir).read_text_or_none(name, limit=65536)
-    return [] if text is None else parse_module_conf(text, source=str(paths.drivers_conf_dir / name))
+    text = Root(drivers_conf_dir).read_text_or_none(name, limit=65536)
+    return [] if text is None else parse_module_conf(text, source=str(drivers_conf_dir / name))
 
 
-def mellanox_present(paths: HostPaths) -> bool:
+def mellanox_present(sysfs: Root) -> bool:
     """A Mellanox PCI function exists (NVIDIA loads nvidia-peermem only then)."""
-    for device in paths.sys.listdir("bus/pci/devices"):
-        vendor = paths.sys.read_text_or_none(f"bus/pci/devices/{device}/vendor", limit=64)
+    for device in sysfs.listdir("bus/pci/devices"):
+        vendor = sysfs.read_text_or_none(f"bus/pci/devices/{device}/vendor", limit=64)
         if vendor is not None and vendor.strip().lower() == MELLANOX_VENDOR:
             return True
     return False
@@ -104,7 +104,7 @@ def mellanox_present(paths: HostPaths) -> bool:
 
 def module_basedir(paths: HostPaths) -> Path | None:
     """Where modprobe finds the modules: the image's tree for the running kernel, else the host's."""
-    kver = read_kernel_release(paths)
+    kver = read_kernel_release(paths.proc)
     if kver is None:
         log.warning("%s/sys/kernel/osrelease unreadable; modprobe uses its own module tree", paths.procfs_root)
         return None
@@ -127,11 +127,11 @@ def module_file_version(runner: Runner, basedir: Path | None) -> str | None:
     return version if done.returncode == 0 and version else None
 
 
-def _peermem_decision(paths: HostPaths, settings: Settings) -> tuple[bool, str]:
+def _peermem_decision(sysfs: Root, settings: Settings) -> tuple[bool, str]:
     if not settings.gpu_direct_rdma:
         return False, "not loaded: GPU_DIRECT_RDMA_ENABLED is off"
-    if not mellanox_present(paths):
-        return False, f"not loaded: no Mellanox PCI device (vendor {MELLANOX_VENDOR}) under {paths.sysfs_root}"
+    if not mellanox_present(sysfs):
+        return False, f"not loaded: no Mellanox PCI device (vendor {MELLANOX_VENDOR}) under {sysfs.path}"
     return True, "loaded: GPUDirect RDMA on and a Mellanox device present"
 
 
@@ -149,7 +149,7 @@ def load_modules(
     basedir = module_basedir(paths)
     version = settings.driver_version or module_file_version(runner, basedir)
     wanted = [m for m in BASE_MODULES if m != "nvidia-modeset" or settings.nvidia_modeset]
-    peermem, peermem_reason = _peermem_decision(paths, settings)
+    peermem, peermem_reason = _peermem_decision(paths.sys, settings)
     if peermem:
         wanted.append(PEERMEM)
     before = read_loaded_modules(paths).modules
@@ -167,7 +167,7 @@ def load_modules(
             already.append(name)
             warnings.append(Problem(name, f"already loaded: parameters from {conf_file_name(module)} not applied"))
             continue
-        params = read_module_params(paths, module)
+        params = read_module_params(paths.drivers_conf_dir, module)
         if name == "nvidia":
             params = nvidia_parameters(params, version)
         argv = build_modprobe_argv(module, params, version, basedir=basedir)

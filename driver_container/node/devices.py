@@ -39,6 +39,7 @@ from driver_container.formats.kernel.devices import (
 from driver_container.paths import HostPaths
 from driver_container.readers.nvidia_proc import read_gpus
 from driver_container.records import NamedRecord
+from driver_container.resolver import Root
 from driver_container.runtime.fsutil import check_relative, lstat_at, open_dir
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ def plan_device_nodes(paths: HostPaths) -> tuple[DeviceNode, ...]:
         log.warning("%s: no nvidia major registered; no control or GPU nodes", paths.procfs_root / "devices")
     else:
         nodes += [DeviceNode("nvidiactl", nvidia, CTL_MINOR), DeviceNode("nvidia-modeset", nvidia, MODESET_MINOR)]
-        nodes += [DeviceNode(f"nvidia{minor}", nvidia, minor) for minor in _gpu_minors(paths)]
+        nodes += [DeviceNode(f"nvidia{minor}", nvidia, minor) for minor in _gpu_minors(paths.proc)]
     uvm = devices.major("nvidia-uvm")
     if uvm is not None:
         nodes += [DeviceNode("nvidia-uvm", uvm, 0), DeviceNode("nvidia-uvm-tools", uvm, 1)]
@@ -92,7 +93,7 @@ def plan_device_nodes(paths: HostPaths) -> tuple[DeviceNode, ...]:
     mig_text = paths.proc.read_text_or_none("driver/nvidia-caps/mig-minors")
     if caps is not None and mig_text is not None:
         registered = frozenset(paths.proc.listdir(CAPABILITIES))  # "mig", "gpu0", ...: skip absent GPUs' reads
-        modes = {entry.minor: _cap_mode(paths, entry, registered) for entry in parse_mig_minors(mig_text)}
+        modes = {entry.minor: _cap_mode(paths.proc, entry, registered) for entry in parse_mig_minors(mig_text)}
         nodes += [DeviceNode(f"nvidia-caps/nvidia-cap{m}", caps, m, modes[m]) for m in sorted(modes)]
     return tuple(nodes)
 
@@ -102,27 +103,27 @@ def chroot_nodes(driver_root: Path) -> tuple[DeviceNode, ...]:
     return (DeviceNode("null", MEM_MAJOR, NULL_MINOR),) if has_shell(driver_root) else ()
 
 
-def _cap_mode(paths: HostPaths, entry: MigMinor, registered: frozenset[str]) -> int:
+def _cap_mode(proc: Root, entry: MigMinor, registered: frozenset[str]) -> int:
     """The registered capability's mode, or the one it will be registered with."""
     default = CAP_CONFIG_MODE if entry.capability == "config" else CAP_MODE
     relative = capability_proc_path(entry.capability)
     if relative.partition("/")[0] not in registered:
         return default
     where = f"{CAPABILITIES}/{relative}"
-    text = paths.proc.read_text_or_none(where)
+    text = proc.read_text_or_none(where)
     if text is None:
         return default
     found = parse_capability_file(text)
     if found is None or found.minor != entry.minor:
-        log.warning("%s: unreadable or names another minor than mig-minors' %d; mode %o", paths.procfs_root / where,
+        log.warning("%s: unreadable or names another minor than mig-minors' %d; mode %o", proc.path / where,
                     entry.minor, default)  # fmt: skip
         return default
     return found.mode
 
 
-def _gpu_minors(paths: HostPaths) -> list[int]:
+def _gpu_minors(proc: Root) -> list[int]:
     minors: set[int] = set()
-    found = read_gpus(paths.proc)
+    found = read_gpus(proc)
     for gpu in found.gpus:
         if gpu.device_minor is None:
             log.warning("GPU %s: no Device Minor in its information file; no node for it", gpu.pci_id)

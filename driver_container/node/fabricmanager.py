@@ -29,13 +29,13 @@ import contextlib
 import logging
 import os
 import signal
-import stat
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from driver_container.errors import CommandError, DriverContainerError, FabricError
+from driver_container.fileread import open_nofollow, read_up_to, regular_stat
 from driver_container.formats.kernel.fabric import apply_overrides, parse_config
 from driver_container.node.fabricwait import wait_for_fabric
 from driver_container.paths import HostPaths
@@ -98,15 +98,17 @@ def log_tail(files: tuple[Path, ...], lines: int = TAIL_LINES) -> str:
     parts = []
     for path in files:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            fd = open_nofollow(path)
         except OSError:
             continue
-        with os.fdopen(fd, "rb") as handle:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
+        try:
+            st = regular_stat(fd)
+            if st is None:
                 continue
-            handle.seek(max(0, st.st_size - TAIL_BYTES))
-            text = handle.read(TAIL_BYTES).decode("utf-8", errors="replace").splitlines()[-lines:]
+            os.lseek(fd, max(0, st.st_size - TAIL_BYTES), os.SEEK_SET)
+            text = read_up_to(fd, TAIL_BYTES).decode("utf-8", errors="replace").splitlines()[-lines:]
+        finally:
+            os.close(fd)
         if text:
             parts.append(f"\n--- last lines of {path} ---\n" + "\n".join(text))
     return "".join(parts)

@@ -15,12 +15,14 @@ import enum
 import errno
 import logging
 import os
+from pathlib import Path
 
 from driver_container.beneath import open_beneath
 from driver_container.errors import HostReadError
 from driver_container.formats.kernel.sysfs import FIRMWARE_PATH_PARAM
 from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
+from driver_container.resolver import Root
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +68,13 @@ def _write_failure_cause(exc: OSError) -> str:
     return f"cannot write: {exc.strerror}"
 
 
-def wanted_firmware_path(paths: HostPaths) -> str:
+def wanted_firmware_path(host_driver_root: Path) -> str:
     """The host path of DRIVER_ROOT/lib/firmware (HOST_DRIVER_ROOT, default DRIVER_ROOT)."""
-    return str(paths.host_driver_root / "lib/firmware")
+    return str(host_driver_root / "lib/firmware")
 
 
 def set_firmware_search_path(paths: HostPaths) -> FirmwarePathReport:
-    wanted = wanted_firmware_path(paths)
+    wanted = wanted_firmware_path(paths.host_driver_root)
     param_file = paths.sysfs_root / FIRMWARE_PATH_PARAM
     try:
         current_text = paths.sys.read_text_or_none(FIRMWARE_PATH_PARAM)
@@ -97,21 +99,21 @@ def set_firmware_search_path(paths: HostPaths) -> FirmwarePathReport:
     if len(wanted.encode()) > MAX_PATH_LEN:
         log.warning("%s: %s is longer than the kernel's %d bytes; not set", param_file, wanted, MAX_PATH_LEN)
         return FirmwarePathReport(FirmwarePathResult.TOO_LONG, wanted, current)
-    return _write(paths, param_file.as_posix(), wanted)
+    return _write(paths.sys, param_file.as_posix(), wanted)
 
 
-def _write(paths: HostPaths, param_file: str, wanted: str) -> FirmwarePathReport:
+def _write(sysfs: Root, param_file: str, wanted: str) -> FirmwarePathReport:
     # A sysfs attribute cannot be replaced by rename (fsutil's atomic write): it is written in place,
     # in one write(2), as NVIDIA's script does with `echo -n`. The kernel stores it whole or refuses it.
     # Resolved chroot-like, then opened from SYSFS_ROOT with no link at any component (beneath.py): a
     # directory swapped for a link in between is refused (ELOOP), never followed out of the sysfs root.
     try:
-        parts = paths.sys.resolve_parts(FIRMWARE_PATH_PARAM)
+        parts = sysfs.resolve_parts(FIRMWARE_PATH_PARAM)
     except HostReadError as exc:  # changed since it was read (a link now, a loop)
         log.warning("%s; firmware search path not set", exc.message)
         return FirmwarePathReport(FirmwarePathResult.READ_ONLY, wanted, "")
     try:
-        fd = open_beneath(paths.sysfs_root, "/".join(parts), os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = open_beneath(sysfs.path, "/".join(parts), os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             os.write(fd, wanted.encode())
         finally:

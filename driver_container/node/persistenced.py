@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from driver_container.errors import CommandError, HostReadError, PublishError
 from driver_container.formats.numbers import parse_uint
 from driver_container.paths import HostPaths
+from driver_container.resolver import Root
 from driver_container.runtime.fsutil import ensure_dir
 from driver_container.runtime.runner import Runner
 
@@ -72,10 +73,10 @@ def host_daemon_pid(paths: HostPaths) -> int | None:
     pid = parse_uint(text.strip()) if text is not None else None
     if pid is None:
         return None
-    comm = _comm(paths, pid)
+    comm = _comm(paths.proc, pid)
     if comm == COMM:
         return pid
-    if _socket_answers(paths):
+    if _socket_answers(paths.host):
         log.info(
             "%s names pid %d, not visible as %s in this pid namespace (Talos workloadIsolation?), but %s "
             "answers: the host runs %s", paths.host_root / HOST_PID_FILE, pid, BINARY,
@@ -88,18 +89,18 @@ def host_daemon_pid(paths: HostPaths) -> int | None:
     return None
 
 
-def _comm(paths: HostPaths, pid: int) -> str | None:
+def _comm(proc: Root, pid: int) -> str | None:
     try:
-        text = paths.proc.read_text_or_none(f"{pid}/comm", limit=64)
+        text = proc.read_text_or_none(f"{pid}/comm", limit=64)
     except HostReadError:
         return None
     return None if text is None else text.strip("\n")
 
 
-def _socket_answers(paths: HostPaths) -> bool:
+def _socket_answers(host: Root) -> bool:
     """A unix socket at HOST_SOCKET that accepts a connection (a stale socket file refuses it)."""
     try:
-        real = paths.host.resolve(HOST_SOCKET)
+        real = host.resolve(HOST_SOCKET)
         if not stat.S_ISSOCK(os.lstat(real).st_mode):
             return False
         # sun_path holds 108 bytes (unix(7)); a deep HOST_ROOT_MOUNT is reached through the directory's fd instead.

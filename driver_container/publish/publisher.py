@@ -59,9 +59,9 @@ def publish_driver_root(
     try:
         report = _publish(paths, version, runner)
     except DriverContainerError as exc:
-        statusfiles.write_publish_failure(paths, version, exc.message)
+        statusfiles.write_publish_failure(paths.run_dir, version, exc.message)
         raise
-    statusfiles.clear_publish_failure(paths)
+    statusfiles.clear_publish_failure(paths.run_dir)
     return report
 
 

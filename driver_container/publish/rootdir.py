@@ -41,16 +41,16 @@ def prepare_driver_root(paths: HostPaths, runner: Runner) -> bool:
     (driverroot/mount.py); True when DRIVER_ROOT shows other content than before (what was read is stale)."""
     unknown = ""
     try:
-        mounts = read_mounts(paths)
+        mounts = read_mounts(paths.own_proc)
     except HostReadError as exc:
         mounts, unknown = None, exc.message
     if mounts is None:
         unknown = unknown or f"{paths.own_proc.path}/{MOUNTINFO} does not exist"
         log.debug("%s: no leftover mounts can be found", unknown)
-        return ensure_exec_mount(paths, runner, None, unknown)
+        return ensure_exec_mount(paths.driver_root, runner, None, unknown)
     removed = unmount_leftover(paths, runner, mounts)
     remaining = [m for m in mounts if m not in removed]  # their submounts are below DRIVER_ROOT: irrelevant
-    return ensure_exec_mount(paths, runner, remaining) or bool(removed)
+    return ensure_exec_mount(paths.driver_root, runner, remaining) or bool(removed)
 
 
 def unmount_leftover(paths: HostPaths, runner: Runner, mounts: list[Mount]) -> list[Mount]:

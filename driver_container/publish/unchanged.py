@@ -76,7 +76,7 @@ def keep_unchanged_root(paths: HostPaths, version: str, runner: Runner) -> Manif
     manifest = unchanged_manifest(paths, version)
     if manifest is None:
         return None
-    statusfiles.clear_publish_failure(paths)
+    statusfiles.clear_publish_failure(paths.run_dir)
     log.info("driver root %s unchanged since its last publish of %s (%d paths checked): nothing written",
              paths.driver_root, version, len(manifest.records))  # fmt: skip
     return manifest

@@ -7,13 +7,13 @@ import errno
 import logging
 import mmap
 import os
-import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from driver_container.errors import HostReadError, ModuleFormatError, ModuleNotFoundInTreeError
+from driver_container.fileread import kind_of, regular_stat
 from driver_container.formats.kmod.decode import DEFAULT_MAX_SIZE, decode_module
 from driver_container.formats.kmod.lookup import module_name_of, module_path_in_dep, normalize
 from driver_container.formats.kmod.model import ModuleInfo
@@ -79,10 +79,10 @@ def _contents(path: str | Path, label: str, max_size: int) -> Iterator[Buffer]:
     except OSError as exc:
         raise _unreadable(label, exc) from exc
     try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
+        info = regular_stat(fd)
+        if info is None and kind_of(fd) == "a directory":
             raise ModuleFormatError(f"{label}: is a directory, not a module file", path=label)
-        if not stat.S_ISREG(info.st_mode):
+        if info is None:  # a FIFO or device: read as kmod reads it, up to the cap
             data = _read_capped(fd, max_size, 1 << 20)
             if len(data) > max_size:
                 raise _too_big(label, len(data), max_size)

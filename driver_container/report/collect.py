@@ -13,6 +13,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from driver_container.driverroot.integrity import check_integrity, report_json
 from driver_container.paths import HostPaths
@@ -54,12 +55,12 @@ def collect_report(
             log.debug("%s: %s", member.name, member.note)
 
     add(_timed("status.json", "nvidia-driver status --json", lambda: status_json().encode(), budget))
-    add(hostfacts.manifest_member(paths), BIG_MEMBER_CAP)
+    add(hostfacts.manifest_member(paths.driver_root), BIG_MEMBER_CAP)
     add(_timed("verification.json", f"a fresh check of {paths.driver_root} against its manifest",
-               lambda: _verification(paths), budget))  # fmt: skip
-    for member in hostfacts.run_dir_members(paths):
+               lambda: _verification(paths.driver_root), budget))  # fmt: skip
+    for member in hostfacts.run_dir_members(paths.run):
         add(member)
-    for member in hostfacts.log_members(paths):
+    for member in hostfacts.log_members(paths.run):
         add(member, LOG_CAP, keep_end=True)
     for member in hostfacts.platform_members(paths):
         add(member)
@@ -77,8 +78,8 @@ def collect_report(
     return build_archive(members, budget, started)
 
 
-def _verification(paths: HostPaths) -> bytes:
-    report = check_integrity(paths.driver_root)
+def _verification(driver_root: Path) -> bytes:
+    report = check_integrity(driver_root)
     body = report_json(report) | {"ok": report.ok, "published": bool(report.manifest_sha256)}
     return (json.dumps(body, indent=2) + "\n").encode()
 

@@ -9,7 +9,7 @@ token, any kubeconfig, the environment (environment.py keeps an allow-list of na
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from driver_container.driverroot.manifest import MANIFEST_PATH
 from driver_container.inspect.verdict import VERDICT_FILE
@@ -36,8 +36,7 @@ NVIDIA_PROC = ("driver/nvidia/version", "driver/nvidia/params", "driver/nvidia/r
 PLATFORM_PROC = ("version", "sys/kernel/tainted")  # the release: status.json's platform.kernel_release
 
 
-def run_dir_members(paths: HostPaths) -> list[Member]:
-    run = paths.run
+def run_dir_members(run: Root) -> list[Member]:
     members = [file_member(run, inner, f"run/{inner}", cap) for inner, cap in RUN_FILES]
     names, why = entries(run, "validations")
     listing = "".join(f"{n}\n" for n in names).encode() if names or not why else None
@@ -45,13 +44,13 @@ def run_dir_members(paths: HostPaths) -> list[Member]:
     return members
 
 
-def log_members(paths: HostPaths) -> list[Member]:
+def log_members(run: Root) -> list[Member]:
     """init's own log (runtime/logfile.py); read past its cap so that ``admit`` keeps the newest lines."""
-    return [file_member(paths.run, name, f"run/{name}", 2 * LOG_CAP) for name in LOG_FILES]
+    return [file_member(run, name, f"run/{name}", 2 * LOG_CAP) for name in LOG_FILES]
 
 
-def manifest_member(paths: HostPaths) -> Member:
-    return file_member(Root(paths.driver_root), MANIFEST_PATH, f"driver-root/{MANIFEST_PATH.name}", MANIFEST_CAP)
+def manifest_member(driver_root: Path) -> Member:
+    return file_member(Root(driver_root), MANIFEST_PATH, f"driver-root/{MANIFEST_PATH.name}", MANIFEST_CAP)
 
 
 def platform_members(paths: HostPaths) -> list[Member]:

@@ -14,31 +14,30 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 import time
 
+from driver_container.fileread import kind_of, open_nofollow
 from driver_container.formats.kernel.kmsg import nvidia_messages, parse_kmsg, render_dmesg
 from driver_container.report.model import ABSENT, Member, missing
 
 KMSG_NAME = "kernel/nvidia-messages.txt"
 READ_SIZE = 16 << 10  # > the kernel's per-reader record buffer (8 KiB CONSOLE_EXT_LOG_MAX, 2 KiB since 6.x)
 RAW_CAP = 32 << 20  # read no more of the ring buffer than this (log_buf_len is 128 KiB-32 MiB)
-_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
+LOG_KINDS = ("a character device", "a regular file", "a FIFO")  # the device, or its stand-ins in tests
 
 
 def read_kernel_log(path: os.PathLike[str] | str, deadline: float) -> Member:
     """The NVIDIA records of the ring buffer as dmesg lines (monotonic ``deadline``: time.monotonic())."""
     source = os.fspath(path)
     try:
-        fd = os.open(path, _FLAGS)
+        fd = open_nofollow(path)
     except FileNotFoundError:
         return missing(KMSG_NAME, source, ABSENT)
     except OSError as exc:
         hint = " (kernel.dmesg_restrict=1 and no CAP_SYSLOG?)" if exc.errno in (errno.EPERM, errno.EACCES) else ""
         return missing(KMSG_NAME, source, f"not readable: {exc.strerror}{hint}")
     try:
-        mode = os.fstat(fd).st_mode
-        if not (stat.S_ISCHR(mode) or stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+        if kind_of(fd) not in LOG_KINDS:
             return missing(KMSG_NAME, source, "not read: not a character device")
         raw, lost, why = _read_records(fd, deadline)
     finally:

@@ -20,10 +20,10 @@ def modinfo_text(paths: HostPaths) -> bytes:
     from driver_container.formats.kmod import format_modinfo
     from driver_container.readers.kmod import read_module
 
-    release = read_kernel_release(paths)
+    release = read_kernel_release(paths.proc)
     if release is None:
         return b"# the running kernel's release is unknown (/proc/sys/kernel/osrelease): no module files looked up\n"
-    files = find_module_files(paths, release)
+    files = find_module_files(paths.host, release)
     out = [f"# {len(files)} NVIDIA module files for {release} under {paths.host_root}\n".encode()]
     for path in files[:MAX_MODULE_FILES]:
         out.append(f"== {path} ==\n".encode())

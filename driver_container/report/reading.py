@@ -1,7 +1,8 @@
 """Bounded reads of host files into report members.
 
 Every path is resolved inside its ``Root`` as chroot would (resolver.py), opened ``O_NOFOLLOW|O_NONBLOCK``
-(a FIFO cannot hang the read), checked with fstat to be a regular file (procfs and sysfs files are), and
+(a FIFO cannot hang the read), checked with fstat to be a regular file (procfs and sysfs files are; both
+by fileread.py), and
 read no further than its cap plus one byte, so a huge or endless file is cut, never read whole. Whatever
 goes wrong becomes the member's note: the report is about a broken node, so nothing here raises.
 """
@@ -14,9 +15,9 @@ from collections.abc import Iterator
 from pathlib import PurePosixPath
 
 from driver_container.errors import HostFileNotFound, HostReadError
+from driver_container.fileread import READ_FLAGS, kind_of, read_up_to, regular_stat
 from driver_container.report.model import ABSENT, Member, missing
 from driver_container.resolver import Root
-from driver_container.runtime.fsutil import READ_FLAGS
 
 MAX_ENTRIES = 256  # entries taken from one directory (sysfs parameters, GPUs, capabilities)
 SMALL_CAP = 64 << 10  # a procfs/sysfs text file
@@ -35,30 +36,13 @@ def read_capped(root: Root, inner: str | PurePosixPath, cap: int) -> tuple[bytes
     except HostReadError as exc:
         return None, f"unreadable: {exc.message}"
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            return None, f"not read: not a regular file ({_kind(mode)})"
-        chunks: list[bytes] = []
-        size = 0
-        while size <= cap:
-            chunk = os.read(fd, min(cap + 1 - size, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks), ""
+        if regular_stat(fd) is None:
+            return None, f"not read: not a regular file ({kind_of(fd)})"
+        return read_up_to(fd, cap + 1), ""
     except OSError as exc:
         return None, f"unreadable: {exc.strerror}"
     finally:
         os.close(fd)
-
-
-def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISDIR, "a directory"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISBLK, "a block device")):  # fmt: skip
-        if test(mode):
-            return name
-    return "special"
 
 
 def file_member(root: Root, inner: str | PurePosixPath, name: str, cap: int = SMALL_CAP) -> Member:

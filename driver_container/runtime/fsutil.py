@@ -23,11 +23,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 
 from driver_container.errors import PublishError
+from driver_container.fileread import converted, open_nofollow, refuse_irregular
 
 log = logging.getLogger(__name__)
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 NAME_MAX = 255  # Linux NAME_MAX (include/uapi/linux/limits.h)
 
 
@@ -219,23 +219,9 @@ def open_regular(
     (open(2) of a socket fails with ENXIO). Reads of a regular file are unaffected by O_NONBLOCK.
     """
     name = shown or str(path)
-    try:
-        fd = os.open(path, READ_FLAGS, dir_fd=dir_fd)
-    except OSError as exc:
-        raise PublishError(
-            f"{name}: cannot read: {exc.strerror}",
-            path=name,
-            fix=f"make {name} a readable regular file",
-        ) from exc
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise PublishError(
-            f"{name}: not a regular file",
-            path=name,
-            fix=f"remove {name} or replace it with the real file",
-        )
-    return fd, st
+    with converted(name, error=PublishError, fix=f"make {name} a readable regular file"):
+        fd = open_nofollow(path, dir_fd=dir_fd)
+    return fd, refuse_irregular(fd, name, error=PublishError, fix=f"remove {name} or replace it with the real file")
 
 
 def remove_tree_at(dir_fd: int, name: str) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from driver_container.errors import DriverContainerError, HostReadError
 from driver_container.formats.boundedjson import decode_object
 from driver_container.paths import HostPaths
+from driver_container.resolver import Root
 from driver_container.runtime.fsutil import DIR_FLAGS, atomic_write_text, check_relative, lstat_at, remove_tree_at
 
 log = logging.getLogger(__name__)
@@ -80,8 +81,8 @@ def write_daemons_status(paths: HostPaths, ready: bool) -> None:
     log.info("%s = %s", paths.validations_dir / DAEMONS_STATUS, value)
 
 
-def read_daemons_status(paths: HostPaths) -> str | None:
-    text = paths.run.read_text_or_none(f"validations/{DAEMONS_STATUS}", limit=64)
+def read_daemons_status(run: Root) -> str | None:
+    text = run.read_text_or_none(f"validations/{DAEMONS_STATUS}", limit=64)
     return None if text is None else text.strip()
 
 
@@ -110,21 +111,21 @@ MAX_FAILURE_RECORD = 16384  # the error is cut at 4000 characters
 PUBLISH_FAILED = "nvidia-driver.publish-failed"  # in RUN_DIR, beside DRIVER_ROOT: a rolled-back root stays as it was
 
 
-def write_publish_failure(paths: HostPaths, version: str, message: str) -> None:
+def write_publish_failure(run_dir: Path, version: str, message: str) -> None:
     """Record that the last publish (of ``version``) failed: ``status`` reports it until one succeeds."""
     text = json.dumps({"version": version, "error": message[:4000]}) + "\n"
-    make_room(paths.run_dir, PUBLISH_FAILED)
+    make_room(run_dir, PUBLISH_FAILED)
     try:
-        atomic_write_text(paths.run_dir / PUBLISH_FAILED, text, root=paths.run_dir)
+        atomic_write_text(run_dir / PUBLISH_FAILED, text, root=run_dir)
     except DriverContainerError as exc:  # the publish error matters more than its record
         log.warning("cannot record the failed publish: %s", exc.message)
 
 
-def clear_publish_failure(paths: HostPaths) -> None:
+def clear_publish_failure(run_dir: Path) -> None:
     """Remove the record (or whatever sits in its place: removed, never followed)."""
-    make_room(paths.run_dir, PUBLISH_FAILED)
+    make_room(run_dir, PUBLISH_FAILED)
     with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-        os.unlink(paths.run_dir / PUBLISH_FAILED)
+        os.unlink(run_dir / PUBLISH_FAILED)
 
 
 def read_publish_failure(paths: HostPaths) -> tuple[str, str] | None:

@@ -119,7 +119,7 @@ def test_the_toolkits_management_spec_mounts_them(imex_root: ImexRoot, tmp_path:
 
 
 def test_status_no_longer_names_imex_as_lost(imex_root: ImexRoot, tmp_path: Path) -> None:
-    absent = read_absent_features(HostPaths(driver_root_override=imex_root.path, run_dir=tmp_path))
+    absent = read_absent_features(imex_root.path)
     assert [f.name for f in absent] == LOST.get(imex_root.userspace.name, ["nvidia-debugdump"])
 
 

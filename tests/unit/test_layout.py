@@ -151,7 +151,7 @@ def test_a_library_in_any_one_dir_is_seen_by_both_or_neither(tmp_path: Path, lib
     root = tmp_path / "userspace"
     (root / libdir).mkdir(parents=True, exist_ok=True)
     (root / libdir / f"libcuda.so.{VERSION}").write_bytes(b"\x7fELF")
-    found = version_finder.find_userspace(HostPaths(userspace_root=root))
+    found = version_finder.find_userspace(Root(root))
     listed = scan._listed_libraries(Root(root), VERSION)
     assert (found.version == VERSION) == bool(listed) == (scan._versions_present(Root(root)) == [VERSION])
     assert found.version == (VERSION if libdir in ("usr/lib", "lib", ".") else None)

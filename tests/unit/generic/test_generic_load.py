@@ -103,8 +103,8 @@ def test_peermem_only_with_rdma_and_mellanox(fake_host: Make, scenario: str, rdm
 
 
 def test_mellanox_detection_reads_pci_vendor(fake_host: Make) -> None:
-    assert mellanox_present(fake_host("ubuntu-mellanox-unloaded").paths)
-    assert not mellanox_present(fake_host("ubuntu-unloaded").paths)
+    assert mellanox_present(fake_host("ubuntu-mellanox-unloaded").paths.sys)
+    assert not mellanox_present(fake_host("ubuntu-unloaded").paths.sys)
 
 
 def test_host_module_tree_when_image_has_none(fake_host: Make) -> None:

@@ -57,7 +57,7 @@ def test_elf_machine_reads_both_byte_orders() -> None:
 def test_proprietary_uvm_is_proprietary_although_its_license_is_dual_mit_gpl() -> None:
     """talos-1.11-kmod-535 holds NVIDIA's proprietary build: nvidia.ko "NVIDIA", nvidia-uvm "Dual MIT/GPL"."""
     paths = fixture_paths(FIXTURES / "hosts/talos-1.11-kmod-535")
-    files = read_module_files(paths, "6.12.43-talos")
+    files = read_module_files(paths.host, "6.12.43-talos")
     assert files["nvidia_uvm"].license == "Dual MIT/GPL"
     assert (files["nvidia"].flavour, files["nvidia_uvm"].flavour) == ("proprietary", "proprietary")
 

@@ -15,7 +15,7 @@ from driver_container.errors import Problem
 from driver_container.findings import check, has_errors, talos_module_snippet, values_equal
 from driver_container.inspect.hoststate import inspect_host, read_loaded_modules
 from driver_container.inspect.userspace import find_userspace
-from driver_container.paths import HostPaths
+from driver_container.resolver import Root
 from driver_container.settings import Settings
 
 HOSTS = FIXTURES / "hosts"
@@ -125,10 +125,10 @@ def test_firmware_missing_when_image_lacks_it(tree: Path) -> None:
 def test_userspace_prefers_libcuda_and_reports_ambiguity(tree: Path) -> None:
     lib = tree / "userspace/usr/lib/x86_64-linux-gnu"
     (lib / "libcuda.so.595.91.07").unlink()
-    us = find_userspace(fixture_paths(tree))
+    us = find_userspace(fixture_paths(tree).userspace)
     assert (us.version, us.libcuda, us.source) == ("595.91.07", None, "search-path")
     (lib / "libcuda.so.580.178.04").write_text("x")
-    us = find_userspace(fixture_paths(tree))
+    us = find_userspace(fixture_paths(tree).userspace)
     assert us.version == "580.178.04" and us.versions_seen == ("580.178.04", "595.91.07")
 
 
@@ -155,7 +155,7 @@ def test_userspace_from_ld_so_cache(tmp_path: Path) -> None:
         check=True,
     )
     subprocess.run([ldconfig, "-r", str(root)], check=True)
-    us = find_userspace(HostPaths(userspace_root=root))
+    us = find_userspace(Root(root))
     assert (us.version, us.source, str(us.libcuda)) == (
         "595.91.07",
         "ld.so.cache",

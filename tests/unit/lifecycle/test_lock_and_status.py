@@ -60,7 +60,7 @@ def test_status_and_state_files(tmp_path: Path) -> None:
     statusfiles.write_daemons_status(paths, ready=False)
     assert (tmp_path / "run/validations/.driver-daemons-status").read_text() == "NotReady"
     statusfiles.write_daemons_status(paths, ready=True)
-    assert statusfiles.read_daemons_status(paths) == "Ready"
+    assert statusfiles.read_daemons_status(paths.run) == "Ready"
     statusfiles.write_state(paths, None)
     assert not paths.state_file.exists() and statusfiles.read_state(paths) is None
     statusfiles.write_state(paths, "sha256:0123")

@@ -86,7 +86,8 @@ def test_probe_command_imports_only_the_glance(scenario: str) -> None:
     assert code == "0", done.stdout + done.stderr
     assert heavy == "[]"
     assert set(ours.split()) == {
-        "driver_container", "driver_container.cli", "driver_container.errors", "driver_container.formats",
+        "driver_container", "driver_container.cli", "driver_container.errors", "driver_container.fileread",
+        "driver_container.formats",
         "driver_container.formats.kernel", "driver_container.formats.kernel.modules_line",
         "driver_container.formats.numbers", "driver_container.lifecycle", "driver_container.lifecycle.peermem_glance",
     }  # fmt: skip

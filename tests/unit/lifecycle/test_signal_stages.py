@@ -84,7 +84,7 @@ def test_signal_after_a_stage_starts_nothing_later(tmp_path: Path, monkeypatch: 
         assert "_node_steps" not in calls
     if stage in ("detect", "wait_for_modules", "check_host"):
         assert "_publish" not in calls, "a publishing child was started after the signal"
-    assert statusfiles.read_daemons_status(paths) == statusfiles.NOT_READY
+    assert statusfiles.read_daemons_status(paths.run) == statusfiles.NOT_READY
     assert not paths.pid_file.exists()
 
 
@@ -92,7 +92,7 @@ def test_signal_during_the_daemon_start_writes_no_ready(tmp_path: Path, monkeypa
     paths = _host(tmp_path)
     monkeypatch.setattr(lifecycle, "_start_daemons", _sigterm_after(lambda *a: None))
     _init(paths, tmp_path)
-    assert statusfiles.read_daemons_status(paths) == statusfiles.NOT_READY
+    assert statusfiles.read_daemons_status(paths.run) == statusfiles.NOT_READY
     assert statusfiles.read_state(paths) is None
 
 
@@ -107,7 +107,7 @@ def test_signal_ends_a_stuck_publishing_child_within_2_s(tmp_path: Path, monkeyp
     finally:
         timer.cancel()
     assert elapsed < 0.5 + 2.0
-    assert statusfiles.read_daemons_status(paths) == statusfiles.NOT_READY
+    assert statusfiles.read_daemons_status(paths.run) == statusfiles.NOT_READY
 
 
 def test_without_a_signal_init_reaches_ready(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -115,4 +115,4 @@ def test_without_a_signal_init_reaches_ready(tmp_path: Path, monkeypatch: pytest
     paths = _host(tmp_path)
     monkeypatch.setattr(lifecycle, "_wait_for_signal", lambda *a: None)
     _init(paths, tmp_path)
-    assert statusfiles.read_daemons_status(paths) == statusfiles.READY
+    assert statusfiles.read_daemons_status(paths.run) == statusfiles.READY
