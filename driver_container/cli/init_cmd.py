@@ -10,6 +10,10 @@ import typer
 
 from driver_container.cli.app import app, host_paths
 from driver_container.errors import DriverContainerError
+from driver_container.kube.nodereport import REFUSED, NodeVerdict, report
+from driver_container.lifecycle.hostcheck import loaded_version
+from driver_container.lifecycle.init import InitOptions, run_init
+from driver_container.runtime.logfile import keep_log
 from driver_container.runtime.runner import Runner
 from driver_container.settings import Settings
 
@@ -35,11 +39,6 @@ def init(
     ] = None,
 ) -> None:
     """Verify the loaded driver, publish DRIVER_ROOT, start nvidia-persistenced, wait for a signal."""
-    # Lazy, hot path: every command imports this module at registration; `status` and `modinfo`
-    # (bench/modinfo.py) must not pay for lifecycle/publish.
-    from driver_container.lifecycle.init import InitOptions, run_init
-    from driver_container.runtime.logfile import keep_log
-
     paths = host_paths(ctx)
     keep_log(paths.run_dir)  # RUN_DIR/nvidia-driver.log for bug-report (pods' stdout is unreadable inside)
 
@@ -55,9 +54,6 @@ def init(
     try:
         run_init(paths, settings, Runner(), options)
     except DriverContainerError as exc:
-        # Lazy, hot path: only a refusal reports from here (the Ready report is the publishing child's).
-        from driver_container.kube.nodereport import REFUSED, NodeVerdict, report
-
         # The Node shows why and what to set (a setting's finding names it and its value); never masks ``exc``.
         report(NodeVerdict(REFUSED, reason=f"{exc.message}; fix: {exc.fix}" if exc.fix else exc.message))
         raise
@@ -66,10 +62,8 @@ def init(
 @app.command("load")
 def load(ctx: typer.Context) -> None:
     """On Talos: wait for machined's modules and verify them. Elsewhere: load them, then verify."""
-    # Lazy, hot path: see ``init`` above (registration cost of every command).
+    # Lazy, hot path: the module loader (modprobe/) is never imported by `init` (test_startup_imports.py).
     from driver_container.lifecycle.generic_host import run_load
-    from driver_container.lifecycle.hostcheck import loaded_version
-
     state = run_load(host_paths(ctx), Settings.from_env(), Runner())
     loaded = [name for name, module in state.modules.items() if module.loaded]
     typer.echo(f"NVIDIA driver {loaded_version(state)} loaded and matching: {', '.join(loaded)}")
@@ -78,7 +72,7 @@ def load(ctx: typer.Context) -> None:
 @app.command("unload")
 def unload(ctx: typer.Context) -> None:
     """On Talos: explain that Talos owns the modules (exit 0). Elsewhere: unload them refcount-safely."""
-    # Lazy, hot path: see ``init`` above (registration cost of every command).
+    # Lazy, hot path: the module loader (modprobe/) is never imported by `init` (test_startup_imports.py).
     from driver_container.lifecycle.generic_host import run_unload
 
     typer.echo(run_unload(host_paths(ctx), Settings.from_env(), Runner()))

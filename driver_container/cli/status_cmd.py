@@ -8,6 +8,8 @@ from typing import Annotated
 import typer
 
 from driver_container.cli.app import app, host_paths
+from driver_container.findings import has_errors
+from driver_container.lifecycle.status_render import collect_status, render_text, status_json
 from driver_container.settings import Settings
 
 
@@ -27,11 +29,6 @@ def status(
 
     Exit status: 0 without error findings, 1 with one, 2 on usage errors.
     """
-    # Lazy, hot path: every command imports this module at registration; `modinfo` (bench/modinfo.py)
-    # must not pay for inspect/publish.
-    from driver_container.findings import has_errors
-    from driver_container.lifecycle.status_render import collect_status, render_text, status_json
-
     state, findings, absent = collect_status(host_paths(ctx), Settings.from_env(), verify=verify)
     if as_json:
         typer.echo(json.dumps(status_json(state, findings, absent), indent=2, sort_keys=False))

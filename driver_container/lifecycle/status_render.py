@@ -5,8 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from driver_container.driverroot.integrity import last_verification, verify_published
 from driver_container.driverroot.mount import is_ours
+from driver_container.driverroot.toolkit_features import read_absent_features
+from driver_container.findings import check
+from driver_container.findings.integrity import integrity_findings
 from driver_container.formats.gpu_support import gpu_support
+from driver_container.inspect.hoststate import inspect_host
+from driver_container.runtime.runner import Runner
 
 if TYPE_CHECKING:
     from driver_container.driverroot.procsys import ProcSys
@@ -24,14 +30,6 @@ def collect_status(
 ) -> tuple[HostState, list[Finding], tuple[ToolkitFeature, ...]]:
     """What ``status`` shows (and ``bug-report`` archives as status.json): the host, its findings, and what
     the root lacks. ``verify``: hash DRIVER_ROOT now; else the outcome of init's check after Ready."""
-    # Lazy, hot path: only `status` and `bug-report` import inspect/publish (this module is typer-free).
-    from driver_container.driverroot.integrity import last_verification, verify_published
-    from driver_container.driverroot.toolkit_features import read_absent_features
-    from driver_container.findings import check
-    from driver_container.findings.integrity import integrity_findings
-    from driver_container.inspect.hoststate import inspect_host
-    from driver_container.runtime.runner import Runner
-
     # The runner executes from the published root: DRIVER_ROOT_NOT_EXECUTABLE is init's own proof.
     state = inspect_host(paths, settings, prove_with=Runner())
     absent = read_absent_features(paths)  # what the toolkit would mount and the root lacks (issue 29)
