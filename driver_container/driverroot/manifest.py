@@ -168,7 +168,7 @@ def elf_to_json(elf: ElfDeps) -> dict[str, Any]:
 
 # The last manifest parsed under each root, by the identity of its file (a new manifest is a new inode,
 # renamed into place; ctime changes with any write): a restart reads it twice (the inspection's publish
-# status, then the unchanged-root check), ~2.5 ms each for the Debian 535 root (bench/startup.py, issue 18).
+# status, then the unchanged-root check), ~2.5 ms each for the Debian 535 root (bench/startup.py).
 _LAST_READ: dict[str, tuple[tuple[int, int, int, int, int], str, Manifest]] = {}
 
 

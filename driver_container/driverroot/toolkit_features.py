@@ -10,15 +10,14 @@ Only ``status`` imports it (``init`` never needs it); ``absent_features`` is pur
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from driver_container.driverroot.manifest import read_manifest
 from driver_container.formats.numbers import driver_branch
 from driver_container.paths import HostPaths
+from driver_container.records import NamedRecord
 
 
-@dataclass(frozen=True, slots=True)
-class ToolkitFeature:
+class ToolkitFeature(NamedRecord):
     name: str  # as status shows it
     file_name: str  # a published path whose last component is this (or starts with it, with ``prefix``)
     loses: str

@@ -18,7 +18,7 @@ from driver_container.formats.numbers import is_ascii_name
 from driver_container.paths import HostPaths, Root
 from driver_container.records import NamedRecord
 
-if TYPE_CHECKING:  # settings stays out of the peermem probe's imports (a hot path, bench/probe.py)
+if TYPE_CHECKING:  # settings stays out of the peermem probe's imports (a hot path, bench/startup.py)
     from driver_container.settings import PlatformChoice
 
 PlatformKind = Literal["talos", "generic"]  # what detection decides

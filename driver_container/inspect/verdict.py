@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass
 from pathlib import PurePosixPath
 from typing import Any, get_args
 
@@ -30,6 +29,7 @@ from driver_container.formats.boundedjson import decode_json
 from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
 from driver_container.inspect.modfiles import ModuleFile
 from driver_container.paths import HostPaths
+from driver_container.records import NamedRecord
 from driver_container.runtime.fsutil import atomic_write_text
 from driver_container.runtime.statusfiles import make_room
 
@@ -45,8 +45,7 @@ FILE_FINDINGS = ("MODULE_FILE_MISMATCH", "MODULE_FILE_UNREADABLE", "VERMAGIC_MIS
 _STR_FIELDS = ("version", "srcversion", "vermagic", "license", "signer", "error")
 
 
-@dataclass(frozen=True, slots=True)
-class Binding:
+class Binding(NamedRecord):
     """What a verdict is valid for: boot id, digest and kernel release must match the reader's."""
 
     boot_id: str | None
@@ -55,8 +54,7 @@ class Binding:
     kernel_release: str | None
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class Verdict(NamedRecord):
     binding: Binding
     module_files: dict[str, ModuleFile]
     findings: tuple[str, ...]  # "CODE: message" of the writer's checks, for `status`
@@ -75,7 +73,7 @@ def render_verdict(verdict: Verdict) -> str:
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "written_by": verdict.written_by,
-        **asdict(verdict.binding),
+        **verdict.binding._asdict(),
         "module_files": files,
         "findings": list(verdict.findings),
     }

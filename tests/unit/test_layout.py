@@ -5,8 +5,9 @@
   so a second copy of these facts could make them disagree about it.
 - A function-local import is allowed only in the functions of ``LOCAL_IMPORTS`` (each keeps an import off
   a measured hot path, bench/README.md) and says so in a comment.
-- ``NamedRecord`` is used only by the modules of ``LIGHT_RECORD_MODULES``: those an unchanged restart or
-  the peermem probe imports (records.py says why, with the measurement); every other record is a dataclass.
+- ``NamedRecord`` is used only by the modules of ``LIGHT_RECORD_MODULES``: those an unchanged restart,
+  the peermem probe or ``status`` imports (records.py says why, with the measurement); every other record
+  is a dataclass.
 """
 
 from __future__ import annotations
@@ -66,17 +67,17 @@ LOCAL_IMPORTS = {
     "runtime/childresult.py": {"decode_result", "encode_result"},  # pickle: an exception from a child only
     "runtime/forkchild.py": {"_die_with_parent"},  # ctypes: in a forked child only
 }  # fmt: skip
-# The modules an unchanged restart or the peermem probe imports that define NamedRecords (records.py).
+# The modules an unchanged restart, the peermem probe or `status` imports that define NamedRecords (records.py).
 LIGHT_RECORD_MODULES = {
     "driverroot/journal.py", "driverroot/manifest.py", "driverroot/mount.py", "driverroot/procsys.py",
-    "driverroot/proof.py", "driverroot/publish_status.py", "findings/model.py", "formats/elffacts.py",
-    "formats/gpu_support.py", "formats/kernel/devices.py", "formats/kernel/modules.py",
-    "formats/kernel/mountinfo.py", "formats/kernel/nvidia_proc.py", "formats/kernel/pci.py",
-    "formats/kernel/sysfs.py", "formats/kmod/elf.py", "formats/kmod/model.py", "formats/ldcache.py",
-    "inspect/firmware.py", "inspect/hoststate.py", "inspect/modfiles.py", "inspect/pcigpus.py",
-    "inspect/platform.py", "inspect/userspace.py", "kube/nodereport.py", "lifecycle/init.py",
-    "lifecycle/publishing.py", "node/devices.py", "node/firmware.py", "paths.py", "runtime/runner.py",
-    "settings.py",
+    "driverroot/proof.py", "driverroot/publish_status.py", "driverroot/toolkit_features.py",
+    "findings/model.py", "formats/elffacts.py", "formats/gpu_support.py", "formats/kernel/devices.py",
+    "formats/kernel/modules.py", "formats/kernel/mountinfo.py", "formats/kernel/nvidia_proc.py",
+    "formats/kernel/pci.py", "formats/kernel/sysfs.py", "formats/kmod/elf.py", "formats/kmod/model.py",
+    "formats/ldcache.py", "inspect/firmware.py", "inspect/hoststate.py", "inspect/modfiles.py",
+    "inspect/pcigpus.py", "inspect/platform.py", "inspect/userspace.py", "inspect/verdict.py",
+    "kube/nodereport.py", "lifecycle/init.py", "lifecycle/publishing.py", "node/devices.py", "node/firmware.py",
+    "paths.py", "runtime/runner.py", "settings.py",
 }  # fmt: skip
 
 

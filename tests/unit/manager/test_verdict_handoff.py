@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -132,13 +131,13 @@ def test_parse_refuses_what_it_did_not_write(text: str) -> None:
 def test_stale_reason_needs_boot_digest_and_release_to_match() -> None:
     here = Binding("b", "d", "595.91.07", "6.18.24-talos")
     assert stale_reason(here, here) is None
-    assert "this boot's id" in (stale_reason(here, replace(here, boot_id=None)) or "")
+    assert "this boot's id" in (stale_reason(here, here._replace(boot_id=None)) or "")
     for field in ("boot_id", "digest", "kernel_release"):
-        assert field in (stale_reason(replace(here, **{field: "x"}), here) or "")
+        assert field in (stale_reason(here._replace(**{field: "x"}), here) or "")
 
 
 def test_a_manager_image_of_another_version_still_hands_its_verdict_over() -> None:
     """driver.manager.version may lag driver.version: the files' facts do not depend on the userspace, so
     init (595.91.07) takes the verdict of a 580.178.04 manager instead of checking nothing."""
     here = Binding("b", "d", "595.91.07", "6.18.24-talos")
-    assert stale_reason(replace(here, image_version="580.178.04"), here) is None
+    assert stale_reason(here._replace(image_version="580.178.04"), here) is None
