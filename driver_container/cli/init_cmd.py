@@ -11,8 +11,8 @@ import typer
 from driver_container.cli.app import app, host_paths
 from driver_container.errors import DriverContainerError
 from driver_container.kube.nodereport import REFUSED, NodeVerdict, report
+from driver_container.lifecycle import init as lifecycle_init
 from driver_container.lifecycle.hostcheck import loaded_version
-from driver_container.lifecycle.init import InitOptions, run_init
 from driver_container.runtime.logfile import keep_log
 from driver_container.runtime.runner import Runner
 from driver_container.settings import Settings
@@ -47,12 +47,13 @@ def init(
         log.info("--accept-license: ignored (nothing is installed or built)")
     if max_threads is not None:
         log.info("--max-threads %d: ignored (nothing is built)", max_threads)
-    options = InitOptions(no_wait=no_wait, persistenced_runtime_dir=persistenced_runtime_dir)
+    options = lifecycle_init.InitOptions(no_wait=no_wait, persistenced_runtime_dir=persistenced_runtime_dir)
     settings = Settings.from_env()
     for line in settings.unused_lines():
         log.warning("%s", line)
     try:
-        run_init(paths, settings, Runner(), options)
+        # Looked up at call time: the CLI boundary's tests replace run_init (tests/unit/test_cli_boundary.py).
+        lifecycle_init.run_init(paths, settings, Runner(), options)
     except DriverContainerError as exc:
         # The Node shows why and what to set (a setting's finding names it and its value); never masks ``exc``.
         report(NodeVerdict(REFUSED, reason=f"{exc.message}; fix: {exc.fix}" if exc.fix else exc.message))
