@@ -1,13 +1,26 @@
-"""``NamedRecord``: the project's immutable records, ``typing.NamedTuple`` to mypy, cheaper to create at run time.
+"""``NamedRecord``: a light immutable record for the measured start-up paths; everywhere else records are
+``@dataclass(frozen=True, slots=True)``.
 
-On CPython 3.11 ``class X(typing.NamedTuple)`` runs ``typing._type_check`` on every field's annotation;
-under ``from __future__ import annotations`` each one is a string, turned into a ``ForwardRef`` and
-compiled (Lib/typing.py, ``_make_nmtuple``). That is ~0.07 ms a class, ~3% of the instructions of an
-unchanged ``init`` restart, which creates ~43 records (callgrind, bench/startup.py). ``NamedRecord``
-builds the same class from ``collections.namedtuple`` - fields, defaults, methods, properties, docstring,
-module and qualified name, so pickling and ``_replace``/``_asdict`` work as before - and keeps the
-annotations as the strings they are (``typing.get_type_hints`` resolves them on demand). To mypy it is
+The paths are an unchanged ``init`` restart, the peermem probe and ``status`` (bench/README.md: their rows,
+floors and targets). On CPython 3.11 a frozen dataclass compiles its generated methods with ``exec`` when
+the class is created (Lib/dataclasses.py, ``_create_fn``), and ``class X(typing.NamedTuple)`` turns each
+string annotation into a ``ForwardRef`` (Lib/typing.py, ``_make_nmtuple``). ``NamedRecord`` builds the
+class from ``collections.namedtuple`` (its methods come from one template) and keeps the annotations as
+the strings they are (``typing.get_type_hints`` resolves them on demand); to mypy it is
 ``typing.NamedTuple`` itself, so every check of the fields stays.
+
+Measured (bench/records.py): ~0.05 ms a class, against ~0.5 ms a frozen slotted dataclass and ~7 ms to
+import ``dataclasses``. An unchanged restart creates 48 records and imports no ``dataclasses``
+(tests/integration/test_startup_imports.py): as dataclasses they would add ~30 ms to a ~100 ms process
+whose target (1.5x ``import typer``) leaves ~40 ms for all of ``init``. ``status`` imports
+``dataclasses`` anyway, but its own three records (the verdict's two, the toolkit feature) as dataclasses
+cost ~3% of its CPU time, on a row near its target.
+
+So ``NamedRecord`` is used exactly in the modules that an unchanged restart, the probe or ``status``
+imports, listed in tests/unit/test_layout.py (``LIGHT_RECORD_MODULES``), which fails on any other use
+and on a listed module that no longer uses it. Fields, defaults, methods, properties, docstring, module
+and qualified name are the class's, so pickling and ``_replace``/``_asdict`` work as for
+``typing.NamedTuple``.
 
 Not supported, and refused: other bases (``class X(NamedRecord, Other)``). A field without a default after
 one with a default is refused as ``typing.NamedTuple`` refuses it.

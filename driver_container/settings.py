@@ -122,7 +122,7 @@ FABRIC_OVERRIDE_PREFIX = "NVFM_CONFIG_"  # NVIDIA's driver container: NVFM_CONFI
 def fabric_overrides_from_env(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """``NVFM_CONFIG_<FIELD>`` pairs, sorted by field; empty or malformed field names are dropped. Here, not
     in formats/kernel/fabric.py: every start reads the environment, only NVSwitch nodes need the fabric's
-    parsers (their import was ~0.5 ms of every start, bench/startup.py)."""
+    parsers (their import would be ~0.5 ms of every start, bench/startup.py)."""
     pairs = []
     for name, value in env.items():
         field = name[len(FABRIC_OVERRIDE_PREFIX):] if name.startswith(FABRIC_OVERRIDE_PREFIX) else ""

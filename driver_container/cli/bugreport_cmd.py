@@ -18,6 +18,10 @@ import typer
 
 from driver_container.cli.app import app, host_paths
 from driver_container.errors import UsageError
+from driver_container.lifecycle.status import collect_status
+from driver_container.lifecycle.status_render import status_json
+from driver_container.report.archive import write_archive
+from driver_container.report.collect import ReportOptions, collect_report
 from driver_container.settings import Settings
 
 MIN_SIZE = 64 << 10  # room for the index, status.json and the manifest's start
@@ -40,12 +44,6 @@ def bug_report(
 ) -> None:
     """Write one .tar.gz: status --json, the manifest and a fresh check of DRIVER_ROOT, init's log, module
     facts, the kernel's NVIDIA messages, nvidia-bug-report.sh's log; never tokens or kubeconfigs."""
-    # Lazy, hot path: every command imports this module at registration; only bug-report pays for report/.
-    from driver_container.lifecycle.status import collect_status
-    from driver_container.lifecycle.status_render import status_json
-    from driver_container.report.archive import write_archive
-    from driver_container.report.collect import ReportOptions, collect_report
-
     if max_size < MIN_SIZE:
         raise UsageError(f"--max-size {max_size}: at least {MIN_SIZE} bytes", name="--max-size", value=str(max_size))
     if not timeout > 0:

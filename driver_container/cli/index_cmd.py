@@ -7,6 +7,9 @@ from typing import Annotated
 import typer
 
 from driver_container.cli.app import app, host_paths
+from driver_container.inspect.userspace import find_userspace
+from driver_container.publish.index_build import build_index
+from driver_container.runtime.runner import Runner
 
 
 @app.command("index-userspace", hidden=True)
@@ -17,11 +20,6 @@ def index_userspace(
     ] = None,
 ) -> None:
     """Record size, mtime, sha256 and ELF facts of every file a publish reads (run by the Dockerfile)."""
-    # Lazy, hot path: every command imports this module at registration; only the image build runs it.
-    from driver_container.inspect.userspace import find_userspace
-    from driver_container.publish.index_build import build_index
-    from driver_container.runtime.runner import Runner
-
     paths = host_paths(ctx)
     wanted = version or find_userspace(paths.userspace).version
     if not wanted:

@@ -9,6 +9,9 @@ from typing import Annotated
 import typer
 
 from driver_container.cli.app import app, host_paths
+from driver_container.lifecycle import init as lifecycle_init
+from driver_container.lifecycle.hostcheck import loaded_version
+from driver_container.runtime.logfile import keep_log
 from driver_container.runtime.runner import Runner
 from driver_container.settings import Settings
 
@@ -34,11 +37,6 @@ def init(
     ] = None,
 ) -> None:
     """Verify the loaded driver, publish DRIVER_ROOT, start nvidia-persistenced, wait for a signal."""
-    # Lazy, hot path: every command imports this module at registration; `status` and `modinfo`
-    # (bench/modinfo.py) must not pay for lifecycle/publish.
-    from driver_container.lifecycle.init import InitOptions, run_init_reporting_refusal
-    from driver_container.runtime.logfile import keep_log
-
     paths = host_paths(ctx)
     keep_log(paths.run_dir)  # RUN_DIR/nvidia-driver.log for bug-report (pods' stdout is unreadable inside)
 
@@ -47,20 +45,19 @@ def init(
         log.info("--accept-license: ignored (nothing is installed or built)")
     if max_threads is not None:
         log.info("--max-threads %d: ignored (nothing is built)", max_threads)
-    options = InitOptions(no_wait=no_wait, persistenced_runtime_dir=persistenced_runtime_dir)
+    options = lifecycle_init.InitOptions(no_wait=no_wait, persistenced_runtime_dir=persistenced_runtime_dir)
     settings = Settings.from_env()
     for line in settings.unused_lines():
         log.warning("%s", line)
-    run_init_reporting_refusal(paths, settings, Runner(), options)
+    # Looked up at call time: the CLI boundary's tests replace run_init (tests/unit/test_cli_boundary.py).
+    lifecycle_init.run_init_reporting_refusal(paths, settings, Runner(), options)
 
 
 @app.command("load")
 def load(ctx: typer.Context) -> None:
     """On Talos: wait for machined's modules and verify them. Elsewhere: load them, then verify."""
-    # Lazy, hot path: see ``init`` above (registration cost of every command).
+    # Lazy, hot path: the module loader (modprobe/) is never imported by `init` (test_startup_imports.py).
     from driver_container.lifecycle.generic_host import run_load
-    from driver_container.lifecycle.hostcheck import loaded_version
-
     state = run_load(host_paths(ctx), Settings.from_env(), Runner())
     loaded = [name for name, module in state.modules.items() if module.loaded]
     typer.echo(f"NVIDIA driver {loaded_version(state)} loaded and matching: {', '.join(loaded)}")
@@ -69,7 +66,7 @@ def load(ctx: typer.Context) -> None:
 @app.command("unload")
 def unload(ctx: typer.Context) -> None:
     """On Talos: explain that Talos owns the modules (exit 0). Elsewhere: unload them refcount-safely."""
-    # Lazy, hot path: see ``init`` above (registration cost of every command).
+    # Lazy, hot path: the module loader (modprobe/) is never imported by `init` (test_startup_imports.py).
     from driver_container.lifecycle.generic_host import run_unload
 
     typer.echo(run_unload(host_paths(ctx), Settings.from_env(), Runner()))

@@ -18,7 +18,9 @@ import typer
 from driver_container import __version__
 from driver_container.cli.app import app, host_paths
 from driver_container.errors import DriverContainerError
+from driver_container.formats.kmod import format_modinfo, to_json
 from driver_container.inspect.platform import read_kernel_release
+from driver_container.readers.kmod import find_module, read_module
 
 MODULE_SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
 
@@ -41,10 +43,6 @@ def _running_kernel(ctx: typer.Context) -> str:
 
 
 def _resolve(ctx: typer.Context, arg: str, kver: str | None, basedir: Path | None) -> str | Path:
-    # Lazy, hot path: kmod pulls in pyelftools/zstandard; `status` without module files imports neither
-    # (tests/integration/test_status.py).
-    from driver_container.readers.kmod import find_module
-
     if _is_path(arg):
         return arg  # the text as given: kmod prints it unnormalised (readers/kmod.py absolute_name)
     return find_module(arg, kver or _running_kernel(ctx), basedir or host_paths(ctx).host_root)
@@ -73,10 +71,6 @@ def modinfo(
     ] = None,
 ) -> None:
     """Show module information exactly like kmod's modinfo (text) or as JSON."""
-    # Lazy, hot path: as in ``_resolve``.
-    from driver_container.formats.kmod import format_modinfo, to_json
-    from driver_container.readers.kmod import read_module
-
     failed = False
     records: list[object] = []
     for arg in modules:

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from driver_container.cli.app import app, host_paths
+from driver_container.lifecycle.status import status_report
 from driver_container.settings import Settings
 
 
@@ -26,10 +27,6 @@ def status(
 
     Exit status: 0 without error findings, 1 with one, 2 on usage errors.
     """
-    # Lazy, hot path: every command imports this module at registration; `modinfo` (bench/modinfo.py)
-    # must not pay for inspect/publish.
-    from driver_container.lifecycle.status import status_report
-
     text, failed = status_report(host_paths(ctx), Settings.from_env(), verify=verify, as_json=as_json)
     typer.echo(text)
     raise typer.Exit(1 if failed else 0)

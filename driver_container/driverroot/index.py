@@ -21,6 +21,7 @@ import logging
 import re
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,6 @@ from driver_container.errors import HostFileNotFound, HostReadError, PublishErro
 from driver_container.formats.boundedjson import decode_json
 from driver_container.formats.elffacts import ElfDeps
 from driver_container.formats.userspace_layout import DIGEST_INDEX
-from driver_container.records import NamedRecord
 from driver_container.resolver import Root
 from driver_container.runtime.fsutil import check_relative
 
@@ -42,7 +42,8 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 NS = 1_000_000_000
 
 
-class IndexEntry(NamedRecord):
+@dataclass(frozen=True, slots=True)
+class IndexEntry:
     path: str  # real path relative to USERSPACE_ROOT (no link in it)
     size: int
     mtime_ns: int

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from driver_container.formats.numbers import parse_c_int
+from driver_container.formats.talos_config import module_config_snippet, snippet_heading
 from driver_container.records import NamedRecord
 
 Severity = Literal["error", "warning", "info"]
@@ -31,10 +32,6 @@ def has_errors(findings: list[Finding] | tuple[Finding, ...]) -> bool:
 def talos_module_snippet(module: str, params: list[str], talos_version: str | None = None) -> str:
     """The machine-config text that makes Talos (machined) load ``module`` with ``params``, in the one form
     ``talos_version`` supports (driver_container/formats/talos_config.py)."""
-
-    # Lazy, hot path: only a finding that asks for a machine-config change needs it.
-    from driver_container.formats.talos_config import module_config_snippet, snippet_heading
-
     return snippet_heading(talos_version) + "\n" + module_config_snippet([(module, params)], talos_version)
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import functools
 import struct
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 from driver_container.errors import ElfFormatError
 from driver_container.formats.elffacts import ElfDeps
-from driver_container.records import NamedRecord
 
 __all__ = ["ELF_MAGIC", "ElfDeps", "ElfFormatError", "parse_elf_deps"]
 
@@ -38,14 +38,16 @@ MAX_DECODED = 1 << 20  # bytes of dynamic strings decoded in all (each distinct 
 _SEGMENT_TYPES = {1: "PT_LOAD", 2: "PT_DYNAMIC", 3: "PT_INTERP"}  # the only p_type values used here
 
 
-class _Segment(NamedRecord):
+@dataclass(frozen=True, slots=True)
+class _Segment:
     kind: str
     offset: int
     vaddr: int
     filesz: int
 
 
-class _Header(NamedRecord):
+@dataclass(frozen=True, slots=True)
+class _Header:
     machine: str
     elf_class: int
     elf_type: str
@@ -174,7 +176,8 @@ class _DynamicStrings:
         return text
 
 
-class ElfStrings(NamedRecord):
+@dataclass(frozen=True, slots=True)
+class ElfStrings:
     needed: list[str]
     soname: str | None
     runpath: list[str]

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from driver_container.formats.gpu_ids import GPU_ROWS
 from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
 from driver_container.formats.numbers import driver_branch
 from driver_container.records import NamedRecord
@@ -85,10 +86,7 @@ def _support(text: str) -> Support:
 
 def gpu_support(device: int) -> GpuSupport | None:
     """What each flavour does with the NVIDIA GPU of PCI device id ``device``; None for an id in no list."""
-    # Lazy, hot path: the id lists are imported only on a node whose PCI bus shows an NVIDIA GPU, and
-    # searched as text (ids are 4 hex digits, each followed by a space): no table is built on a start.
-    from driver_container.formats.gpu_ids import GPU_ROWS
-
+    # The id lists are searched as text (ids are 4 hex digits, each followed by a space): no table is built.
     wanted = f"{device:04x} "
     for generation, open_, proprietary, ids in GPU_ROWS:
         at = ids.find(wanted)

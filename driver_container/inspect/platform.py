@@ -19,7 +19,7 @@ from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
 from driver_container.resolver import Root
 
-if TYPE_CHECKING:  # settings stays out of the peermem probe's imports (a hot path, bench/probe.py)
+if TYPE_CHECKING:  # settings stays out of the peermem probe's imports (a hot path, bench/startup.py)
     from driver_container.settings import PlatformChoice
 
 PlatformKind = Literal["talos", "generic"]  # what detection decides

@@ -19,8 +19,10 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
+
+import requests
 
 from driver_container.errors import ApiAnswerError, KubernetesError
 from driver_container.formats.numbers import parse_uint
@@ -30,9 +32,7 @@ from driver_container.kube.endpoint import (
     in_cluster_endpoint,
     kubeconfig_endpoint,
 )
-
-if TYPE_CHECKING:
-    from driver_container.kube.transport import Answer  # lazy, hot path: as in KubeClient.__init__
+from driver_container.kube.transport import Answer, DeadlineAdapter, exchange
 
 log = logging.getLogger(__name__)
 
@@ -53,11 +53,6 @@ class KubeClient:
         workdir: Path | None = None,
         stop: Callable[[], bool] | None = None,
     ) -> None:
-        # Lazy, hot path: init imports this module (node report); requests only when it reports.
-        import requests
-
-        from driver_container.kube.transport import DeadlineAdapter
-
         _require_tls_for_credentials(endpoint)
         self.endpoint = endpoint
         self.config = config or KubeConfig()
@@ -199,8 +194,6 @@ class KubeClient:
     def _request(
         self, method: str, path: str, *, params: Mapping[str, str] | None, body: object, content_type: str
     ) -> Answer:
-        from driver_container.kube.transport import exchange  # lazy, hot path: as in __init__
-
         cfg = self.config
         delay = cfg.backoff
         for attempt in range(1, cfg.attempts + 1):

@@ -17,6 +17,7 @@ in an operator-managed pod the annotations work and the Event needs an extra Clu
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import time
@@ -27,8 +28,6 @@ from driver_container.errors import DriverContainerError
 from driver_container.records import NamedRecord
 
 if TYPE_CHECKING:
-    import datetime
-
     from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
     from driver_container.kube.client import KubeClient
 
@@ -154,8 +153,6 @@ def _report_calls(
         ]
         if verdict.result == REFUSED:
             ns = namespace(e)
-            import datetime  # lazy, hot path: only a refusal posts an Event; every start imports this module
-
             body = event(verdict, node, ns, datetime.datetime.now(datetime.UTC))
             calls.append((f"post an Event in {ns}", lambda: client.create_event(ns, body)))
         for what, call in calls:

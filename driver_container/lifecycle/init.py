@@ -20,6 +20,7 @@ from driver_container.errors import (
     DriverContainerError,
     HostReadError,
 )
+from driver_container.kube.nodereport import REFUSED, NodeVerdict, report
 from driver_container.lifecycle.hostcheck import detect
 from driver_container.lifecycle.modwait import POLL_S, PROGRESS_S, required_modules, wait_for_modules
 from driver_container.lifecycle.publishing import after_ready, check_and_publish, report_ready, require_usable_root
@@ -77,9 +78,6 @@ def run_init_reporting_refusal(
     try:
         run_init(paths, settings, runner, options)
     except DriverContainerError as exc:
-        # Lazy, hot path: only a refusal reports from here (the Ready report is the publishing child's).
-        from driver_container.kube.nodereport import REFUSED, NodeVerdict, report
-
         # The Node shows why and what to set (a setting's finding names it and its value).
         report(NodeVerdict(REFUSED, reason=f"{exc.message}; fix: {exc.fix}" if exc.fix else exc.message))
         raise

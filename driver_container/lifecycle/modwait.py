@@ -8,6 +8,7 @@ import time
 from driver_container.errors import (
     ModuleWaitTimeout,
 )
+from driver_container.formats.talos_config import module_config_snippet, snippet_heading
 from driver_container.inspect.hoststate import LoadedModules, read_loaded_modules
 from driver_container.paths import HostPaths
 from driver_container.runtime.supervise import Shutdown
@@ -38,8 +39,6 @@ def required_modules(settings: Settings, *, talos: bool = False) -> tuple[str, .
 
 def machine_config_snippet(names: tuple[str, ...], talos_version: str | None = None) -> str:
     """The machine-config text for ``names`` (no parameters) in the form ``talos_version`` supports."""
-    from driver_container.formats.talos_config import module_config_snippet  # lazy, hot path: a timeout only
-
     return module_config_snippet([(n, ()) for n in names], talos_version)
 
 
@@ -98,8 +97,6 @@ def _timeout_error(
         f"(read {paths.procfs_root / 'modules'} and {paths.sysfs_root / 'module'})"
     )
     if talos:
-        from driver_container.formats.talos_config import snippet_heading  # lazy, hot path: a timeout only
-
         fix = (
             "Talos loads them only from the machine config (then reboot or apply); "
             + snippet_heading(talos_version) + "\n" + machine_config_snippet(names, talos_version)

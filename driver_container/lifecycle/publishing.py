@@ -1,11 +1,10 @@
 """Verify, publish in a forked child when something is to be written, and what follows ``Ready``.
 
 Verifying and the unchanged check run in ``init`` itself: on an unchanged restart (nearly every start)
-nothing is written, and forking only to read the host made a second process (its start, its exit,
-ctypes for PR_SET_PDEATHSIG, the loaded modules read a second time) on every restart. Together with the
-records (records.py) this took an unchanged restart from 1.71x to 1.42x ``import typer`` here (136 -> 111
-ms, paired runs, bench/startup.py). What they import stays in the waiting process, the
-module-file reader (no pyelftools) and the manifest's reader: its VmHWM went from 18.84 to 18.88 MB.
+nothing is written, and a child forked only to read the host would add a second process (its start,
+its exit, ctypes for PR_SET_PDEATHSIG, the loaded modules read a second time) to every restart
+(bench/README.md, "unchanged restart to Ready"). What they import stays in the waiting process: the
+module-file reader (no pyelftools) and the manifest's reader, ~40 KB of its RSS.
 Their reads are bounded and ``O_NONBLOCK`` (runtime/fsutil.py), so a hostile file cannot hold up a
 SIGTERM; only a hung filesystem could, as it would hold any process reading it.
 
@@ -20,6 +19,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from driver_container.driverroot.journal import recover
 from driver_container.driverroot.mount import UNUSABLE_ROOT_FIX
 from driver_container.driverroot.proof import PROOF_BINARY, prove_root_usable
 from driver_container.errors import DriverContainerError, PublishError
@@ -87,8 +87,6 @@ def _publish(paths: HostPaths, version: str, runner: Runner) -> str:
 def _undo_interrupted_publish(paths: HostPaths) -> None:
     """The publishing child was killed by a signal: roll its commit back now (renames only), so the
     previous root is intact even if no container starts again here."""
-    from driver_container.driverroot.journal import recover  # lazy, hot path: see the module doc
-
     try:
         recover(paths.driver_root)
     except (DriverContainerError, OSError) as exc:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from driver_container.driverroot.manifest import RecordType
 from driver_container.formats.elffacts import ElfDeps
-from driver_container.records import NamedRecord
 
 
-class SourceFile(NamedRecord):
+@dataclass(frozen=True, slots=True)
+class SourceFile:
     """A regular file to publish: where it really is and what it is."""
 
     real: Path  # resolved host path (inside USERSPACE_ROOT, or the ldconfig found on PATH)
@@ -21,7 +22,8 @@ class SourceFile(NamedRecord):
     elf: ElfDeps | None = None
 
 
-class PublishSources(NamedRecord):
+@dataclass(frozen=True, slots=True)
+class PublishSources:
     """Every file of the image's userspace that a publish of ``version`` takes, resolved and read (the
     input of the pure planner). Not ``inspect.userspace.UserspaceVersion``, which is only what the version
     finder saw; both look through ``formats.userspace_layout.LIBRARY_DIRS``."""
@@ -49,7 +51,8 @@ class PublishSources(NamedRecord):
 EntryKind = Literal[RecordType, "text"]
 
 
-class PlannedEntry(NamedRecord):
+@dataclass(frozen=True, slots=True)
+class PlannedEntry:
     path: PurePosixPath  # relative to DRIVER_ROOT
     kind: EntryKind
     mode: int = 0o644
@@ -58,7 +61,8 @@ class PlannedEntry(NamedRecord):
     target: str | None = None  # relative link target
 
 
-class PublishPlan(NamedRecord):
+@dataclass(frozen=True, slots=True)
+class PublishPlan:
     version: str
     triplet: str
     entries: tuple[PlannedEntry, ...]
@@ -73,7 +77,8 @@ class PublishPlan(NamedRecord):
         return PurePosixPath("usr/lib") / self.triplet
 
 
-class PublishReport(NamedRecord):
+@dataclass(frozen=True, slots=True)
+class PublishReport:
     written: int
     unchanged: int
     removed: int

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 from driver_container.errors import PublishError
@@ -43,7 +44,7 @@ def find_ldconfig(root: Root, runner: Runner, elf: ElfFacts | None = None) -> So
             src = source_file(root, inner)
             facts = elf.get_if_elf(src.real, src.shown, src.size, src.mtime_ns)  # Debian's sbin/ldconfig is a script
             if facts is not None and facts.is_static:
-                return src._replace(elf=facts)
+                return replace(src, elf=facts)
             log.debug("%s is not a static ELF ldconfig", src.shown)
     on_path = Path(runner.which("ldconfig")).resolve()
     st = on_path.stat()
@@ -67,6 +68,6 @@ def find_static_shell(root: Root, machine: str, elf: ElfFacts) -> SourceFile | N
             log.warning("%s is not a static %s ELF binary: the root gets no shell (MPS through NVIDIA's DRA "
                         "driver needs one)", src.shown, machine)  # fmt: skip
             continue
-        return src._replace(elf=facts)
+        return replace(src, elf=facts)
     log.info("no static shell in USERSPACE_ROOT (%s): the root gets no bin/sh", ", ".join(SHELL_CANDIDATES))
     return None

@@ -72,8 +72,8 @@ def _unreadable(label: str, exc: OSError) -> ModuleFormatError:
 def _contents(path: str | Path, label: str, max_size: int) -> Iterator[Buffer]:
     """The file's bytes; a large regular file is mapped instead of read (see MMAP_THRESHOLD).
 
-    A file descriptor and ``os.read``, not ``open()``: a buffered file object per module was ~10% of
-    modinfo over a module tree (bench/modinfo.py)."""
+    A file descriptor and ``os.read``, not ``open()``: a buffered file object per module would be ~10%
+    of modinfo over a module tree (bench/modinfo.py)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:

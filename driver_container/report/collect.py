@@ -13,11 +13,11 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from driver_container.driverroot.integrity import check_integrity, report_json
 from driver_container.paths import HostPaths
-from driver_container.records import NamedRecord
 from driver_container.report import bugscript, hostfacts
 from driver_container.report.archive import build_archive
 from driver_container.report.environment import environment_member
@@ -35,7 +35,8 @@ KMSG_CAP = 1 << 20
 BUG_SCRIPT_RESERVE_S = 2.0  # of the time left when nvidia-bug-report.sh starts: kept to write the archive
 
 
-class ReportOptions(NamedRecord):
+@dataclass(frozen=True, slots=True)
+class ReportOptions:
     total_cap: int = DEFAULT_TOTAL_CAP
     deadline_s: float = DEFAULT_DEADLINE_S
     run_bug_script: bool = True

@@ -8,9 +8,9 @@ and to what is left of the archive's, keeping its start (or, for a log, its end)
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, replace
 
 from driver_container.formats.redact import redact
-from driver_container.records import NamedRecord
 
 DEFAULT_TOTAL_CAP = 8 << 20  # bytes of members, uncompressed; the archive is smaller
 DEFAULT_DEADLINE_S = 60.0
@@ -19,7 +19,8 @@ ABSENT = "absent"
 REDACT_MARGIN = 64 << 10
 
 
-class Member(NamedRecord):
+@dataclass(frozen=True, slots=True)
+class Member:
     """``name``: its path in the archive; ``source``: where it came from (a path, a command, a step);
     ``data``: None when left out; ``note``: why it is left out or cut ("" when whole)."""
 
@@ -69,7 +70,7 @@ class Budget:
             data = data[len(data) - limit :] if keep_end else data[:limit]
             note = f"{note}; {cut}" if note else cut
         self.bytes_left -= len(data)
-        return member._replace(data=data, note=note, redactions=member.redactions + redactions)
+        return replace(member, data=data, note=note, redactions=member.redactions + redactions)
 
 
 def _near_limit(data: bytes, limit: int, *, keep_end: bool) -> bytes:

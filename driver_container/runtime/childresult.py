@@ -2,7 +2,7 @@
 
 A plain result (the published version: a str) goes as ``marshal``, which is built into the interpreter;
 anything else (an exception with its structured fields) as ``pickle``, imported only then. ``import
-pickle`` alone was ~2.5 ms of every unchanged restart (bench/startup.py). Both ends are this
+pickle`` alone is ~2.5 ms, which an unchanged restart never pays (bench/startup.py). Both ends are this
 process and its fork, so neither format is read from anything untrusted.
 """
 

@@ -10,10 +10,10 @@ import hashlib
 import logging
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from driver_container.errors import PublishError
-from driver_container.records import NamedRecord
 from driver_container.runtime.fsutil import (
     create_temporary,
     open_regular,
@@ -34,7 +34,8 @@ KERNEL_CHUNK = 1 << 30  # per copy_file_range/sendfile call (the kernel caps one
 NO_COPY_RANGE = frozenset({errno.EXDEV, errno.EINVAL, errno.EOPNOTSUPP, errno.ENOSYS, errno.EBADF})
 
 
-class StagedFile(NamedRecord):
+@dataclass(frozen=True, slots=True)
+class StagedFile:
     """New content under a temporary name on ``target``'s filesystem (beside it, or in the publish's
     staging directory); ``commit`` renames it into place through directory descriptors of ``root``."""
 

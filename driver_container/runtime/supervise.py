@@ -73,7 +73,7 @@ class Shutdown:
         """Sleep until ``fd`` is readable (True), a first signal arrives or ``timeout`` passes (False).
 
         ``start_up_over=False`` keeps the collector off: the parent waiting for its publishing child is
-        still starting (a collection there cost ~5 ms of every restart, bench/startup.py)."""
+        still starting (a collection there costs ~5 ms of a restart, bench/README.md)."""
         if start_up_over:
             gc.enable()  # see ``wait``
         wake = self._pipe is not None and not self.requested

@@ -3,7 +3,11 @@
 - The library search dirs, the ld.so.cache path and its 64-bit entry flags have one definition each
   (formats/userspace_layout.py, formats/ldcache.py): the version finder and the publisher read one image,
   so a second copy of these facts could make them disagree about it.
-- A function-local import is allowed only where it keeps a measured hot path light, and says which.
+- A function-local import is allowed only in the functions of ``LOCAL_IMPORTS`` (each keeps an import off
+  a measured hot path, bench/README.md) and says so in a comment.
+- ``NamedRecord`` is used only by the modules of ``LIGHT_RECORD_MODULES``: those an unchanged restart,
+  the peermem probe or ``status`` imports (records.py says why, with the measurement); every other record
+  is a dataclass.
 """
 
 from __future__ import annotations
@@ -38,6 +42,45 @@ EXACT_OWNERS = {
     "module/firmware_class/parameters/path": {"formats/kernel/sysfs.py"},
 }
 CACHE_FLAGS_64 = {0x0303, 0x0A03}  # glibc dl-cache.h FLAG_X8664_LIB64, FLAG_AARCH64_LIB64 (with FLAG_ELF_LIBC6)
+
+# The functions that may import inside their body (module -> functions), each to keep what it imports off
+# the unchanged restart or the probe (bench/README.md, "Function-local imports": what each keeps out and
+# what it measured). tests/integration/test_startup_imports.py and test_status.py check the outcome.
+LOCAL_IMPORTS = {
+    "beneath.py": {"_openat2"},  # ctypes: never on a restart
+    "cli/__init__.py": {  # the probe's floor is a bare interpreter: typer, logging, signal only when needed
+        "_console_entry", "_probe_fast_path", "_register_commands", "die_of_sigint", "main", "report_error",
+        "report_unexpected", "sigint_as_sigterm",
+    },
+    "cli/init_cmd.py": {"load", "unload"},  # the module loader (modprobe/): never on Talos
+    "fileread.py": {"open_below"},  # beneath (pathlib): the peermem probe reads by path only
+    "formats/elfdeps.py": {"_header_and_segments", "parse_elf_deps", "_structs"},  # pyelftools: an indexed publish
+    "formats/kmod/__init__.py": {"__getattr__"},  # modinfo's formatter: modinfo only
+    "formats/kmod/compression.py": {"_zstd"},  # zstandard: a .ko.zst only
+    "formats/modconf.py": {"shell_words"},  # shlex: a module parameter that needs quoting only
+    "inspect/hoststate.py": {"_fabric", "inspect_host"},  # fabric, verdict: NVSwitch, operator
+    "inspect/modfiles.py": {"read_module_file"},  # the module reader: not for status without module files
+    "kube/endpoint.py": {"kubeconfig_endpoint"},  # yaml: never for the service account of init's report
+    "kube/nodereport.py": {"_client", "_namespace"},  # the Kubernetes client and requests: in a cluster only
+    "lifecycle/init.py": {"_check_alive", "_init_stages", "_start_daemons", "_start_fabric", "_stop_fabric",
+                          "run_init"},  # persistenced, Fabric Manager, modprobe/: not on an unchanged restart
+    "lifecycle/peermem.py": {"run_reload"},  # the probe's slow path stays without the module wait
+    "lifecycle/publishing.py": {"_publish", "check_published_root", "report_ready", "check_and_publish"},
+    "runtime/childresult.py": {"decode_result", "encode_result"},  # pickle: an exception from a child only
+    "runtime/forkchild.py": {"_die_with_parent"},  # ctypes: in a forked child only
+}  # fmt: skip
+# The modules an unchanged restart, the peermem probe or `status` imports that define NamedRecords (records.py).
+LIGHT_RECORD_MODULES = {
+    "driverroot/journal.py", "driverroot/manifest.py", "driverroot/mount.py", "driverroot/procsys.py",
+    "driverroot/proof.py", "driverroot/publish_status.py", "driverroot/toolkit_features.py",
+    "findings/model.py", "formats/elffacts.py", "formats/gpu_support.py", "formats/kernel/devices.py",
+    "formats/kernel/modules.py", "formats/kernel/mountinfo.py", "formats/kernel/nvidia_proc.py",
+    "formats/kernel/pci.py", "formats/kernel/sysfs.py", "formats/kmod/elf.py", "formats/kmod/model.py",
+    "formats/ldcache.py", "inspect/firmware.py", "inspect/hoststate.py", "inspect/modfiles.py",
+    "inspect/pcigpus.py", "inspect/platform.py", "inspect/userspace.py", "inspect/verdict.py",
+    "kube/nodereport.py", "lifecycle/init.py", "lifecycle/publishing.py", "node/devices.py", "node/firmware.py",
+    "paths.py", "resolver.py", "runtime/runner.py", "settings.py",
+}  # fmt: skip
 
 
 def _modules() -> list[tuple[str, str]]:
@@ -98,8 +141,35 @@ def _local_imports(source: str) -> list[tuple[str, ast.stmt]]:
 def test_function_local_imports_name_the_hot_path_they_keep_light() -> None:
     """Each function-local import has a comment with "hot path" on its line or in the comment lines
     just above the function's first import (one comment covers a block of imports)."""
+    assert not _undocumented_local_imports(_modules())
+
+
+def test_function_local_imports_only_in_the_listed_functions() -> None:
+    """A function-local import outside ``LOCAL_IMPORTS`` fails, and so does a listed function without one
+    (the list stays the short list of what bench/README.md measured)."""
+    found = _local_import_sites(_modules())
+    assert found - _listed_functions() == set(), "function-local imports outside LOCAL_IMPORTS (move them up)"
+    assert _listed_functions() - found == set(), "LOCAL_IMPORTS lists a function without a local import"
+
+
+def test_the_local_import_checks_fail_on_a_violation() -> None:
+    """Both checks above catch a planted violation: an import inside an unlisted function, without a comment."""
+    planted = [*_modules(), ("cli/status_cmd.py", "def late() -> None:\n    import json\n")]
+    assert _undocumented_local_imports(planted) == ["cli/status_cmd.py:2 (late)"]
+    assert _local_import_sites(planted) - _listed_functions() == {("cli/status_cmd.py", "late")}
+
+
+def _listed_functions() -> set[tuple[str, str]]:
+    return {(module, function) for module, functions in LOCAL_IMPORTS.items() for function in functions}
+
+
+def _local_import_sites(modules: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    return {(name, function) for name, source in modules for function, _node in _local_imports(source)}
+
+
+def _undocumented_local_imports(modules: list[tuple[str, str]]) -> list[str]:
     undocumented = []
-    for name, source in _modules():
+    for name, source in modules:
         comments = _comments(source)
         by_function: dict[str, list[ast.stmt]] = {}
         for function, node in _local_imports(source):
@@ -116,7 +186,35 @@ def test_function_local_imports_name_the_hot_path_they_keep_light() -> None:
                 text = comments.get(node.lineno, "") + " " + block
                 if "hot path" not in text.lower() and "heavy imports stay inside" not in text:
                     undocumented.append(f"{name}:{node.lineno} ({function})")
-    assert not undocumented, "function-local imports without a hot-path reason: " + ", ".join(undocumented)
+    return undocumented
+
+
+def _named_record_users(modules: list[tuple[str, str]]) -> set[str]:
+    """Modules that import ``NamedRecord`` or name it as a base (records.py itself defines it)."""
+    users = set()
+    for name, source in modules:
+        for node in ast.walk(ast.parse(source)):
+            imported = isinstance(node, ast.ImportFrom) and any(a.name == "NamedRecord" for a in node.names)
+            based = isinstance(node, ast.ClassDef) and any(
+                isinstance(b, ast.Name | ast.Attribute) and ast.unparse(b).endswith("NamedRecord") for b in node.bases
+            )
+            if (imported or based) and name != "records.py":
+                users.add(name)
+    return users
+
+
+def test_named_records_only_on_the_measured_hot_paths() -> None:
+    """NamedRecord only in LIGHT_RECORD_MODULES (records.py), and each listed module still uses it."""
+    users = _named_record_users(_modules())
+    assert users - LIGHT_RECORD_MODULES == set(), "NamedRecord off the hot paths: use a frozen, slotted dataclass"
+    assert LIGHT_RECORD_MODULES - users == set(), "LIGHT_RECORD_MODULES lists a module without a NamedRecord"
+
+
+def test_the_named_record_check_fails_on_a_violation() -> None:
+    """The check above catches a record planted in a module off the hot paths."""
+    source = "from driver_container.records import NamedRecord\nclass X(NamedRecord):\n    a: int\n"
+    planted = ("report/model.py", source)
+    assert _named_record_users([*_modules(), planted]) - LIGHT_RECORD_MODULES == {"report/model.py"}
 
 
 def test_modules_stay_small() -> None:

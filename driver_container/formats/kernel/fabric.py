@@ -20,9 +20,9 @@ Sources:
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from driver_container.formats.numbers import is_ascii_name
-from driver_container.records import NamedRecord
 
 NVLINK5_VPD_MARKER = b"SW_MNG"
 IS_SM_DISABLED = 0x00000400  # IB PortInfo CapabilityMask bit (IBTA vol. 1, 14.2.5.6)
@@ -82,7 +82,8 @@ def apply_overrides(text: str, overrides: tuple[tuple[str, str], ...] | list[tup
     return "\n".join(lines) + "\n"
 
 
-class GpuFabric(NamedRecord):
+@dataclass(frozen=True, slots=True)
+class GpuFabric:
     pci_id: str
     state: str  # "Completed" | "In Progress" | "Not Started" | "Not Supported" | "N/A" | other text
     status: str | None  # "Success", an NVML error text, "N/A" or None when not printed

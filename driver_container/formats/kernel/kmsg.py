@@ -10,9 +10,9 @@ arrive escaped by the kernel as ``\\xNN``, so a record's text is ASCII-safe as r
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from driver_container.formats.numbers import parse_uint
-from driver_container.records import NamedRecord
 
 # What the NVIDIA kernel modules print: "NVRM: ..." (nvidia.ko, Xid lines included), "nvidia-uvm: ...",
 # "nvidia-modeset: ...", "[drm] ... nvidia-drm", "nvidia-nvswitch0: ...", and the kernel's own lines
@@ -24,7 +24,8 @@ NVIDIA_TEXT = re.compile(r"NVRM|nvidia|nvswitch", re.IGNORECASE)
 COMMAND_LINE_TEXT = re.compile(r"(?:Kernel command line|Command line): |Unknown kernel command line parameters ")
 
 
-class KernelMessage(NamedRecord):
+@dataclass(frozen=True, slots=True)
+class KernelMessage:
     priority: int  # facility << 3 | level
     sequence: int
     usec: int  # monotonic time stamp, microseconds since boot

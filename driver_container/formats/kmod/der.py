@@ -16,8 +16,8 @@ MAX_OID_BYTES = 64
 
 # One element as offsets into the buffer it was read from: (identifier octet, start of its contents, end
 # of its contents). Offsets, not a record holding a slice: a module's signature is ~20 elements, a module
-# tree has thousands of modules, and a record plus a copy per element was ~a third of modinfo's library
-# time over the Debian tree (bench/modinfo.py).
+# tree has thousands of modules, and a record plus a copy per element would be ~a third of modinfo's
+# library time over the Debian tree (bench/modinfo.py).
 Element = tuple[int, int, int]
 
 

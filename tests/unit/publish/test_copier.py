@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,7 @@ def test_staged_copy_is_taken_with_the_planned_mode_and_staging_is_removed(
         assert staged is not None and staged.tmp.parent == root / STAGING
         assert staged.sha256 == hashlib.sha256(big.read_bytes()).hexdigest() and staged.size == big.stat().st_size
         (root / "lib").mkdir()
-        staged._replace(target=root / "lib/libbig.so.1.0").commit()
+        replace(staged, target=root / "lib/libbig.so.1.0").commit()
     finally:
         copier.close()
     published = root / "lib/libbig.so.1.0"
