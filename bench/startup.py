@@ -52,7 +52,7 @@ CONSOLE_SCRIPT = (
     "#!{python}\nimport sys\nfrom driver_container.cli import main\n"
     "if __name__ == '__main__':\n    sys.exit(main())\n"
 )
-TARGETS = {"first_init": 1.2, "restart": 1.5, "probe": 1.3, "status_no_modules": 1.5, "status_modules": 2.0}
+TARGETS = {"first_init": 1.3, "restart": 1.5, "probe": 1.3, "status_no_modules": 1.5, "status_modules": 2.0}
 
 Sample = tuple[float, float]  # (wall s, CPU s of the child processes)
 
