@@ -13,6 +13,9 @@ QUICK_TESTS ?= tests/unit tests/property
 # that check such a prerequisite inside (helpers.support.require) skip, listed by -ra. CI=false keeps them
 # skips under a CI service that exports CI=true: `make test` (.ci/run) is the lane where they must run.
 QUICK_MARKERS := not root and not artefact and not container
+# The tests call kmod's depmod and libc's ldconfig by name, as the image does; Debian keeps them in sbin,
+# which a user's PATH there lacks (root's has it).
+QUICK_PATH := $(PATH):/usr/sbin:/sbin
 
 .DEFAULT_GOAL := help
 .PHONY: help setup check format-check lint types imports unit format test bench
@@ -39,7 +42,7 @@ imports: ## the import-linter contracts of pyproject.toml (layers, formats/ pure
 	$(VENV)/bin/lint-imports
 
 unit: ## the unit and property tests without root, engines or artefacts
-	CI=false $(PY) -m pytest $(QUICK_TESTS) -q -p no:cacheprovider -m '$(QUICK_MARKERS)'
+	CI=false PATH='$(QUICK_PATH)' $(PY) -m pytest $(QUICK_TESTS) -q -p no:cacheprovider -m '$(QUICK_MARKERS)'
 
 format: ## ruff format, then ruff check --fix (rewrites files)
 	$(VENV)/bin/ruff format .
