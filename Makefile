@@ -7,7 +7,7 @@
 
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# The quick lane's tests: one room of the package at a time, in-process, on the committed fixture trees.
+# The quick lane's tests: the committed fixture trees only; ~1 min on two cores (docs/development.md).
 QUICK_TESTS ?= tests/unit tests/property
 # Tests that need root, an engine or the artefacts of scripts/setup.sh are deselected by marker; the few
 # that check such a prerequisite inside (helpers.support.require) skip, listed by -ra. CI=false keeps them
