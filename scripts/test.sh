@@ -11,8 +11,12 @@ bash scripts/setup.sh
 
 failed=()
 echo "== pytest" >&2
+# Branch coverage of driver_container ([tool.coverage] in pyproject.toml), its summary printed after the
+# tests; the floor (fail_under) holds for the whole suite, so a run on a subset (arguments) reports only.
+coverage=(--cov --cov-report=term:skip-covered)
+if (($#)); then coverage+=(--cov-fail-under=0); fi
 rc=0
-.venv/bin/python -m pytest "$@" || rc=$?
+.venv/bin/python -m pytest "${coverage[@]}" "$@" || rc=$?
 case $rc in
   0) ;;
   5) echo "pytest collected no tests: the suite is missing or filtered away" >&2; failed+=("pytest(no tests)") ;;
@@ -30,6 +34,7 @@ if [[ -z "${SKIP_CONTAINER:-}" ]]; then
 fi
 
 echo "== ruff" >&2
+.venv/bin/ruff format --check . || failed+=(ruff-format)
 .venv/bin/ruff check . || failed+=(ruff)
 echo "== mypy" >&2
 .venv/bin/mypy || failed+=(mypy)

@@ -52,7 +52,7 @@ IGNORED_ON_TALOS = (
 # is present (k8s-driver-manager v0.12.0 waitForMofedDriver). Talos has no MOFED and nvidia_peermem
 # cannot load there, so that wait would never end: it is left out, with a warning.
 NO_MOFED_WAIT = ("GPU_DIRECT_RDMA_ENABLED", "USE_HOST_MOFED")
-# Variables this command reads besides HostPaths' and Settings' (checked by tests/unit/test_manifests.py).
+# Variables this command reads besides HostPaths' and Settings' (checked by tests/unit/project/test_manifests.py).
 ENV_NAMES = (
     "NODE_NAME",
     "OPERATOR_NAMESPACE",

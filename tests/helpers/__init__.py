@@ -31,5 +31,5 @@ puts tests/ on sys.path, and no conftest or test changes sys.path.
 - ``bench``: bench/ scripts loaded from their files for the tests of their parsers.
 
 A helper used by one directory's tests only stays beside them (e.g. tests/container/container_support.py,
-tests/unit/kmod/elfbuild.py): pytest's default import mode puts a test's own directory on sys.path.
+tests/unit/formats/kmod/elfbuild.py): pytest's default import mode puts a test's own directory on sys.path.
 """

@@ -1,5 +1,5 @@
 """Fake modprobe/rmmod/modinfo, first on PATH, acting on a copy of a fixture host (shared by
-tests/unit/generic and tests/integration/test_init_generic.py).
+tests/unit/modprobe and tests/integration/test_init_generic.py).
 
 Each fake appends one line per call to ``calls.log`` (tool name and arguments, tab-separated), then
 changes the copy the way the kernel would: modprobe adds a /proc/modules line and /sys/module/<m>/

@@ -52,7 +52,7 @@ MOUNTINFO = (
     "31 22 0:26 / /run/nvidia/driver rw,nosuid shared:12 - tmpfs tmpfs rw,size=65536k\n"
     "32 22 0:27 / /run/nvidia/driver\\040(deleted) ro - overlay overlay ro,lowerdir=/a:/b\n"
 )
-# The layout kubectl writes (tests/unit/manager/test_kubeconfig.py has the variants).
+# The layout kubectl writes (tests/unit/kube/test_kubeconfig.py has the variants).
 KUBECONFIG = (
     "apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority-data: Y2E=\n    server: https://10.5.0.2:6443\n"
     "  name: c\ncontexts:\n- context:\n    cluster: c\n    user: u\n  name: x\ncurrent-context: x\n"

@@ -26,7 +26,7 @@ from driver_container.publish.rootdir import create_driver_root, prepare_driver_
 from driver_container.runtime.runner import Runner
 from driver_container.settings import Settings
 
-# The driver pod's view on a Talos node (see tests/unit/host/test_mountinfo.py for the sources).
+# The driver pod's view on a Talos node (see tests/unit/formats/kernel/test_mountinfo.py for the sources).
 ROOT = "1021 985 0:301 / / rw,relatime master:412 - overlay overlay rw\n"
 TALOS_RUN = "1030 1021 0:26 /nvidia {run} rw,nosuid,nodev,noexec,relatime shared:18 - tmpfs none rw,mode=755\n"
 OURS = "1040 1030 0:52 / {run}/driver rw,nosuid,relatime shared:44 - tmpfs nvidia-driver-root rw,mode=755\n"

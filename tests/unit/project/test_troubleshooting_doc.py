@@ -13,10 +13,11 @@ import pkgutil
 import re
 from pathlib import Path
 
+from helpers.support import REPO
+
 import driver_container
 from driver_container.errors import DriverContainerError
 
-REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "troubleshooting.md"
 FINDINGS = Path(driver_container.__file__).parent / "findings"  # the package: every module of it
 

@@ -28,7 +28,7 @@ _ISSUE = re.compile(r"\bissues? ?#?[0-9]+", re.IGNORECASE)
 _UPSTREAM_BEFORE = re.compile(r"(?:^|[\s(])([\w.-]+)/[\w.-]+ $")
 _OWN_DIRS = {path.name for path in REPO.iterdir()}
 # This file names every forbidden form in its own patterns and planted examples.
-SELF = "tests/unit/test_citations.py"
+SELF = "tests/unit/project/test_citations.py"
 MAX_TEXT_BYTES = 4 << 20  # the largest committed text file is under 0.1 MiB; a bigger one is data, not prose
 
 
