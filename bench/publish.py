@@ -46,8 +46,9 @@ print(json.dumps({"s": time.perf_counter() - t, "cpu": time.process_time() - c, 
 
 
 def publish(userspace: Path, dest: Path, version: str) -> dict[str, float]:
-    out = subprocess.run([sys.executable, "-c", CHILD, str(userspace), str(dest), version], check=True,
-                         capture_output=True, text=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD, str(userspace), str(dest), version], check=True, capture_output=True, text=True
+    ).stdout
     return json.loads(out.splitlines()[-1])  # type: ignore[no-any-return]
 
 
@@ -72,8 +73,20 @@ def indexed_copy(userspace: Path, version: str, parent: Path) -> Path:
     digest index the image build writes; the original artefact is never written."""
     copy = parent / "userspace"
     subprocess.run(["cp", "-al", str(userspace.resolve()), str(copy)], check=True)
-    subprocess.run([sys.executable, "-m", "driver_container", "--userspace-root", str(copy), "index-userspace",
-                    "--version", version], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "driver_container",
+            "--userspace-root",
+            str(copy),
+            "index-userspace",
+            "--version",
+            version,
+        ],
+        check=True,
+        capture_output=True,
+    )
     return copy
 
 
@@ -87,9 +100,10 @@ def main() -> None:
     hashed: list[dict[str, float]] = []
     # Beside the artefact (same filesystem, so hard links work and the sources are read as before).
     (REPO / ".cache").mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="bench-publish-") as tmp, tempfile.TemporaryDirectory(
-        prefix="bench-userspace-", dir=REPO / ".cache"
-    ) as sources:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-publish-") as tmp,
+        tempfile.TemporaryDirectory(prefix="bench-userspace-", dir=REPO / ".cache") as sources,
+    ):
         work = Path(tmp)
         image = indexed_copy(userspace, version, Path(sources))
         publish(image, work / "warm", version)  # warm the page cache for both sides
@@ -121,24 +135,32 @@ def report(
     rss = max(r["rss_mb"] for r in firsts)
     print(f"{len(bases)} interleaved rounds; ratio = median of the per-round ratios (min-max), times = best")
     print(f"baseline cp -a + ldconfig -r: {base:.3f} s")
-    print(f"first publish: {first['s']:.3f} s ({first['written']:.0f} written) ratio "
-          f"{statistics.median(first_ratios):.2f} ({first_ratios[0]:.2f}-{first_ratios[-1]:.2f}; "
-          f"best/best {first['s'] / base:.2f}) (<= 1.2)")  # fmt: skip
+    print(
+        f"first publish: {first['s']:.3f} s ({first['written']:.0f} written) ratio "
+        f"{statistics.median(first_ratios):.2f} ({first_ratios[0]:.2f}-{first_ratios[-1]:.2f}; "
+        f"best/best {first['s'] / base:.2f}) (<= 1.2)"
+    )
     plain = min(hashed, key=lambda r: r["s"])
-    print(f"first publish without an index (every file hashed): {plain['s']:.3f} s ratio "
-          f"{statistics.median(hashed_ratios):.2f} ({hashed_ratios[0]:.2f}-{hashed_ratios[-1]:.2f}), "
-          f"CPU {statistics.median(h['cpu'] for h in hashed):.3f} s")  # fmt: skip
-    print(f"unchanged re-publish: {again['s']:.3f} s ({again['written']:.0f} written) ratio "
-          f"{statistics.median(again_ratios):.3f} ({again_ratios[0]:.3f}-{again_ratios[-1]:.3f}) (<= 0.1)")  # fmt: skip
+    print(
+        f"first publish without an index (every file hashed): {plain['s']:.3f} s ratio "
+        f"{statistics.median(hashed_ratios):.2f} ({hashed_ratios[0]:.2f}-{hashed_ratios[-1]:.2f}), "
+        f"CPU {statistics.median(h['cpu'] for h in hashed):.3f} s"
+    )
+    print(
+        f"unchanged re-publish: {again['s']:.3f} s ({again['written']:.0f} written) ratio "
+        f"{statistics.median(again_ratios):.3f} ({again_ratios[0]:.3f}-{again_ratios[-1]:.3f}) (<= 0.1)"
+    )
     print(f"peak RSS during first publish: {rss:.1f} MB (<= 80)")
     # Its CPU time over the cores it can use bounds how close to the baseline its wall-clock time can get.
     cores = len(os.sched_getaffinity(0))
     cpu = statistics.median(f["cpu"] for f in firsts)
     base_cpu = statistics.median(b[1] for b in bases)
     again_cpu = statistics.median(a["cpu"] for a in agains)
-    print(f"CPU (medians): first publish {cpu:.3f} s, baseline {base_cpu:.3f} s (ratio {cpu / base_cpu:.2f}), "
-          f"re-publish {again_cpu:.3f} s; {cores} cores: floor {cpu / cores:.3f} s = ratio "
-          f"{cpu / cores / base:.2f}")  # fmt: skip
+    print(
+        f"CPU (medians): first publish {cpu:.3f} s, baseline {base_cpu:.3f} s (ratio {cpu / base_cpu:.2f}), "
+        f"re-publish {again_cpu:.3f} s; {cores} cores: floor {cpu / cores:.3f} s = ratio "
+        f"{cpu / cores / base:.2f}"
+    )
 
 
 if __name__ == "__main__":

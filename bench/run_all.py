@@ -121,8 +121,10 @@ def parse_startup(out: str, rc: int) -> list[Row]:
         if r is None:
             rows.append(Row(name, None, "x", 0.0, _why(out)))
             continue
-        note = (f"vs {floor}; {r['min']:.2f}-{r['max']:.2f}; {r['wall_s'] * 1000:.0f} vs "
-                f"{r['floor_wall_s'] * 1000:.0f} ms; CPU {r['cpu_s']:.3f} vs {r['floor_cpu_s']:.3f} s")  # fmt: skip
+        note = (
+            f"vs {floor}; {r['min']:.2f}-{r['max']:.2f}; {r['wall_s'] * 1000:.0f} vs "
+            f"{r['floor_wall_s'] * 1000:.0f} ms; CPU {r['cpu_s']:.3f} vs {r['floor_cpu_s']:.3f} s"
+        )
         rows.append(Row(name, r["ratio"], "x", r["target"], note))
     return rows
 
@@ -160,9 +162,14 @@ def rss_rows(quick: bool) -> list[Row]:
     peak = max(parent_peak, child_peak) if child_peak is not None else None
     return [
         Row("RSS of the waiting init", idle, "MB", 25.0, f"VmHWM {parent_peak:.1f} MB"),
-        Row("peak RSS of init's publishing child", peak, "MB", 80.0,
-            "" if child_peak is not None else "init logged no 'peak RSS' line for its child"),
-    ]  # fmt: skip
+        Row(
+            "peak RSS of init's publishing child",
+            peak,
+            "MB",
+            80.0,
+            "" if child_peak is not None else "init logged no 'peak RSS' line for its child",
+        ),
+    ]
 
 
 def publishing_child_peak_mb(stderr: str) -> float | None:
@@ -189,8 +196,9 @@ def image_rows(image: str) -> list[Row]:
         "print(sum(os.lstat(os.path.join(d, f)).st_size for d, _, fs in os.walk('/tmp/d') for f in fs))"
     )
     version = image.rsplit(":", 1)[-1].split("-", 1)[0]
-    rc, out = _run(["docker", "run", "--rm", "--entrypoint", "/opt/nvidia-driver/bin/python", image,
-                    "-c", script, version], 300)  # fmt: skip
+    rc, out = _run(
+        ["docker", "run", "--rm", "--entrypoint", "/opt/nvidia-driver/bin/python", image, "-c", script, version], 300
+    )
     digits = re.findall(r"^(\d+)$", out, re.M)
     if rc != 0 or not digits:
         return [Row("image size - NVIDIA payload", None, "MB", PAYLOAD_SLACK_MB, f"payload: {_why(out)}")]
@@ -203,8 +211,9 @@ def table(rows: list[Row]) -> str:
     lines = [f"{'benchmark':36s} {'measured':>10s}  {'target':>9s}  result  note", "-" * 120]
     for r in rows:
         value = "n/a" if r.value is None else f"{r.value:.2f} {r.unit}"
-        lines.append(f"{r.name:36s} {value:>10s}  {'<= ' + format(r.target, 'g') + ' ' + r.unit:>9s}  "
-                     f"{r.verdict:6s}  {r.note}")  # fmt: skip
+        lines.append(
+            f"{r.name:36s} {value:>10s}  {'<= ' + format(r.target, 'g') + ' ' + r.unit:>9s}  {r.verdict:6s}  {r.note}"
+        )
     return "\n".join(lines)
 
 

@@ -49,8 +49,7 @@ VERSION = "535.309.01"
 PEERMEM_PROC = REPO / "tests/fixtures/node/peermem-loaded/proc"
 # pip's console script (the image's /opt/nvidia-driver/bin/nvidia-driver)
 CONSOLE_SCRIPT = (
-    "#!{python}\nimport sys\nfrom driver_container.cli import main\n"
-    "if __name__ == '__main__':\n    sys.exit(main())\n"
+    "#!{python}\nimport sys\nfrom driver_container.cli import main\nif __name__ == '__main__':\n    sys.exit(main())\n"
 )
 TARGETS = {"first_init": 1.3, "restart": 1.5, "probe": 1.3, "status_no_modules": 1.5, "status_modules": 2.0}
 
@@ -62,8 +61,12 @@ def bench_interpreter(work: Path) -> tuple[str, str]:
     venv = work / "venv"
     subprocess.run([DEV_PY, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = str(venv / "bin/python")
-    purelib = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     deps = sysconfig.get_paths()["purelib"]  # the development venv's: typer, requests, pyelftools...
     Path(purelib, "bench-startup.pth").write_text(f"{REPO}\n{deps}\n")
     script = venv / "bin/nvidia-driver"
@@ -92,13 +95,20 @@ def host_env(run_dir: Path, host_root: Path, userspace: Path, host: Path = HOST)
     """The image's environment on fixture host ``host``; ``init`` writes its sysfs (the firmware path), so
     pass a copy (``fixture_host_copy``), never the repository's tree."""
     return {
-        "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "LANG": "C.UTF-8",
-        "PYTHONDONTWRITEBYTECODE": "1", "TYPER_USE_RICH": "0",  # as the image's ENV
-        "DRIVER_VERSION": VERSION, "KERNEL_MODULE_TYPE": "proprietary",
-        "HOST_ROOT_MOUNT": str(host_root), "PROCFS_ROOT": str(host / "proc"), "SYSFS_ROOT": str(host / "sys"),
-        "DRIVERS_CONF_DIR": str(host / "drivers"), "HOST_OS_RELEASE": str(host / "host/etc/os-release"),
-        "USERSPACE_ROOT": str(userspace), "RUN_DIR": str(run_dir),
-    }  # fmt: skip
+        "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "TYPER_USE_RICH": "0",  # as the image's ENV
+        "DRIVER_VERSION": VERSION,
+        "KERNEL_MODULE_TYPE": "proprietary",
+        "HOST_ROOT_MOUNT": str(host_root),
+        "PROCFS_ROOT": str(host / "proc"),
+        "SYSFS_ROOT": str(host / "sys"),
+        "DRIVERS_CONF_DIR": str(host / "drivers"),
+        "HOST_OS_RELEASE": str(host / "host/etc/os-release"),
+        "USERSPACE_ROOT": str(userspace),
+        "RUN_DIR": str(run_dir),
+    }
 
 
 def fixture_host_copy(work: Path) -> Path:
@@ -138,10 +148,12 @@ def rows(rounds: int, work: Path, userspace: Path) -> dict[str, dict[str, object
         shutil.rmtree(dest, ignore_errors=True)
         (dest / "etc").mkdir(parents=True)
         (dest / libdir).mkdir(parents=True)
-        return timed(["cp", "-a", *files, str(dest / libdir)], ["ldconfig", "-r", str(dest)], typer_floor,
-                     env=floor_env)  # fmt: skip
+        return timed(
+            ["cp", "-a", *files, str(dest / libdir)], ["ldconfig", "-r", str(dest)], typer_floor, env=floor_env
+        )
 
     first = paired(first_init, copy_floor, rounds)
+
     def floor(argv: list[str]) -> Callable[[], Sample]:
         return lambda: timed(argv, env=floor_env)
 
@@ -154,8 +166,13 @@ def rows(rounds: int, work: Path, userspace: Path) -> dict[str, dict[str, object
     no_modules = {**env, "HOST_ROOT_MOUNT": str(work / "no-host")}
     status_none = paired(subject([cli, "status"], no_modules), floor(typer_floor), rounds)
     status_mods = paired(subject([cli, "status"], env), floor(typer_floor), rounds)
-    found = {"first_init": first, "restart": restart, "probe": probe, "status_no_modules": status_none,
-             "status_modules": status_mods}  # fmt: skip
+    found = {
+        "first_init": first,
+        "restart": restart,
+        "probe": probe,
+        "status_no_modules": status_none,
+        "status_modules": status_mods,
+    }
     return {name: {**result, "target": TARGETS[name]} for name, result in found.items()}
 
 
@@ -172,12 +189,15 @@ def paired(subject: Callable[[], Sample], floor: Callable[[], Sample], rounds: i
         pairs.append((s, f))
     ratios = sorted(s[0] / f[0] for s, f in pairs)
     return {
-        "ratio": round(statistics.median(ratios), 3), "min": round(ratios[0], 3), "max": round(ratios[-1], 3),
+        "ratio": round(statistics.median(ratios), 3),
+        "min": round(ratios[0], 3),
+        "max": round(ratios[-1], 3),
         "wall_s": round(statistics.median(s[0] for s, _ in pairs), 4),
         "floor_wall_s": round(statistics.median(f[0] for _, f in pairs), 4),
         "cpu_s": round(statistics.median(s[1] for s, _ in pairs), 4),
-        "floor_cpu_s": round(statistics.median(f[1] for _, f in pairs), 4), "rounds": rounds,
-    }  # fmt: skip
+        "floor_cpu_s": round(statistics.median(f[1] for _, f in pairs), 4),
+        "rounds": rounds,
+    }
 
 
 def main() -> int:
@@ -195,16 +215,20 @@ def main() -> int:
     # The userspace as the image has it: the 535 tree with the digest index its build writes (a hard-linked
     # copy beside the artefact, bench/publish.py's indexed_copy; the artefact itself is never written).
     (REPO / ".cache").mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="bench-startup-", dir=os.environ.get("TMPDIR", "/dev/shm")) as tmp, \
-            tempfile.TemporaryDirectory(prefix="bench-userspace-", dir=REPO / ".cache") as sources:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-startup-", dir=os.environ.get("TMPDIR", "/dev/shm")) as tmp,
+        tempfile.TemporaryDirectory(prefix="bench-userspace-", dir=REPO / ".cache") as sources,
+    ):
         result = rows(args.rounds, Path(tmp), indexed_copy(USERSPACE, VERSION, Path(sources)))
     if args.json:
         print(json.dumps(result))
     else:
         for name, r in result.items():
-            print(f"{name:18s} ratio {r['ratio']:.2f} ({r['min']:.2f}-{r['max']:.2f}) target <= {r['target']}; "
-                  f"wall {r['wall_s']:.3f} s vs {r['floor_wall_s']:.3f} s; CPU {r['cpu_s']:.3f} s vs "
-                  f"{r['floor_cpu_s']:.3f} s")  # fmt: skip
+            print(
+                f"{name:18s} ratio {r['ratio']:.2f} ({r['min']:.2f}-{r['max']:.2f}) target <= {r['target']}; "
+                f"wall {r['wall_s']:.3f} s vs {r['floor_wall_s']:.3f} s; CPU {r['cpu_s']:.3f} s vs "
+                f"{r['floor_cpu_s']:.3f} s"
+            )
     return 0
 
 

@@ -60,8 +60,9 @@ def open_beneath(
     """
     parts = components(inner)
     # The whole path as os.open would announce it (PEP 578): the walk's own opens name one component each.
-    sys.audit("open", os.path.join(os.fsdecode(root) if not isinstance(root, int) else f"<fd {root}>", *parts),
-              None, flags)  # fmt: skip
+    sys.audit(
+        "open", os.path.join(os.fsdecode(root) if not isinstance(root, int) else f"<fd {root}>", *parts), None, flags
+    )
     if isinstance(root, int):
         return _open_below(root, parts, flags, mode, USE_OPENAT2 if openat2 is None else openat2)
     root_fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -124,8 +125,12 @@ def _openat2(root_fd: int, inner: str, flags: int, mode: int) -> int:
         syscall = _learnt["syscall"] = ctypes.CDLL(None, use_errno=True).syscall
         syscall.restype = ctypes.c_long
     # struct open_how {u64 flags; u64 mode; u64 resolve;} (openat2.h); mode must be 0 without O_CREAT.
-    how = struct.pack("=QQQ", (flags | os.O_CLOEXEC) & 0xFFFFFFFF, mode if flags & os.O_CREAT else 0,
-                      RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)  # fmt: skip
+    how = struct.pack(
+        "=QQQ",
+        (flags | os.O_CLOEXEC) & 0xFFFFFFFF,
+        mode if flags & os.O_CREAT else 0,
+        RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS,
+    )
     fd = syscall(SYS_OPENAT2, ctypes.c_int(root_fd), os.fsencode(inner), how, ctypes.c_size_t(len(how)))
     if fd < 0:
         code = ctypes.get_errno()

@@ -1,4 +1,4 @@
-"""The one exception hierarchy of the project, and ``Problem``, the one form of a non-fatal problem.
+"""The one exception hierarchy of the project (problems.py has ``Problem``, the one form of a non-fatal problem).
 Library code raises these; only ``driver_container.cli`` turns them into messages and exit codes. A message
 names the file (or command), the values found and the fix; the same facts are keyword-only fields (``path``,
 ``argv``, the versions...), ``details()`` gives those set. Only ``os`` is imported (the peermem probe's budget).
@@ -9,66 +9,7 @@ from __future__ import annotations
 import os
 
 TYPE_CHECKING = False  # typing stays unimported at run time (see above); type checkers read this as True
-if TYPE_CHECKING:
-    from collections.abc import Callable
-    from typing import TypeVar
-
-    _T = TypeVar("_T")
-
 _PathLike = str | os.PathLike[str]
-
-
-class Problem:
-    """A non-fatal problem: ``path`` is what it is about (a host or image path, a soname, a manifest
-    entry, a module), ``message`` what is wrong with it. ``str()`` is the line shown: ``path: message``.
-    Immutable and hashable (a frozen dataclass without importing ``dataclasses``: see the module doc)."""
-
-    __slots__ = ("message", "path")
-    path: str
-    message: str
-
-    def __init__(self, path: _PathLike, message: str) -> None:
-        object.__setattr__(self, "path", os.fspath(path))
-        object.__setattr__(self, "message", message)
-
-    @classmethod
-    def of(cls, exc: HostReadError) -> Problem:
-        """A read error that the caller treats as non-fatal. Its message already starts with the path
-        (``<path>: cannot open: ...``, ``<path>:<line>: ...``), so that is not repeated in ``str()``."""
-        where = exc.path if exc.path is None or exc.line is None else f"{exc.path}:{exc.line}"
-        if where is None:
-            return cls("", exc.message)
-        return cls(where, exc.message.removeprefix(f"{where}: "))
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}" if self.path else self.message
-
-    def __repr__(self) -> str:
-        return f"Problem(path={self.path!r}, message={self.message!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Problem) and (self.path, self.message) == (other.path, other.message)
-
-    def __hash__(self) -> int:
-        return hash((self.path, self.message))
-
-    def __setattr__(self, name: str, value: object) -> None:
-        raise AttributeError(f"Problem is immutable: cannot set {name}")
-
-    def __delattr__(self, name: str) -> None:
-        raise AttributeError(f"Problem is immutable: cannot delete {name}")
-
-    def __reduce__(self) -> tuple[type[Problem], tuple[str, str]]:
-        return (Problem, (self.path, self.message))
-
-
-def noted(problems: list[Problem], read: Callable[[], _T], default: _T) -> _T:
-    """``read()``, or ``default`` with its HostReadError kept in ``problems`` (a reader that goes on)."""
-    try:
-        return read()
-    except HostReadError as exc:
-        problems.append(Problem.of(exc))
-        return default
 
 
 class DriverContainerError(Exception):
@@ -143,9 +84,14 @@ class ModuleNotFoundInTreeError(DriverContainerError):
     """A module name could not be found in a module tree: ``module``, ``kernel`` (release), ``tree``."""
 
     def __init__(
-        self, message: str, *, module: str | None = None, kernel: str | None = None,
-        tree: _PathLike | None = None, fix: str | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        message: str,
+        *,
+        module: str | None = None,
+        kernel: str | None = None,
+        tree: _PathLike | None = None,
+        fix: str | None = None,
+    ) -> None:
         super().__init__(message, fix=fix)
         self.module, self.kernel, self.tree = module, kernel, None if tree is None else os.fspath(tree)
 
@@ -155,9 +101,15 @@ class VerificationError(DriverContainerError):
     ``loaded_version`` (running module), ``file_version`` (module file), ``userspace_version`` (the image's)."""
 
     def __init__(
-        self, message: str, *, codes: tuple[str, ...] = (), loaded_version: str | None = None,
-        file_version: str | None = None, userspace_version: str | None = None, fix: str | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        message: str,
+        *,
+        codes: tuple[str, ...] = (),
+        loaded_version: str | None = None,
+        file_version: str | None = None,
+        userspace_version: str | None = None,
+        fix: str | None = None,
+    ) -> None:
         super().__init__(message, fix=fix)
         self.codes = codes
         self.loaded_version, self.file_version, self.userspace_version = loaded_version, file_version, userspace_version
@@ -230,9 +182,14 @@ class DriverInUseError(CommandError):
     """The NVIDIA modules are still held ("driver in use by ..."); ``holders``: the modules holding them."""
 
     def __init__(
-        self, message: str, *, holders: tuple[str, ...] = (), argv: tuple[str, ...] = (),
-        returncode: int | None = None, fix: str | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        message: str,
+        *,
+        holders: tuple[str, ...] = (),
+        argv: tuple[str, ...] = (),
+        returncode: int | None = None,
+        fix: str | None = None,
+    ) -> None:
         super().__init__(message, argv=argv, returncode=returncode, fix=fix)
         self.holders = holders
 
@@ -241,9 +198,14 @@ class ModuleLoadError(CommandError):
     """modprobe/rmmod of an NVIDIA module failed, or the ``modules`` are not in the expected state after it."""
 
     def __init__(
-        self, message: str, *, modules: tuple[str, ...] = (), argv: tuple[str, ...] = (),
-        returncode: int | None = None, fix: str | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        message: str,
+        *,
+        modules: tuple[str, ...] = (),
+        argv: tuple[str, ...] = (),
+        returncode: int | None = None,
+        fix: str | None = None,
+    ) -> None:
         super().__init__(message, argv=argv, returncode=returncode, fix=fix)
         self.modules = modules
 
@@ -253,9 +215,15 @@ class KubernetesError(PathError):
     None without an answer), or its configuration (``path``: kubeconfig or credential file) is unusable."""
 
     def __init__(
-        self, message: str, *, method: str | None = None, resource: str | None = None, status: int | None = None,
-        path: _PathLike | None = None, fix: str | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        message: str,
+        *,
+        method: str | None = None,
+        resource: str | None = None,
+        status: int | None = None,
+        path: _PathLike | None = None,
+        fix: str | None = None,
+    ) -> None:
         super().__init__(message, path=path, fix=fix)
         self.method, self.resource, self.status = method, resource, status
 
@@ -272,9 +240,14 @@ class DaemonError(DriverContainerError):
     """A supervised ``daemon`` (nvidia-persistenced; ``pid``, ``returncode``) died; the pod must restart."""
 
     def __init__(
-        self, message: str, *, daemon: str | None = None, pid: int | None = None,
-        returncode: int | None = None, fix: str | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        message: str,
+        *,
+        daemon: str | None = None,
+        pid: int | None = None,
+        returncode: int | None = None,
+        fix: str | None = None,
+    ) -> None:
         super().__init__(message, fix=fix)
         self.daemon, self.pid, self.returncode = daemon, pid, returncode
 

@@ -29,8 +29,14 @@ if TYPE_CHECKING:
 
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _FIRST_READ = 1 << 16  # procfs and sysfs files fit (a page or so per read); then each read doubles
-_KINDS = ((stat.S_ISREG, "a regular file"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISDIR, "a directory"), (stat.S_ISSOCK, "a socket"), (stat.S_ISBLK, "a block device"))  # fmt: skip
+_KINDS = (
+    (stat.S_ISREG, "a regular file"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISBLK, "a block device"),
+)
 
 
 def open_nofollow(path: str | os.PathLike[str], *, dir_fd: int | None = None) -> int:
@@ -65,9 +71,13 @@ def kind_of(fd: int) -> str:
 
 
 def refuse_irregular(
-    fd: int, shown: str | os.PathLike[str], *, error: type[PathError] = HostReadError, what: str = "",
+    fd: int,
+    shown: str | os.PathLike[str],
+    *,
+    error: type[PathError] = HostReadError,
+    what: str = "",
     fix: str | None = None,
-) -> os.stat_result:  # fmt: skip
+) -> os.stat_result:
     """``regular_stat(fd)``, or ``fd`` closed and ``error`` raised: "<shown>: [<what> is ]not a regular file"."""
     st = regular_stat(fd)
     if st is None:
@@ -91,9 +101,14 @@ def read_up_to(fd: int, count: int) -> bytes:
 
 
 def refuse_larger(
-    data: bytes, limit: int, shown: str | os.PathLike[str], *, error: type[PathError] = HostReadError,
-    what: str = "", fix: str | None = None,
-) -> bytes:  # fmt: skip
+    data: bytes,
+    limit: int,
+    shown: str | os.PathLike[str],
+    *,
+    error: type[PathError] = HostReadError,
+    what: str = "",
+    fix: str | None = None,
+) -> bytes:
     """``data`` (read with ``read_up_to(fd, limit + 1)``), or ``error``: "<shown>: [<what> is ]larger than..."."""
     if len(data) > limit:
         subject = f"{what} is " if what else ""
@@ -111,18 +126,22 @@ class converted:  # noqa: N801 - used as a function: ``with converted(path): ...
     __slots__ = ("error", "fix", "loop", "missing", "shown", "verb")
 
     def __init__(
-        self, shown: str | os.PathLike[str], *, error: type[PathError] = HostReadError, verb: str = "cannot read",
-        missing: type[PathError] | None = None, loop: str | None = None, fix: str | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        shown: str | os.PathLike[str],
+        *,
+        error: type[PathError] = HostReadError,
+        verb: str = "cannot read",
+        missing: type[PathError] | None = None,
+        loop: str | None = None,
+        fix: str | None = None,
+    ) -> None:
         self.shown, self.error, self.verb = os.fspath(shown), error, verb
         self.missing, self.loop, self.fix = missing, loop, fix
 
     def __enter__(self) -> None:
         return None
 
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if not isinstance(exc, OSError):
             return
         if self.missing is not None and exc.errno in (errno.ENOENT, errno.ENOTDIR):

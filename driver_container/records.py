@@ -49,7 +49,7 @@ else:
             annotations: dict[str, Any] = namespace.get("__annotations__", {})
             fields = list(annotations)
             with_default = [name for name in fields if name in namespace]
-            if with_default != fields[len(fields) - len(with_default):]:
+            if with_default != fields[len(fields) - len(with_default) :]:
                 raise TypeError(f"{typename}: a field without a default follows one with a default")
             cls = collections.namedtuple(
                 typename, fields, defaults=[namespace[name] for name in with_default], module=namespace["__module__"]

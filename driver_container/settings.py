@@ -91,9 +91,7 @@ class Settings(NamedRecord):
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         e = os.environ if env is None else env
         return cls(
-            driver_platform=parse_choice(
-                "DRIVER_PLATFORM", e.get("DRIVER_PLATFORM"), PLATFORM_CHOICES, "auto"
-            ),
+            driver_platform=parse_choice("DRIVER_PLATFORM", e.get("DRIVER_PLATFORM"), PLATFORM_CHOICES, "auto"),
             driver_version=(e.get("DRIVER_VERSION") or "").strip() or None,
             kernel_module_type=parse_choice(
                 "KERNEL_MODULE_TYPE", e.get("KERNEL_MODULE_TYPE"), MODULE_TYPE_CHOICES, "auto"
@@ -105,12 +103,8 @@ class Settings(NamedRecord):
             gdrcopy_enabled=parse_bool("GDRCOPY_ENABLED", e.get("GDRCOPY_ENABLED"), False),
             module_wait_timeout=parse_seconds("MODULE_WAIT_TIMEOUT", e.get("MODULE_WAIT_TIMEOUT"), 300.0),
             driver_config_digest=(e.get("DRIVER_CONFIG_DIGEST") or "").strip() or None,
-            persistenced=parse_choice(
-                "NVIDIA_PERSISTENCED", e.get("NVIDIA_PERSISTENCED"), DAEMON_CHOICES, "auto"
-            ),
-            fabricmanager=parse_choice(
-                "NVIDIA_FABRICMANAGER", e.get("NVIDIA_FABRICMANAGER"), DAEMON_CHOICES, "auto"
-            ),
+            persistenced=parse_choice("NVIDIA_PERSISTENCED", e.get("NVIDIA_PERSISTENCED"), DAEMON_CHOICES, "auto"),
+            fabricmanager=parse_choice("NVIDIA_FABRICMANAGER", e.get("NVIDIA_FABRICMANAGER"), DAEMON_CHOICES, "auto"),
             fabric_wait_timeout=parse_seconds("FABRIC_WAIT_TIMEOUT", e.get("FABRIC_WAIT_TIMEOUT"), 600.0),
             fabric_overrides=fabric_overrides_from_env(e),
         )
@@ -125,7 +119,7 @@ def fabric_overrides_from_env(env: Mapping[str, str]) -> tuple[tuple[str, str], 
     parsers (their import would be ~0.5 ms of every start, bench/startup.py)."""
     pairs = []
     for name, value in env.items():
-        field = name[len(FABRIC_OVERRIDE_PREFIX):] if name.startswith(FABRIC_OVERRIDE_PREFIX) else ""
+        field = name[len(FABRIC_OVERRIDE_PREFIX) :] if name.startswith(FABRIC_OVERRIDE_PREFIX) else ""
         if is_ascii_name(field):  # as fabricmanager.cfg's names (formats/kernel/fabric.parse_config)
             # One line per field: a newline in a value would inject another setting.
             pairs.append((field, value.replace("\r", " ").replace("\n", " ")))

@@ -28,8 +28,16 @@ import sys
 import textwrap
 from collections import defaultdict
 
-GENERATIONS = {"GM": "Maxwell", "GP": "Pascal", "GV": "Volta", "TU": "Turing", "GA": "Ampere", "AD": "Ada",
-               "GH": "Hopper", "GB": "Blackwell"}  # fmt: skip
+GENERATIONS = {
+    "GM": "Maxwell",
+    "GP": "Pascal",
+    "GV": "Volta",
+    "TU": "Turing",
+    "GA": "Ampere",
+    "AD": "Ada",
+    "GH": "Hopper",
+    "GB": "Blackwell",
+}
 ORDER = list(GENERATIONS.values())
 
 

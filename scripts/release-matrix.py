@@ -193,8 +193,9 @@ class Plan:
         return {"added": self.added, "dropped": self.dropped, "build": self.build, "tag": self.tag}
 
 
-def plan(current: list[TalosRelease], remote: dict[str, str], vars_text: dict[str, str], published: set[str],
-         project: str) -> Plan:  # fmt: skip
+def plan(
+    current: list[TalosRelease], remote: dict[str, str], vars_text: dict[str, str], published: set[str], project: str
+) -> Plan:
     known = {r.release: r for r in current}
     wanted = followed(list(remote) + list(known))
     rows: list[TalosRelease] = []
@@ -226,7 +227,7 @@ def render(rows: list[TalosRelease], header: str) -> str:
         f'[[talos]]\nrelease = "{r.release}"\nextensions_commit = "{r.extensions_commit}"\n'
         f'production = "{r.production}"\nlts = "{r.lts}"\n'
         for r in rows
-    ]  # fmt: skip
+    ]
     return header + "\n" + "\n".join(tables)
 
 

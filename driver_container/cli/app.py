@@ -24,6 +24,7 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 
+
 def configure(ctx: typer.Context, log_format: str, verbose: bool, **roots: Path | None) -> None:
     logs.configure(json_format=log_format == "json", verbose=verbose)
     ctx.obj = HostPaths.from_mapping({root.env: roots[_option_name(root)] for root in HOST_ROOTS})
@@ -38,19 +39,31 @@ def _signature() -> inspect.Signature:
     keyword = inspect.Parameter.KEYWORD_ONLY
     roots = [
         inspect.Parameter(
-            _option_name(root), keyword, default=None,
+            _option_name(root),
+            keyword,
+            default=None,
             annotation=Annotated[Path | None, typer.Option(envvar=root.env, help=root.help)],
         )
         for root in HOST_ROOTS
     ]
-    return inspect.Signature([
-        inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
-        *roots,
-        inspect.Parameter("log_format", keyword, default="human",
-                          annotation=Annotated[str, typer.Option(envvar="LOG_FORMAT", help="human or json")]),
-        inspect.Parameter("verbose", keyword, default=False,
-                          annotation=Annotated[bool, typer.Option("--verbose", "-v", envvar="VERBOSE")]),
-    ])
+    return inspect.Signature(
+        [
+            inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context),
+            *roots,
+            inspect.Parameter(
+                "log_format",
+                keyword,
+                default="human",
+                annotation=Annotated[str, typer.Option(envvar="LOG_FORMAT", help="human or json")],
+            ),
+            inspect.Parameter(
+                "verbose",
+                keyword,
+                default=False,
+                annotation=Annotated[bool, typer.Option("--verbose", "-v", envvar="VERBOSE")],
+            ),
+        ]
+    )
 
 
 configure.__signature__ = _signature()  # type: ignore[attr-defined]

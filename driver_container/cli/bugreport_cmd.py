@@ -50,8 +50,12 @@ def bug_report(
         raise UsageError(f"--timeout {timeout:g}: must be more than 0 s", name="--timeout", value=str(timeout))
     to_stdout = output == "-"
     if to_stdout and sys.stdout.isatty():
-        raise UsageError("-o -: refusing to write a binary archive to a terminal", name="--output", value="-",
-                         fix="redirect it: ... bug-report -o - > report.tar.gz")  # fmt: skip
+        raise UsageError(
+            "-o -: refusing to write a binary archive to a terminal",
+            name="--output",
+            value="-",
+            fix="redirect it: ... bug-report -o - > report.tar.gz",
+        )
     paths = host_paths(ctx)
 
     def status_document() -> str:

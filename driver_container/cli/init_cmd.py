@@ -32,8 +32,11 @@ def init(
     ] = None,
     persistenced_runtime_dir: Annotated[
         Path | None,
-        typer.Option(envvar="NVIDIA_PERSISTENCED_RUNTIME_DIR", hidden=True,
-                     help="nvidia-persistenced's fixed runtime dir in this container (tests)"),
+        typer.Option(
+            envvar="NVIDIA_PERSISTENCED_RUNTIME_DIR",
+            hidden=True,
+            help="nvidia-persistenced's fixed runtime dir in this container (tests)",
+        ),
     ] = None,
 ) -> None:
     """Verify the loaded driver, publish DRIVER_ROOT, start nvidia-persistenced, wait for a signal."""
@@ -58,6 +61,7 @@ def load(ctx: typer.Context) -> None:
     """On Talos: wait for machined's modules and verify them. Elsewhere: load them, then verify."""
     # Lazy, hot path: the module loader (modprobe/) is never imported by `init` (test_startup_imports.py).
     from driver_container.lifecycle.generic_host import run_load
+
     state = run_load(host_paths(ctx), Settings.from_env(), Runner())
     loaded = [name for name, module in state.modules.items() if module.loaded]
     typer.echo(f"NVIDIA driver {loaded_version(state)} loaded and matching: {', '.join(loaded)}")

@@ -67,8 +67,10 @@ class _Spent:
         return self.hashed + size <= self.budget.max_bytes and not self.out_of_time()
 
     def describe(self) -> str:
-        return (f"verify stopped after {self.hashed} bytes / {time.monotonic() - self.started:.1f} s (budget: "
-                f"{self.budget.max_bytes} bytes, {self.budget.max_s:g} s)")  # fmt: skip
+        return (
+            f"verify stopped after {self.hashed} bytes / {time.monotonic() - self.started:.1f} s (budget: "
+            f"{self.budget.max_bytes} bytes, {self.budget.max_s:g} s)"
+        )
 
 
 # What _check_file returns when the budget ran out before its record was checked (compared by identity).
@@ -230,8 +232,14 @@ def parse_report(text: str) -> IntegrityReport | None:
         version = body["version"]
         if not isinstance(total, int) or not isinstance(body["checked"], int) or total < len(listed):
             return None
-        return IntegrityReport(str(body["manifest_sha256"]), None if version is None else str(version),
-                               body["checked"], listed, total, str(body.get("stopped") or ""))  # fmt: skip
+        return IntegrityReport(
+            str(body["manifest_sha256"]),
+            None if version is None else str(version),
+            body["checked"],
+            listed,
+            total,
+            str(body.get("stopped") or ""),
+        )
     except (ValueError, TypeError, KeyError, AttributeError):
         return None
 
@@ -246,8 +254,13 @@ def check_integrity_and_record(paths: HostPaths) -> IntegrityReport:
         log.info("verified %s: %d published paths match the manifest", paths.driver_root, report.checked)
     if not report.ok:
         shown = "; ".join(f"{m.path}: {m.reason}" for m in report.mismatches[:10])
-        log.error("%s: %d of %d published paths differ from the manifest (changed behind our back): %s",
-                  paths.driver_root, report.total_mismatches, report.checked, shown)  # fmt: skip
+        log.error(
+            "%s: %d of %d published paths differ from the manifest (changed behind our back): %s",
+            paths.driver_root,
+            report.total_mismatches,
+            report.checked,
+            shown,
+        )
     return report
 
 

@@ -86,8 +86,13 @@ def format_manifest(manifest: Manifest) -> str:
     files = ",\n".join(
         "  " + json.dumps(_fields(r), sort_keys=True) for r in sorted(manifest.records, key=lambda r: r.path)
     )
-    head = {"format": FORMAT, "version": manifest.version, "triplet": manifest.triplet, "inputs": manifest.inputs,
-            "cache": list(manifest.cache) if manifest.cache else None}  # fmt: skip
+    head = {
+        "format": FORMAT,
+        "version": manifest.version,
+        "triplet": manifest.triplet,
+        "inputs": manifest.inputs,
+        "cache": list(manifest.cache) if manifest.cache else None,
+    }
     return json.dumps(head, sort_keys=True)[:-1] + ', "files": [\n' + files + "\n]}\n"
 
 
@@ -121,10 +126,25 @@ def _cache_identity(value: Any) -> tuple[int, int] | None:
     return None
 
 
-_RECORD_TYPES = {"path": str, "type": str, "mode": int, "size": int, "sha256": str, "target": str,
-                 "mtime_ns": int, "source": str, "source_size": int, "source_mtime_ns": int}  # fmt: skip
-_ELF_TYPES = {"machine": str, "elf_class": int, "elf_type": str, "interpreter": (str, type(None)),
-              "soname": (str, type(None))}  # fmt: skip
+_RECORD_TYPES = {
+    "path": str,
+    "type": str,
+    "mode": int,
+    "size": int,
+    "sha256": str,
+    "target": str,
+    "mtime_ns": int,
+    "source": str,
+    "source_size": int,
+    "source_mtime_ns": int,
+}
+_ELF_TYPES = {
+    "machine": str,
+    "elf_class": int,
+    "elf_type": str,
+    "interpreter": (str, type(None)),
+    "soname": (str, type(None)),
+}
 
 
 def _checked(values: Mapping[str, Any], types: Mapping[str, Any]) -> None:

@@ -189,8 +189,9 @@ def ensure_exec_mount(driver_root: Path, runner: Runner, mounts: list[Mount] | N
         )
     _log_hidden(target)
     _mount_tmpfs(runner, target, decision.reason)
-    log.info("mounted tmpfs %s at %s (%s): published files can be executed and mapped", MOUNT_SOURCE, target,
-             MOUNT_OPTIONS)  # fmt: skip
+    log.info(
+        "mounted tmpfs %s at %s (%s): published files can be executed and mapped", MOUNT_SOURCE, target, MOUNT_OPTIONS
+    )
     return True
 
 
@@ -217,8 +218,9 @@ def _log_hidden(target: str) -> None:
     except OSError:
         return
     if hidden:  # e.g. a root an older version published into the plain directory
-        log.info("%d entries of the directory %s stay below the new mount (hidden until the node reboots)",
-                 hidden, target)  # fmt: skip
+        log.info(
+            "%d entries of the directory %s stay below the new mount (hidden until the node reboots)", hidden, target
+        )
 
 
 def _mount_fix(message: str) -> str:

@@ -154,8 +154,12 @@ def ensure_proc_sys(paths: HostPaths, runner: Runner) -> int:
         log.warning("no /proc or /sys mounted in %s: %s; %s", paths.driver_root, exc.message, PROC_SYS_FIX)
         return 0
     if mounts is None:
-        log.warning("no /proc or /sys mounted in %s: %s/self/mountinfo does not exist; %s", paths.driver_root,
-                    paths.own_proc.path, PROC_SYS_FIX)  # fmt: skip
+        log.warning(
+            "no /proc or /sys mounted in %s: %s/self/mountinfo does not exist; %s",
+            paths.driver_root,
+            paths.own_proc.path,
+            PROC_SYS_FIX,
+        )
         return 0
     target = str(paths.driver_root.resolve())
     reason = why_not(mounts, target)
@@ -172,8 +176,7 @@ def _ensure_one(paths: HostPaths, target: str, fs: PseudoFs, mounts: list[Mount]
         if fs is not PROC or _shows_this_process(point):
             log.debug("%s: %s is mounted already", point, describe(found))
             return 0
-        log.warning("%s (%s) does not show this process (another PID namespace): replacing it", point,
-                    describe(found))  # fmt: skip
+        log.warning("%s (%s) does not show this process (another PID namespace): replacing it", point, describe(found))
         if not _run(runner, ["umount", point], point):
             return 0
     # mount(8) runs in the root's own directory, entered through an O_NOFOLLOW descriptor of it (its
@@ -189,8 +192,7 @@ def _ensure_one(paths: HostPaths, target: str, fs: PseudoFs, mounts: list[Mount]
             return 0
     finally:
         os.close(fd)
-    log.info("mounted %s %s at %s (%s) for programs run chrooted in the root", fs.fstype, fs.source, point,
-             fs.options)  # fmt: skip
+    log.info("mounted %s %s at %s (%s) for programs run chrooted in the root", fs.fstype, fs.source, point, fs.options)
     return 1
 
 

@@ -146,45 +146,70 @@ def fabric(state: HostState) -> list[Finding]:
     out: list[Finding] = []
     wanted = state.settings.fabricmanager != "false" and by_host is None
     if wanted and (fab.fm_binary is None or fab.fm_config is None):
-        out.append(Finding(
-            "error", "FABRIC_MANAGER_MISSING",
-            f"{fab.kind} system ({len(fab.nvswitch_devices)} NVSwitch, LPF {', '.join(fab.lpf_devices) or '-'}) but "
-            f"the image has no nv-fabricmanager with usr/share/nvidia/nvswitch/fabricmanager.cfg under "
-            f"{state.userspace.root}: GPU jobs would fail with CUDA_ERROR_SYSTEM_NOT_READY",
-            _fabric_image_fix(fab.kind),
-        ))
-    if wanted and fab.needs_nvlsm and fab.host_runs("nvlsm") is None and (
-        fab.nvlsm_binary is None or fab.nvlsm_config is None
+        out.append(
+            Finding(
+                "error",
+                "FABRIC_MANAGER_MISSING",
+                f"{fab.kind} system ({len(fab.nvswitch_devices)} NVSwitch, "
+                f"LPF {', '.join(fab.lpf_devices) or '-'}) but "
+                f"the image has no nv-fabricmanager with usr/share/nvidia/nvswitch/fabricmanager.cfg under "
+                f"{state.userspace.root}: GPU jobs would fail with CUDA_ERROR_SYSTEM_NOT_READY",
+                _fabric_image_fix(fab.kind),
+            )
+        )
+    if (
+        wanted
+        and fab.needs_nvlsm
+        and fab.host_runs("nvlsm") is None
+        and (fab.nvlsm_binary is None or fab.nvlsm_config is None)
     ):
-        out.append(Finding(
-            "error", "NVLSM_MISSING",
-            f"NVLink5 system (LPF {', '.join(fab.lpf_devices)}) but the image has no nvlsm with "
-            f"usr/share/nvidia/nvlsm/nvlsm.conf under {state.userspace.root}",
-            _fabric_image_fix(fab.kind),
-        ))
+        out.append(
+            Finding(
+                "error",
+                "NVLSM_MISSING",
+                f"NVLink5 system (LPF {', '.join(fab.lpf_devices)}) but the image has no nvlsm with "
+                f"usr/share/nvidia/nvlsm/nvlsm.conf under {state.userspace.root}",
+                _fabric_image_fix(fab.kind),
+            )
+        )
     if fab.missing_modules:
-        out.append(Finding(
-            "warning", "NVLINK5_MODULES_MISSING",
-            f"NVLink5 system but {', '.join(fab.missing_modules)} not loaded: NVLSM cannot reach the NVSwitches "
-            "(init waits for them up to MODULE_WAIT_TIMEOUT)",
-            "load them on the host; Talos: machine.kernel.modules with - name: mlx5_core, - name: mlx5_ib, "
-            "- name: ib_umad (docs/fabric.md)",
-        ))
+        out.append(
+            Finding(
+                "warning",
+                "NVLINK5_MODULES_MISSING",
+                f"NVLink5 system but {', '.join(fab.missing_modules)} not loaded: NVLSM cannot reach the NVSwitches "
+                "(init waits for them up to MODULE_WAIT_TIMEOUT)",
+                "load them on the host; Talos: machine.kernel.modules with - name: mlx5_core, - name: mlx5_ib, "
+                "- name: ib_umad (docs/fabric.md)",
+            )
+        )
     elif fab.needs_nvlsm and fab.management_port is None:
-        out.append(Finding(
-            "warning", "NVLINK5_NO_MANAGEMENT_PORT",
-            f"no port of {', '.join(fab.lpf_devices)} has a GUID with the subnet manager enabled "
-            "(sysfs ports/<n>/gids/0 and cap_mask)",
-            "check the CX7 bridge's ports (ibstat) and that ib_umad is loaded",
-        ))
-    who = f"run by the host ({by_host.evidence})" if by_host else (
-        "left to the host (NVIDIA_FABRICMANAGER=false)" if state.settings.fabricmanager == "false"
-        else "started by init")
-    out.append(Finding(
-        "info", "FABRIC_SYSTEM",
-        f"{fab.kind} system: Fabric Manager {who}; Ready waits until nvidia-smi -q shows the fabric Completed",
-        "nothing to do",
-    ))
+        out.append(
+            Finding(
+                "warning",
+                "NVLINK5_NO_MANAGEMENT_PORT",
+                f"no port of {', '.join(fab.lpf_devices)} has a GUID with the subnet manager enabled "
+                "(sysfs ports/<n>/gids/0 and cap_mask)",
+                "check the CX7 bridge's ports (ibstat) and that ib_umad is loaded",
+            )
+        )
+    who = (
+        f"run by the host ({by_host.evidence})"
+        if by_host
+        else (
+            "left to the host (NVIDIA_FABRICMANAGER=false)"
+            if state.settings.fabricmanager == "false"
+            else "started by init"
+        )
+    )
+    out.append(
+        Finding(
+            "info",
+            "FABRIC_SYSTEM",
+            f"{fab.kind} system: Fabric Manager {who}; Ready waits until nvidia-smi -q shows the fabric Completed",
+            "nothing to do",
+        )
+    )
     return out
 
 

@@ -43,7 +43,7 @@ def integrity_findings(report: IntegrityReport | None, driver_root: Path, *, whe
             f"(checked {when}): {listed}{more}",
             "something other than this container wrote into DRIVER_ROOT; find it, then restart the driver "
             "pod: `init` rewrites every path that differs from its record",
-        )
+        ),
     ]
 
 

@@ -296,5 +296,3 @@ def architecture(state: HostState) -> list[Finding]:
             f"use the {node} variant of the driver image (multi-arch tag or the -{node} build)",
         )
     ]
-
-

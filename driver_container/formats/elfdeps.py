@@ -122,9 +122,7 @@ def _dynamic_strings(elf: _Header, segments: list[_Segment], dynamic: _Segment, 
     if DT_STRTAB not in table:
         return ElfStrings([], None, [])
     # DT_STRTAB is a virtual address: map it to a file offset through the PT_LOAD that contains it.
-    load = next(
-        (s for s in segments if s.kind == "PT_LOAD" and s.vaddr <= table[DT_STRTAB] < s.vaddr + s.filesz), None
-    )
+    load = next((s for s in segments if s.kind == "PT_LOAD" and s.vaddr <= table[DT_STRTAB] < s.vaddr + s.filesz), None)
     if load is None:
         raise ElfFormatError(f"{source}: DT_STRTAB {table[DT_STRTAB]:#x} is in no PT_LOAD segment", path=source)
     strtab = _read(elf.stream, table[DT_STRTAB] - load.vaddr + load.offset, table.get(DT_STRSZ, 0), source)
@@ -140,9 +138,7 @@ def _dynamic_strings(elf: _Header, segments: list[_Segment], dynamic: _Segment, 
     for offset in (v for t, v in tags if t in (DT_RUNPATH, DT_RPATH)):
         paths += [p for p in strings.get(offset, MAX_SEARCH_STRING).split(":") if p]
         if len(paths) > MAX_SEARCH_DIRS:
-            raise ElfFormatError(
-                f"{source}: over {MAX_SEARCH_DIRS} DT_RUNPATH/DT_RPATH directories", path=source
-            )
+            raise ElfFormatError(f"{source}: over {MAX_SEARCH_DIRS} DT_RUNPATH/DT_RPATH directories", path=source)
     return ElfStrings(needed, soname, paths)
 
 
@@ -169,9 +165,7 @@ class _DynamicStrings:
             )
         self.total += end - offset
         if self.total > MAX_DECODED:
-            raise ElfFormatError(
-                f"{self.source}: dynamic strings decode to over {MAX_DECODED} bytes", path=self.source
-            )
+            raise ElfFormatError(f"{self.source}: dynamic strings decode to over {MAX_DECODED} bytes", path=self.source)
         text = self.decoded[offset] = self.strtab[offset:end].decode("utf-8", "surrogateescape")
         return text
 
@@ -193,7 +187,8 @@ def parse_elf_deps(stream: BinaryIO, source: str) -> ElfDeps:
 
     if stream.read(4) != ELF_MAGIC:
         raise ElfFormatError(
-            f"{source}: not an ELF file (no \\x7fELF magic)", path=source,
+            f"{source}: not an ELF file (no \\x7fELF magic)",
+            path=source,
             fix="remove the file or give it a name that is not a library name",
         )
     stream.seek(0)

@@ -72,6 +72,5 @@ def snippet_heading(talos_version: str | None) -> str:
         )
     where = f"Talos {talos_version}" if talos_version else "Talos version unknown; works in every version"
     return (
-        f"add to the machine config ({where}; from Talos 1.14 a KernelModuleConfig document replaces it, "
-        "never both):"
+        f"add to the machine config ({where}; from Talos 1.14 a KernelModuleConfig document replaces it, never both):"
     )

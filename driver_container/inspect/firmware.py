@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from driver_container.errors import HostReadError, Problem, noted
+from driver_container.errors import HostReadError
 from driver_container.formats.kernel.sysfs import FIRMWARE_PATH_PARAM
 from driver_container.formats.userspace_layout import IMAGE_FIRMWARE_DIRS
 from driver_container.paths import HostPaths
+from driver_container.problems import Problem, noted
 from driver_container.records import NamedRecord
 from driver_container.resolver import Root
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from driver_container.driverroot.mount import RootFlags, read_root_flags
 from driver_container.driverroot.procsys import ProcSys, read_root_mounts
 from driver_container.driverroot.publish_status import read_publish_status
-from driver_container.errors import HostReadError, Problem, noted
+from driver_container.errors import HostReadError
 from driver_container.formats.kernel.modules import (
     ProcModule,
     parse_proc_modules,
@@ -37,6 +37,7 @@ from driver_container.inspect.pcigpus import read_pci_gpus
 from driver_container.inspect.platform import PlatformInfo, detect_platform
 from driver_container.inspect.userspace import UserspaceVersion, find_userspace
 from driver_container.paths import HostPaths
+from driver_container.problems import Problem, noted
 from driver_container.readers.nvidia_proc import nvswitch_proc_present, read_gpus
 from driver_container.readers.sysfs import read_sysfs_module
 from driver_container.records import NamedRecord
@@ -199,8 +200,9 @@ def _fabric(paths: HostPaths) -> FabricInfo | None:
     return inspect_fabric(paths)
 
 
-def inspect_host(paths: HostPaths, settings: Settings, platform: PlatformInfo | None = None,
-                 loaded: LoadedModules | None = None) -> HostState:  # fmt: skip
+def inspect_host(
+    paths: HostPaths, settings: Settings, platform: PlatformInfo | None = None, loaded: LoadedModules | None = None
+) -> HostState:
     """Read the whole host picture (no checks: callers run ``findings.check`` on it), module files included.
     ``platform``, ``loaded``: the caller's detection and module read, where it made them (once per process).
     The proof that the published root is usable runs nothing here: ``status`` adds it (lifecycle/status.py)."""

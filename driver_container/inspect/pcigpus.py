@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-from driver_container.errors import HostReadError, Problem, noted
+from driver_container.errors import HostReadError
 from driver_container.fileread import converted, open_nofollow, read_up_to, refuse_irregular
 from driver_container.formats.kernel.pci import (
     NVIDIA_VENDOR_ID,
@@ -28,6 +28,7 @@ from driver_container.formats.kernel.pci import (
     parse_pci_hex,
 )
 from driver_container.paths import HostPaths
+from driver_container.problems import Problem, noted
 from driver_container.records import NamedRecord
 from driver_container.resolver import Root
 

@@ -13,9 +13,10 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from driver_container.errors import HostReadError, Problem, noted
+from driver_container.errors import HostReadError
 from driver_container.formats.numbers import is_ascii_name
 from driver_container.paths import HostPaths
+from driver_container.problems import Problem, noted
 from driver_container.records import NamedRecord
 from driver_container.resolver import Root
 

@@ -16,11 +16,12 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from driver_container.errors import HostReadError, Problem
+from driver_container.errors import HostReadError
 from driver_container.fileread import converted, open_below, read_up_to, refuse_irregular
 from driver_container.formats.elfarch import HEADER_BYTES, elf_machine
 from driver_container.formats.ldcache import FLAGS_BY_MACHINE, LD_SO_CACHE, LD_SO_CACHE_LIMIT, parse_ld_cache
 from driver_container.formats.userspace_layout import LIBRARY_DIRS, VERSION_LIBS, driver_versions, version_of
+from driver_container.problems import Problem
 from driver_container.records import NamedRecord
 from driver_container.resolver import Root
 

@@ -74,9 +74,11 @@ class KubeClient:
 
     @classmethod
     def from_env(
-        cls, env: Mapping[str, str] | None = None, config: KubeConfig | None = None,
+        cls,
+        env: Mapping[str, str] | None = None,
+        config: KubeConfig | None = None,
         stop: Callable[[], bool] | None = None,
-    ) -> KubeClient:  # fmt: skip
+    ) -> KubeClient:
         """KUBECONFIG when set, else the in-cluster service account."""
         e = os.environ if env is None else env
         cfg = config or KubeConfig()
@@ -200,11 +202,17 @@ class KubeClient:
             last = attempt == cfg.attempts
             try:
                 answer = exchange(
-                    self._session, method, self.endpoint.server + path, seconds=cfg.timeout, stop=self._stop,
-                    params=params, json=body, headers={"Content-Type": content_type} if body is not None else None,
+                    self._session,
+                    method,
+                    self.endpoint.server + path,
+                    seconds=cfg.timeout,
+                    stop=self._stop,
+                    params=params,
+                    json=body,
+                    headers={"Content-Type": content_type} if body is not None else None,
                     # Explicit per request: requests lets REQUESTS_CA_BUNDLE override a session's CA otherwise.
                     verify=self.endpoint.verify,
-                )  # fmt: skip
+                )
             except ApiAnswerError as exc:
                 # A certificate that does not verify will not verify on a retry either; nor will a stop.
                 if last or not exc.retry:
@@ -240,9 +248,12 @@ def _require_tls_for_credentials(endpoint: Endpoint) -> None:
 
 def _malformed(method: str, path: str, what: str, status: int | None = None) -> KubernetesError:
     return KubernetesError(
-        f"{method} {path}: malformed answer: {what}", method=method, resource=path, status=status,
+        f"{method} {path}: malformed answer: {what}",
+        method=method,
+        resource=path,
+        status=status,
         fix="check that the server is the Kubernetes API server (not a proxy or another service)",
-    )  # fmt: skip
+    )
 
 
 def _labels(node: dict[str, Any], method: str, path: str) -> dict[str, str]:

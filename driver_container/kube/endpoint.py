@@ -49,9 +49,10 @@ def in_cluster_endpoint(env: Mapping[str, str], config: KubeConfig) -> Endpoint:
     port = env.get("KUBERNETES_SERVICE_PORT", "").strip() or "443"
     sa = config.service_account_dir
     token = read_small_file(
-        sa / "token", "the service-account token",
+        sa / "token",
+        "the service-account token",
         fix="mount the service account (automountServiceAccountToken: true) or set KUBECONFIG",
-    ).strip()  # fmt: skip
+    ).strip()
     ca = sa / "ca.crt"
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"  # IPv6 service address
@@ -101,7 +102,8 @@ def kubeconfig_endpoint(path_list: str, workdir: Path, context: str | None = Non
         # we refuse it rather than silently sending a cluster-admin token to an unverified peer.
         raise KubernetesError(
             f"{where}: the cluster sets insecure-skip-tls-verify; driver-manager never sends credentials "
-            "over a TLS connection it has not verified", path=source,
+            "over a TLS connection it has not verified",
+            path=source,
             fix="remove insecure-skip-tls-verify and set certificate-authority(-data) to the API server's CA "
             "(talosctl kubeconfig writes it)",
         )

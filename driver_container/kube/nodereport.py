@@ -144,9 +144,13 @@ def report(
 
 
 def _report_calls(
-    verdict: NodeVerdict, e: Mapping[str, str], node: str, client: KubeClient,
-    namespace: Callable[[Mapping[str, str]], str], failures: list[str],
-) -> None:  # fmt: skip
+    verdict: NodeVerdict,
+    e: Mapping[str, str],
+    node: str,
+    client: KubeClient,
+    namespace: Callable[[Mapping[str, str]], str],
+    failures: list[str],
+) -> None:
     with client:
         calls: list[tuple[str, Callable[[], None]]] = [
             ("annotate node", lambda: client.patch_node_annotations(node, annotation_patch(verdict)))

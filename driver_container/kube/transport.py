@@ -190,18 +190,22 @@ class Answer:
 
 
 def exchange(
-    session: requests.Session, method: str, url: str, *, seconds: float, stop: Callable[[], bool] | None,
-    max_body: int = MAX_BODY, **kwargs: Any,
-) -> Answer:  # fmt: skip
+    session: requests.Session,
+    method: str,
+    url: str,
+    *,
+    seconds: float,
+    stop: Callable[[], bool] | None,
+    max_body: int = MAX_BODY,
+    **kwargs: Any,
+) -> Answer:
     """One request within ``seconds`` of wall-clock time, its body at most ``max_body`` bytes."""
     if stop is not None and stop():
         raise _stopped()
     headers = {**(kwargs.pop("headers", None) or {}), "Accept-Encoding": "identity"}
     with Watchdog(seconds, stop) as watchdog:
         try:
-            response = session.request(
-                method, url, headers=headers, stream=True, timeout=(seconds, seconds), **kwargs
-            )
+            response = session.request(method, url, headers=headers, stream=True, timeout=(seconds, seconds), **kwargs)
         except requests.RequestException as exc:
             raise watchdog.failure(exc) from exc
         with response:

@@ -27,7 +27,10 @@ log = logging.getLogger(__name__)
 
 
 def prepare_generic(
-    paths: HostPaths, settings: Settings, runner: Runner, names: tuple[str, ...],
+    paths: HostPaths,
+    settings: Settings,
+    runner: Runner,
+    names: tuple[str, ...],
     platform: PlatformInfo | None = None,
 ) -> tuple[str, ...]:
     """Generic hosts (docs/generic-hosts.md): keep loaded modules when the digest matches, else reload them.
@@ -46,9 +49,7 @@ def prepare_generic(
     return names
 
 
-def unload_generic(
-    paths: HostPaths, settings: Settings, runner: Runner, platform: PlatformInfo | None = None
-) -> None:
+def unload_generic(paths: HostPaths, settings: Settings, runner: Runner, platform: PlatformInfo | None = None) -> None:
     try:
         unload.unload_modules(paths, settings, runner, platform)
     except DriverContainerError as exc:
@@ -59,12 +60,12 @@ def run_load(paths: HostPaths, settings: Settings, runner: Runner) -> HostState:
     """``load``: on Talos wait for machined's modules and verify; on generic hosts load them first."""
     info, runner = detect(paths, settings, runner)
     if info.name != "talos":
-
         generic.load_modules(paths, settings, runner, info)
     shutdown = Shutdown().install()
     try:
-        if not wait_for_modules(paths, settings, shutdown, talos=info.name == "talos",
-                                talos_version=info.talos_version):
+        if not wait_for_modules(
+            paths, settings, shutdown, talos=info.name == "talos", talos_version=info.talos_version
+        ):
             raise ModuleWaitTimeout(f"interrupted by {shutdown.describe()} while waiting for the modules")
     finally:
         shutdown.restore()

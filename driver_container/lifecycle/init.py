@@ -36,7 +36,7 @@ from driver_container.settings import Settings
 
 if TYPE_CHECKING:
     from driver_container.inspect.platform import PlatformInfo
-    from driver_container.node.fabricmanager import FabricDaemons
+    from driver_container.node.fabricdaemons import FabricDaemons
     from driver_container.node.persistenced import Persistenced
 
 # Function-local imports below keep the hot path light (bench/startup.py): an unchanged Talos
@@ -137,9 +137,15 @@ def _init_stages(
     if _interrupted(shutdown, "the module wait"):
         return
     loaded = wait_for_modules(
-        paths, settings, shutdown, talos=not started.generic_host, poll_s=opts.poll_s,
-        progress_s=opts.progress_s, names=names, talos_version=info.talos_version,
-    )  # fmt: skip
+        paths,
+        settings,
+        shutdown,
+        talos=not started.generic_host,
+        poll_s=opts.poll_s,
+        progress_s=opts.progress_s,
+        names=names,
+        talos_version=info.talos_version,
+    )
     if loaded is None or _interrupted(shutdown, "verify and publish"):
         return
     published = check_and_publish(paths, settings, runner, shutdown, info, loaded)
@@ -189,7 +195,10 @@ def _node_steps(paths: HostPaths) -> None:
     made = devices.create_device_nodes(paths.driver_root, nodes)
     log.info(
         "device nodes in %s: %d created, %d unchanged, %d not permitted",
-        paths.driver_root / "dev", len(made.created), len(made.unchanged), len(made.not_permitted),
+        paths.driver_root / "dev",
+        len(made.created),
+        len(made.unchanged),
+        len(made.not_permitted),
     )
 
 
@@ -245,19 +254,23 @@ def _start_fabric(
     if info is None:
         return None
 
-    return fabricmanager.start(paths, settings, runner, info, shutdown, poll_s=opts.fabric_poll_s,
-                               progress_s=opts.progress_s)
+    return fabricmanager.start(
+        paths, settings, runner, info, shutdown, poll_s=opts.fabric_poll_s, progress_s=opts.progress_s
+    )
 
 
 def _stop_fabric(fabric: FabricDaemons) -> None:
-    from driver_container.node import fabricmanager  # lazy, hot path: NVSwitch nodes only
+    from driver_container.node import fabricdaemons  # lazy, hot path: NVSwitch nodes only
 
-    fabricmanager.stop_all(fabric)
+    fabricdaemons.stop_all(fabric)
 
 
 def _wait_for_signal(
-    paths: HostPaths, shutdown: Shutdown, daemon: Persistenced | None,
-    fabric: FabricDaemons | None = None, child: BackgroundChild | None = None,
+    paths: HostPaths,
+    shutdown: Shutdown,
+    daemon: Persistenced | None,
+    fabric: FabricDaemons | None = None,
+    child: BackgroundChild | None = None,
 ) -> None:
     watched = daemon is not None or (fabric is not None and bool(fabric.started))
     while not _wait(shutdown, POLL_S if watched else 3600.0, child):

@@ -61,8 +61,15 @@ def _missing(found: LoadedModules, names: tuple[str, ...]) -> list[str]:
 
 
 def wait_for_modules(
-    paths: HostPaths, settings: Settings, shutdown: Shutdown, *, talos: bool, poll_s: float = POLL_S,
-    progress_s: float = PROGRESS_S, names: tuple[str, ...] | None = None, talos_version: str | None = None,
+    paths: HostPaths,
+    settings: Settings,
+    shutdown: Shutdown,
+    *,
+    talos: bool,
+    poll_s: float = POLL_S,
+    progress_s: float = PROGRESS_S,
+    names: tuple[str, ...] | None = None,
+    talos_version: str | None = None,
 ) -> LoadedModules | None:
     """Poll until every required module is live, then what the last poll read (``inspect_host`` takes it
     instead of reading it again, ~2 ms of every start); None when a signal came first; ModuleWaitTimeout."""
@@ -81,15 +88,21 @@ def wait_for_modules(
         if now >= deadline:
             raise _timeout_error(paths, settings, missing, names, talos=talos, talos_version=talos_version)
         if now >= next_progress:
-            log.info("still waiting for %s (%.0f s of %g s)", ", ".join(missing), now - start,
-                     settings.module_wait_timeout)
+            log.info(
+                "still waiting for %s (%.0f s of %g s)", ", ".join(missing), now - start, settings.module_wait_timeout
+            )
             next_progress += progress_s
         if shutdown.wait(min(poll_s, deadline - now)):
             return None
 
 
 def _timeout_error(
-    paths: HostPaths, settings: Settings, missing: list[str], names: tuple[str, ...], *, talos: bool,
+    paths: HostPaths,
+    settings: Settings,
+    missing: list[str],
+    names: tuple[str, ...],
+    *,
+    talos: bool,
     talos_version: str | None = None,
 ) -> ModuleWaitTimeout:
     message = (
@@ -99,7 +112,9 @@ def _timeout_error(
     if talos:
         fix = (
             "Talos loads them only from the machine config (then reboot or apply); "
-            + snippet_heading(talos_version) + "\n" + machine_config_snippet(names, talos_version)
+            + snippet_heading(talos_version)
+            + "\n"
+            + machine_config_snippet(names, talos_version)
         )
     else:
         fix = "check `dmesg` for why modprobe did not load them"

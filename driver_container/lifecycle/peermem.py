@@ -83,16 +83,14 @@ def run_reload(paths: HostPaths, settings: Settings, runner: Runner) -> None:
             return
         if talos and modwait.missing_modules(paths, (PEERMEM,)):
             # Never modprobe (the runner forbids it) and never wait: machined cannot load it either.
-            log.warning("%s; not waiting for it (set driver.rdma.enabled=false to drop this sidecar)",
-                        TALOS_NO_PEERMEM)
+            log.warning("%s; not waiting for it (set driver.rdma.enabled=false to drop this sidecar)", TALOS_NO_PEERMEM)
         else:
             if not talos and modwait.missing_modules(paths, (PEERMEM,)):
                 from driver_container.modprobe import generic  # lazy, hot path: never on Talos
 
                 params = generic.read_module_params(paths.drivers_conf_dir, "nvidia-peermem")
                 runner.run(generic.build_modprobe_argv("nvidia-peermem", params, settings.driver_version))
-            if not modwait.wait_for_modules(paths, _only_peermem(settings), shutdown, talos=False,
-                                              names=(PEERMEM,)):
+            if not modwait.wait_for_modules(paths, _only_peermem(settings), shutdown, talos=False, names=(PEERMEM,)):
                 return
             log.info("%s loaded; waiting for a signal", PEERMEM)
         while not shutdown.wait(3600.0):
@@ -109,7 +107,6 @@ def _only_peermem(settings: Settings) -> Settings:
 
 
 def _wait_ready_file(paths: HostPaths, settings: Settings, shutdown: Shutdown) -> bool:
-
 
     target = paths.validations_dir / CTR_READY
     deadline = time.monotonic() + settings.module_wait_timeout

@@ -48,7 +48,11 @@ class Published(NamedRecord):
 
 
 def check_and_publish(
-    paths: HostPaths, settings: Settings, runner: Runner, shutdown: Shutdown, platform: PlatformInfo | None = None,
+    paths: HostPaths,
+    settings: Settings,
+    runner: Runner,
+    shutdown: Shutdown,
+    platform: PlatformInfo | None = None,
     loaded: LoadedModules | None = None,
 ) -> Published | None:
     """Verify here, then publish in a child unless DRIVER_ROOT is unchanged; None when a signal stopped it

@@ -58,10 +58,9 @@ def status_json(state: HostState, findings: list[Finding], absent: tuple[Toolkit
         }
         | _mount_json(state),
         "fabric": state.fabric.to_json() if state.fabric is not None else None,
-        "findings": [
-            {"severity": f.severity, "code": f.code, "message": f.message, "fix": f.fix} for f in findings
-        ],
+        "findings": [{"severity": f.severity, "code": f.code, "message": f.message, "fix": f.fix} for f in findings],
     }
+
 
 def _mount_json(state: HostState) -> dict[str, Any]:
     m, flags, proof = state.driver_root_mount, state.driver_root_flags, state.driver_root_proof
@@ -83,6 +82,7 @@ def _proc_sys_json(found: ProcSys | None) -> dict[str, Any] | None:
         return None
     mounts = {"proc": found.proc, "sys": found.sys}
     return {"shell": found.shell} | {k: None if m is None else _mount_keys(m) for k, m in mounts.items()}
+
 
 def _pci_gpu_json(gpu: PciFunction) -> dict[str, Any]:
     """A GPU on the PCI bus and what each module flavour does with it (formats/gpu_support.py)."""

@@ -18,7 +18,6 @@ from driver_container.errors import (
     CommandError,
     ForbiddenCommandError,
     ModuleLoadError,
-    Problem,
     VerificationError,
 )
 from driver_container.findings import values_equal
@@ -27,6 +26,7 @@ from driver_container.inspect.hoststate import LoadedModule, read_loaded_modules
 from driver_container.inspect.platform import PlatformInfo, detect_platform, read_kernel_release
 from driver_container.node.firmware import set_firmware_search_path
 from driver_container.paths import HostPaths
+from driver_container.problems import Problem
 from driver_container.resolver import Root
 from driver_container.runtime.runner import MODULE_TOOLS, Runner
 from driver_container.settings import Settings
@@ -56,9 +56,7 @@ def kernel_name(module: str) -> str:
     return module.replace("-", "_")
 
 
-def refuse_on_talos(
-    paths: HostPaths, settings: Settings, runner: Runner, platform: PlatformInfo | None = None
-) -> None:
+def refuse_on_talos(paths: HostPaths, settings: Settings, runner: Runner, platform: PlatformInfo | None = None) -> None:
     """Raise ForbiddenCommandError before anything runs when modules are not ours to manage."""
     blocked = sorted(runner.forbidden & MODULE_TOOLS)
     if blocked:
@@ -158,8 +156,12 @@ def load_modules(
     warnings: list[Problem] = []
     requested: dict[str, list[tuple[str, str]]] = {}
     if version is None:
-        warnings.append(Problem("nvidia", "driver version unknown (no DRIVER_VERSION, modinfo failed): "
-                                "NVreg_CoherentGPUMemoryMode not added"))
+        warnings.append(
+            Problem(
+                "nvidia",
+                "driver version unknown (no DRIVER_VERSION, modinfo failed): NVreg_CoherentGPUMemoryMode not added",
+            )
+        )
     for module in wanted:
         name = kernel_name(module)
         if name in before and before[name].loaded:
@@ -237,5 +239,3 @@ def confirm_loaded(
             if param in effective and not values_equal(value, effective[param]):
                 warnings.append(Problem(name, f"{param} requested {value!r}, in effect {effective[param]!r}"))
     return tuple(warnings)
-
-

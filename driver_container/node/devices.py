@@ -115,8 +115,12 @@ def _cap_mode(proc: Root, entry: MigMinor, registered: frozenset[str]) -> int:
         return default
     found = parse_capability_file(text)
     if found is None or found.minor != entry.minor:
-        log.warning("%s: unreadable or names another minor than mig-minors' %d; mode %o", proc.path / where,
-                    entry.minor, default)  # fmt: skip
+        log.warning(
+            "%s: unreadable or names another minor than mig-minors' %d; mode %o",
+            proc.path / where,
+            entry.minor,
+            default,
+        )
         return default
     return found.mode
 

@@ -25,18 +25,13 @@ What we do differently, and why:
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import signal
-import subprocess
 import time
-from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from driver_container.errors import CommandError, DriverContainerError, FabricError
-from driver_container.fileread import open_nofollow, read_up_to, regular_stat
 from driver_container.formats.kernel.fabric import apply_overrides, parse_config
+from driver_container.node.fabricdaemons import Daemon, FabricDaemons, daemons_fix, stop_all, tails
 from driver_container.node.fabricwait import wait_for_fabric
 from driver_container.paths import HostPaths
 from driver_container.readers.fabric import FM_BINARY, FM_CONFIG, NVLSM_BINARY, PID_FILES, FabricInfo, inspect_fabric
@@ -51,67 +46,7 @@ CONFIG_COPY = "fabricmanager.cfg"  # in FABRICMANAGER_RUN_DIR
 SM_SOCKET = "fm_sm_ipc.socket"  # hardcoded in FM under /var/run/nvidia-fabricmanager (Talos wrapper)
 SM_SOCKET_WAIT_S = 15.0  # the Talos wrapper's smSocketWait
 TOOLKIT_SOCKET = PurePosixPath("run/nvidia-fabricmanager/socket")  # below DRIVER_ROOT
-STOP_GRACE_S = 5.0  # NVIDIA's _unload_driver polls 50 x 0.1 s
-TAIL_LINES = 20
-TAIL_BYTES = 16 * 1024
 SMI_TIMEOUT_S = 60.0  # nvidia-smi -r
-
-
-@dataclass
-class Daemon:
-    name: str
-    process: subprocess.Popen[bytes]
-    pid_file: Path
-    logs: tuple[Path, ...]
-
-    def exited(self) -> int | None:
-        return self.process.poll()
-
-
-@dataclass
-class FabricDaemons:
-    info: FabricInfo
-    started: list[Daemon] = field(default_factory=list)
-
-    def check_alive(self) -> None:
-        for daemon in self.started:
-            code = daemon.exited()
-            if code is not None:
-                raise FabricError(
-                    f"{daemon.name} (pid {daemon.process.pid}) exited with status {code}{log_tail(daemon.logs)}",
-                    daemon=daemon.name,
-                    pid=daemon.process.pid,
-                    returncode=code,
-                    fix=_fix(self.info),
-                )
-
-
-def _fix(info: FabricInfo) -> str:
-    base = "see the log above; the pod restarts and init starts it again"
-    if info.kind == "nvlink5":
-        return base + "; on NVLink5 systems mlx5_core, mlx5_ib and ib_umad must be loaded (docs/fabric.md)"
-    return base + "; nv-fabricmanager must be the loaded driver's version (docs/fabric.md)"
-
-
-def log_tail(files: tuple[Path, ...], lines: int = TAIL_LINES) -> str:
-    """The last lines of each readable log file, for an error message ("" when there are none)."""
-    parts = []
-    for path in files:
-        try:
-            fd = open_nofollow(path)
-        except OSError:
-            continue
-        try:
-            st = regular_stat(fd)
-            if st is None:
-                continue
-            os.lseek(fd, max(0, st.st_size - TAIL_BYTES), os.SEEK_SET)
-            text = read_up_to(fd, TAIL_BYTES).decode("utf-8", errors="replace").splitlines()[-lines:]
-        finally:
-            os.close(fd)
-        if text:
-            parts.append(f"\n--- last lines of {path} ---\n" + "\n".join(text))
-    return "".join(parts)
 
 
 def effective_config(image_text: str, settings: Settings, socket: Path) -> str:
@@ -119,8 +54,9 @@ def effective_config(image_text: str, settings: Settings, socket: Path) -> str:
     API socket where the toolkit looks unless the image or the user chose one."""
     overrides = dict(settings.fabric_overrides)
     if overrides.get("DAEMONIZE", "0") != "0":
-        log.warning("NVFM_CONFIG_DAEMONIZE=%s ignored: init supervises Fabric Manager in the foreground",
-                    overrides["DAEMONIZE"])
+        log.warning(
+            "NVFM_CONFIG_DAEMONIZE=%s ignored: init supervises Fabric Manager in the foreground", overrides["DAEMONIZE"]
+        )
     overrides["DAEMONIZE"] = "0"
     if "FM_CMD_UNIX_SOCKET_PATH" not in overrides and not parse_config(image_text).get("FM_CMD_UNIX_SOCKET_PATH"):
         overrides["FM_CMD_UNIX_SOCKET_PATH"] = str(socket)
@@ -171,16 +107,27 @@ def _wait_for_file(daemons: FabricDaemons, path: Path, timeout: float, shutdown:
 def _start_nvlsm(paths: HostPaths, info: FabricInfo, runner: Runner, daemons: FabricDaemons) -> None:
     assert info.nvlsm_binary is not None and info.management_port is not None
     if info.nvlsm_config is None:
-        raise FabricError(f"{NVLSM_BINARY} is in the image but not its nvlsm.conf", daemon=NVLSM_BINARY,
-                          fix="install NVIDIA's nvlsm package or archive completely (docs/fabric.md)")
+        raise FabricError(
+            f"{NVLSM_BINARY} is in the image but not its nvlsm.conf",
+            daemon=NVLSM_BINARY,
+            fix="install NVIDIA's nvlsm package or archive completely (docs/fabric.md)",
+        )
     nvlsm_log = paths.fabric_log_dir / "nvlsm.log"
-    argv = [info.nvlsm_binary, "--config", info.nvlsm_config, "--guid", info.management_port.guid_hex,
-            "--pid_file", str(paths.fabric_run_dir / PID_FILES[NVLSM_BINARY]), "--log_file", str(nvlsm_log)]
+    argv = [
+        info.nvlsm_binary,
+        "--config",
+        info.nvlsm_config,
+        "--guid",
+        info.management_port.guid_hex,
+        "--pid_file",
+        str(paths.fabric_run_dir / PID_FILES[NVLSM_BINARY]),
+        "--log_file",
+        str(nvlsm_log),
+    ]
     daemons.started.append(_spawn(runner, paths, NVLSM_BINARY, argv, (nvlsm_log,)))
 
 
-def _start_fm(paths: HostPaths, info: FabricInfo, settings: Settings, runner: Runner,
-              daemons: FabricDaemons) -> None:
+def _start_fm(paths: HostPaths, info: FabricInfo, settings: Settings, runner: Runner, daemons: FabricDaemons) -> None:
     assert info.fm_binary is not None
     config = write_config(paths, info, settings)
     argv = [info.fm_binary, "-c", str(config)]
@@ -193,8 +140,9 @@ def _start_fm(paths: HostPaths, info: FabricInfo, settings: Settings, runner: Ru
     atomic_write_text(daemon.pid_file, f"{daemon.process.pid}\n", root=paths.fabric_run_dir)
 
 
-def _wait_for_nvlink5_modules(paths: HostPaths, settings: Settings, shutdown: Shutdown, info: FabricInfo,
-                              poll_s: float, progress_s: float) -> FabricInfo | None:
+def _wait_for_nvlink5_modules(
+    paths: HostPaths, settings: Settings, shutdown: Shutdown, info: FabricInfo, poll_s: float, progress_s: float
+) -> FabricInfo | None:
     """NVLSM needs ib_umad (and mlx5_core for the bridge): wait, bounded by MODULE_WAIT_TIMEOUT, then read
     the InfiniBand ports again (they appear with the modules). None when a signal came first."""
     start = time.monotonic()
@@ -202,8 +150,11 @@ def _wait_for_nvlink5_modules(paths: HostPaths, settings: Settings, shutdown: Sh
     while info.missing_modules or info.management_port is None:
         now = time.monotonic()
         if now - start >= settings.module_wait_timeout:
-            what = (f"modules {', '.join(info.missing_modules)} not loaded" if info.missing_modules
-                    else f"no usable port on {', '.join(info.lpf_devices)} (GUID set, SM not disabled)")
+            what = (
+                f"modules {', '.join(info.missing_modules)} not loaded"
+                if info.missing_modules
+                else f"no usable port on {', '.join(info.lpf_devices)} (GUID set, SM not disabled)"
+            )
             raise FabricError(
                 f"NVLink5 system: after {settings.module_wait_timeout:g} s {what}",
                 daemon=NVLSM_BINARY,
@@ -218,20 +169,32 @@ def _wait_for_nvlink5_modules(paths: HostPaths, settings: Settings, shutdown: Sh
     return info
 
 
-def _tails(daemons: FabricDaemons) -> str:
-    return "".join(log_tail(d.logs) for d in daemons.started)
-
-
-def start(paths: HostPaths, settings: Settings, runner: Runner, info: FabricInfo, shutdown: Shutdown,
-          *, poll_s: float, progress_s: float) -> FabricDaemons | None:
+def start(
+    paths: HostPaths,
+    settings: Settings,
+    runner: Runner,
+    info: FabricInfo,
+    shutdown: Shutdown,
+    *,
+    poll_s: float,
+    progress_s: float,
+) -> FabricDaemons | None:
     """Start what the host does not run, then wait for the fabric. None when a signal came first; the
     returned daemons must be stopped (also after an error: ``stop_all`` on the partial set)."""
     daemons = FabricDaemons(info)
     try:
         if not _start_missing(paths, settings, runner, daemons, shutdown, poll_s, progress_s):
             return daemons
-        if not wait_for_fabric(daemons.check_alive, lambda: _tails(daemons), _fix(daemons.info), settings, runner,
-                               shutdown, poll_s, progress_s):
+        if not wait_for_fabric(
+            daemons.check_alive,
+            lambda: tails(daemons),
+            daemons_fix(daemons.info),
+            settings,
+            runner,
+            shutdown,
+            poll_s,
+            progress_s,
+        ):
             return daemons
     except DriverContainerError:
         stop_all(daemons)
@@ -239,8 +202,15 @@ def start(paths: HostPaths, settings: Settings, runner: Runner, info: FabricInfo
     return daemons
 
 
-def _start_missing(paths: HostPaths, settings: Settings, runner: Runner, daemons: FabricDaemons,
-                   shutdown: Shutdown, poll_s: float, progress_s: float) -> bool:
+def _start_missing(
+    paths: HostPaths,
+    settings: Settings,
+    runner: Runner,
+    daemons: FabricDaemons,
+    shutdown: Shutdown,
+    poll_s: float,
+    progress_s: float,
+) -> bool:
     info = daemons.info
     host_fm = info.host_runs(FM_BINARY)
     if settings.fabricmanager == "false" or host_fm is not None:
@@ -248,8 +218,11 @@ def _start_missing(paths: HostPaths, settings: Settings, runner: Runner, daemons
         log.info("%s system: not starting %s: %s", info.kind, FM_BINARY, why)
         return True
     if info.fm_binary is None:
-        raise FabricError(f"{info.kind} system but {FM_BINARY} is not in the image", daemon=FM_BINARY,
-                          fix="use an image built with Fabric Manager (docs/fabric.md)")
+        raise FabricError(
+            f"{info.kind} system but {FM_BINARY} is not in the image",
+            daemon=FM_BINARY,
+            fix="use an image built with Fabric Manager (docs/fabric.md)",
+        )
     if info.kind == "nvlink5":
         waited = _wait_for_nvlink5_modules(paths, settings, shutdown, info, poll_s, progress_s)
         if waited is None:
@@ -257,8 +230,11 @@ def _start_missing(paths: HostPaths, settings: Settings, runner: Runner, daemons
         daemons.info = info = waited
         if info.host_runs(NVLSM_BINARY) is None:
             if info.nvlsm_binary is None:
-                raise FabricError(f"NVLink5 system but {NVLSM_BINARY} is not in the image", daemon=NVLSM_BINARY,
-                                  fix="use an image built with NVLSM (docs/fabric.md)")
+                raise FabricError(
+                    f"NVLink5 system but {NVLSM_BINARY} is not in the image",
+                    daemon=NVLSM_BINARY,
+                    fix="use an image built with NVLSM (docs/fabric.md)",
+                )
             _start_nvlsm(paths, info, runner, daemons)
             if not _wait_for_file(daemons, paths.fabric_run_dir / SM_SOCKET, SM_SOCKET_WAIT_S, shutdown):
                 return False
@@ -268,26 +244,3 @@ def _start_missing(paths: HostPaths, settings: Settings, runner: Runner, daemons
         log.info("NVFM_CONFIG_FABRIC_MODE=1: resetting the GPUs (nvidia-smi -r)")
         runner.run(["nvidia-smi", "-r"], timeout=SMI_TIMEOUT_S)
     return True
-
-
-def stop_all(daemons: FabricDaemons, grace_s: float = STOP_GRACE_S) -> None:
-    """FM first, then NVLSM (reverse start order): SIGTERM, ``grace_s``, SIGKILL; remove our pid files."""
-    for daemon in reversed(daemons.started):
-        _stop(daemon, grace_s)
-        with contextlib.suppress(OSError):
-            daemon.pid_file.unlink()
-    daemons.started.clear()
-
-
-def _stop(daemon: Daemon, grace_s: float) -> None:
-    if daemon.exited() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        daemon.process.send_signal(signal.SIGTERM)
-    try:
-        log.info("%s stopped (exit %s)", daemon.name, daemon.process.wait(timeout=grace_s))
-    except subprocess.TimeoutExpired:
-        log.warning("%s ignored SIGTERM for %.0f s: killing it", daemon.name, grace_s)
-        with contextlib.suppress(ProcessLookupError):
-            daemon.process.kill()
-        daemon.process.wait()

@@ -42,15 +42,24 @@ def _summary(states: list[GpuFabric]) -> str:
     return ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
 
 
-def wait_for_fabric(check_alive: Callable[[], None], tails: Callable[[], str], fix: str, settings: Settings,
-                    runner: Runner, shutdown: Shutdown, poll_s: float, progress_s: float) -> bool:
+def wait_for_fabric(
+    check_alive: Callable[[], None],
+    tails: Callable[[], str],
+    fix: str,
+    settings: Settings,
+    runner: Runner,
+    shutdown: Shutdown,
+    poll_s: float,
+    progress_s: float,
+) -> bool:
     """Until every GPU that reports a fabric state is Completed/Success; False when a signal came first.
     ``check_alive`` raises when a daemon died; ``tails`` gives their log tails for an error."""
     start = time.monotonic()
     deadline = start + settings.fabric_wait_timeout
     next_progress = start + progress_s
-    log.info("waiting up to %g s for the GPUs' fabric (nvidia-smi -q: Fabric State Completed)",
-             settings.fabric_wait_timeout)
+    log.info(
+        "waiting up to %g s for the GPUs' fabric (nvidia-smi -q: Fabric State Completed)", settings.fabric_wait_timeout
+    )
     while True:
         check_alive()
         states = fabric_states(runner)
@@ -58,8 +67,12 @@ def wait_for_fabric(check_alive: Callable[[], None], tails: Callable[[], str], f
             failed = [s for s in states if s.failed]
             if failed:
                 raise FabricError(
-                    "fabric registration failed: " + ", ".join(f"{s.pci_id} status {s.status}" for s in failed)
-                    + tails(), daemon=FM_BINARY, fix=fix)
+                    "fabric registration failed: "
+                    + ", ".join(f"{s.pci_id} status {s.status}" for s in failed)
+                    + tails(),
+                    daemon=FM_BINARY,
+                    fix=fix,
+                )
             supported = [s for s in states if s.supported]
             if supported and all(s.completed for s in supported):
                 log.info("fabric completed on %d GPU(s)", len(supported))
@@ -71,13 +84,17 @@ def wait_for_fabric(check_alive: Callable[[], None], tails: Callable[[], str], f
         if now >= deadline:
             seen = _summary(states) if states else "no answer from nvidia-smi -q"
             raise FabricError(
-                f"the GPUs' fabric is not completed after {settings.fabric_wait_timeout:g} s ({seen})"
-                + tails(),
+                f"the GPUs' fabric is not completed after {settings.fabric_wait_timeout:g} s ({seen})" + tails(),
                 daemon=FM_BINARY,
-                fix="raise FABRIC_WAIT_TIMEOUT if training is just slow; " + fix)
+                fix="raise FABRIC_WAIT_TIMEOUT if training is just slow; " + fix,
+            )
         if now >= next_progress:
-            log.info("still waiting for the fabric (%s; %.0f s of %g s)", _summary(states or []) or "no state",
-                     now - start, settings.fabric_wait_timeout)
+            log.info(
+                "still waiting for the fabric (%s; %.0f s of %g s)",
+                _summary(states or []) or "no state",
+                now - start,
+                settings.fabric_wait_timeout,
+            )
             next_progress += progress_s
         if shutdown.wait(min(poll_s, max(deadline - now, 0.0))):
             return False

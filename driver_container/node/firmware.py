@@ -82,8 +82,12 @@ def set_firmware_search_path(paths: HostPaths) -> FirmwarePathReport:
         log.warning("%s; firmware search path not set", exc.message)
         return FirmwarePathReport(FirmwarePathResult.READ_ONLY, wanted, None)
     if current_text is None:
-        log.warning("%s: missing; cannot point the kernel at %s (GSP firmware) (fix: %s)", param_file, wanted,
-                    kernel_argument_fix(wanted))
+        log.warning(
+            "%s: missing; cannot point the kernel at %s (GSP firmware) (fix: %s)",
+            param_file,
+            wanted,
+            kernel_argument_fix(wanted),
+        )
         return FirmwarePathReport(FirmwarePathResult.MISSING, wanted, None)
     current = current_text.strip("\n")
     if current == wanted:
@@ -93,7 +97,10 @@ def set_firmware_search_path(paths: HostPaths) -> FirmwarePathReport:
         log.warning(
             "%s holds %r, not %s: left alone; GSP firmware must then be found there or in /lib/firmware "
             "(fix: clear it or set it to %s)",
-            param_file, current, wanted, wanted,
+            param_file,
+            current,
+            wanted,
+            wanted,
         )
         return FirmwarePathReport(FirmwarePathResult.OTHER, wanted, current)
     if len(wanted.encode()) > MAX_PATH_LEN:
@@ -122,7 +129,10 @@ def _write(sysfs: Root, param_file: str, wanted: str) -> FirmwarePathReport:
         log.warning(
             "%s: not writable, %s; firmware search path not set: the kernel does not see the GSP firmware in %s "
             "unless the host provides it (fix: %s)",
-            param_file, _write_failure_cause(exc), wanted, kernel_argument_fix(wanted),
+            param_file,
+            _write_failure_cause(exc),
+            wanted,
+            kernel_argument_fix(wanted),
         )
         return FirmwarePathReport(FirmwarePathResult.READ_ONLY, wanted, "")
     log.info("firmware search path set to %s (%s)", wanted, param_file)

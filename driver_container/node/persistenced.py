@@ -79,13 +79,22 @@ def host_daemon_pid(paths: HostPaths) -> int | None:
     if _socket_answers(paths.host):
         log.info(
             "%s names pid %d, not visible as %s in this pid namespace (Talos workloadIsolation?), but %s "
-            "answers: the host runs %s", paths.host_root / HOST_PID_FILE, pid, BINARY,
-            paths.host_root / HOST_SOCKET, BINARY,
+            "answers: the host runs %s",
+            paths.host_root / HOST_PID_FILE,
+            pid,
+            BINARY,
+            paths.host_root / HOST_SOCKET,
+            BINARY,
         )
         return pid
     what = "not running" if comm is None else f"{comm!r} here, not {BINARY}"
-    log.info("%s names pid %d (%s) and %s does not answer: ignored", paths.host_root / HOST_PID_FILE, pid, what,
-             paths.host_root / HOST_SOCKET)
+    log.info(
+        "%s names pid %d (%s) and %s does not answer: ignored",
+        paths.host_root / HOST_PID_FILE,
+        pid,
+        what,
+        paths.host_root / HOST_SOCKET,
+    )
     return None
 
 
@@ -157,7 +166,8 @@ def link_runtime_dir(driver_root: Path, runtime_dir: Path = CONTAINER_RUNTIME_DI
         os.replace(tmp, runtime_dir)
     except OSError as exc:
         raise PublishError(
-            f"{runtime_dir}: cannot link to {published}: {exc.strerror}", path=runtime_dir,
+            f"{runtime_dir}: cannot link to {published}: {exc.strerror}",
+            path=runtime_dir,
             fix="the daemon's socket must appear under DRIVER_ROOT/run/nvidia-persistenced",
         ) from exc
     return published / "socket"

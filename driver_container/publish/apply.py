@@ -102,8 +102,9 @@ def _stage_content(entry: PlannedEntry, index: int, root: Path, sha256: str | No
             f"{entry.path}: planned file has neither data nor source", path=entry.path
         )  # plan_publish never does this
     # Keep the source's mtime, as cp -a does.
-    return stage_copy(src.real, dest, mode=entry.mode, root=root, mtime_ns=src.mtime_ns, suffix=TMP_SUFFIX,
-                      sha256=sha256)  # fmt: skip
+    return stage_copy(
+        src.real, dest, mode=entry.mode, root=root, mtime_ns=src.mtime_ns, suffix=TMP_SUFFIX, sha256=sha256
+    )
 
 
 def _submit(copier: Copier, entry: PlannedEntry, index: int, root: Path) -> Future[StagedFile]:
@@ -121,10 +122,17 @@ def _record(entry: PlannedEntry, staged: StagedFile) -> Record:
             fix="retry",
         )
     return Record(
-        str(entry.path), "file", entry.mode, staged.size, staged.sha256, mtime_ns=staged.mtime_ns,
-        source=str(src.real) if src else "", source_size=src.size if src else 0,
-        source_mtime_ns=src.mtime_ns if src else 0, elf=src.elf if src else None,
-    )  # fmt: skip
+        str(entry.path),
+        "file",
+        entry.mode,
+        staged.size,
+        staged.sha256,
+        mtime_ns=staged.mtime_ns,
+        source=str(src.real) if src else "",
+        source_size=src.size if src else 0,
+        source_mtime_ns=src.mtime_ns if src else 0,
+        elf=src.elf if src else None,
+    )
 
 
 def prepare(plan: PublishPlan, root: Path, previous: Manifest | None, copier: Copier) -> Prepared:

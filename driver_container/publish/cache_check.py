@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from driver_container.driverroot.journal import STAGING
-from driver_container.errors import HostReadError, Problem, PublishError
+from driver_container.errors import HostReadError, PublishError
 from driver_container.formats.ldcache import (
     FLAGS_BY_MACHINE,
     LD_SO_CACHE_LIMIT,
@@ -22,6 +22,7 @@ from driver_container.formats.ldcache import (
     parse_ld_cache,
 )
 from driver_container.formats.ldcache import LD_SO_CACHE as CACHE
+from driver_container.problems import Problem
 from driver_container.publish.model import PlannedEntry, PublishPlan
 from driver_container.resolver import Root
 from driver_container.runtime.fsutil import ensure_dir

@@ -132,8 +132,11 @@ def resolve_closure(
                 more = f" and {len(lacking) - _NAMES_SHOWN} more" if len(lacking) > _NAMES_SHOWN else ""
                 log.warning(
                     "%s needs %s%s, which USERSPACE_ROOT does not have; published without: only a workload "
-                    "loading it is affected", user.shown, ", ".join(lacking[:_NAMES_SHOWN]), more,
-                )  # fmt: skip
+                    "loading it is affected",
+                    user.shown,
+                    ", ".join(lacking[:_NAMES_SHOWN]),
+                    more,
+                )
                 closure.missing += [(str(user.real), name) for name in lacking]
     return closure
 

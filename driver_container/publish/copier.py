@@ -97,8 +97,15 @@ class Copier:
             if self._closing:
                 return None
             src = Path(identity[0])
-            return stage_copy(src, dest, mode=0o600, root=self._root, mtime_ns=identity[2], suffix=TMP_SUFFIX,
-                              sha256=self.digest(src, identity[1], identity[2]))  # fmt: skip
+            return stage_copy(
+                src,
+                dest,
+                mode=0o600,
+                root=self._root,
+                mtime_ns=identity[2],
+                suffix=TMP_SUFFIX,
+                sha256=self.digest(src, identity[1], identity[2]),
+            )
 
     def scan_finished(self) -> None:
         """Let every worker copy from now on (see ``__init__``)."""

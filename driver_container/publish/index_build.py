@@ -37,8 +37,15 @@ class IndexSummary:
 
 
 def _sources(space: PublishSources) -> list[SourceFile]:
-    groups = (space.libraries, space.binaries, space.firmware, space.configs, space.dependencies, space.extras,
-              space.vdpau)  # fmt: skip
+    groups = (
+        space.libraries,
+        space.binaries,
+        space.firmware,
+        space.configs,
+        space.dependencies,
+        space.extras,
+        space.vdpau,
+    )
     found = [src for group in groups for _name, src in group]
     if space.interpreter is not None:
         found.append(space.interpreter[1])
@@ -87,6 +94,12 @@ def build_index(userspace: Root, version: str, runner: Runner) -> IndexSummary:
     target = root / DIGEST_INDEX
     atomic_write_text(target, format_index(version, entries), root=root)
     summary = IndexSummary(target, len(entries), sum(1 for e in entries if e.elf), sum(e.size for e in entries))
-    log.info("indexed %d files (%d ELF objects, %.1f MB) of %s in %s", summary.files, summary.elf,
-             summary.size / 1e6, version, target)  # fmt: skip
+    log.info(
+        "indexed %d files (%d ELF objects, %.1f MB) of %s in %s",
+        summary.files,
+        summary.elf,
+        summary.size / 1e6,
+        version,
+        target,
+    )
     return summary

@@ -91,8 +91,12 @@ def _publish(paths: HostPaths, version: str, runner: Runner) -> PublishReport:
             sweep_temporaries(root, directory)  # left beside their targets by earlier versions of this code
         prepared = prepare(plan, root, previous, copier)
         if prepared.copied:  # asserted by the container tests: the image's index is really used
-            log.info("%d of %d files' digests from the image index (%d hashed)", prepared.from_index,
-                     prepared.copied, prepared.copied - prepared.from_index)  # fmt: skip
+            log.info(
+                "%d of %d files' digests from the image index (%d hashed)",
+                prepared.from_index,
+                prepared.copied,
+                prepared.copied - prepared.from_index,
+            )
         manifest = Manifest(version, plan.triplet, prepared.records, inputs)
         ran = _commit(plan, root, runner, prepared, manifest, previous)
     finally:
@@ -111,8 +115,14 @@ def _publish(paths: HostPaths, version: str, runner: Runner) -> PublishReport:
     )
     log.info(
         "published %s into %s: %d written (%d while scanning), %d unchanged, %d removed in %.2f s",
-        version, root, report.written, report.copied_early, report.unchanged, report.removed, report.duration_s,
-    )  # fmt: skip
+        version,
+        root,
+        report.written,
+        report.copied_early,
+        report.unchanged,
+        report.removed,
+        report.duration_s,
+    )
     return report
 
 
@@ -121,13 +131,17 @@ def _unchanged_report(manifest: Manifest, duration_s: float) -> PublishReport:
     lib = f"usr/lib/{manifest.triplet}"
     paths = [PurePosixPath(r.path) for r in manifest.records]
     return PublishReport(
-        written=0, unchanged=len(manifest.records), removed=0,
-        libraries=tuple(r.path for r, p in zip(manifest.records, paths, strict=True)
-                        if r.type == "file" and str(p.parent) == lib),
+        written=0,
+        unchanged=len(manifest.records),
+        removed=0,
+        libraries=tuple(
+            r.path for r, p in zip(manifest.records, paths, strict=True) if r.type == "file" and str(p.parent) == lib
+        ),
         binaries=tuple(r.path for r, p in zip(manifest.records, paths, strict=True) if str(p.parent) == "usr/bin"),
         firmware=tuple(r.path for r in manifest.records if r.path.startswith("lib/firmware/")),
-        duration_s=duration_s, ldconfig_ran=False,
-    )  # fmt: skip
+        duration_s=duration_s,
+        ldconfig_ran=False,
+    )
 
 
 def _check_closure(plan: PublishPlan) -> None:
@@ -165,8 +179,13 @@ def _commit(
             build_cache(plan, root, runner)  # checked in staging: a bad cache never replaces the live one
             manifest = manifest._replace(cache=_identity(root, STAGING / "ld.so.cache"))  # a rename keeps it
             transaction.run_next("put")
-        staged = stage_write(root / STAGING / STAGED_MANIFEST, format_manifest(manifest).encode(), mode=0o644,
-                             root=root, suffix=TMP_SUFFIX)  # fmt: skip
+        staged = stage_write(
+            root / STAGING / STAGED_MANIFEST,
+            format_manifest(manifest).encode(),
+            mode=0o644,
+            root=root,
+            suffix=TMP_SUFFIX,
+        )
         staged.commit()  # within staging: the step's temporary now exists under its journalled name
         transaction.run_next("put")
         transaction.finish()

@@ -59,8 +59,11 @@ def unmount_leftover(paths: HostPaths, runner: Runner, mounts: list[Mount]) -> l
     target = str(paths.driver_root.resolve())
     leftovers = leftovers_at(mounts, target)
     for leftover in leftovers:
-        log.warning("DRIVER_ROOT %s is a mount point (%s, left by a previous driver container); unmounting",
-                    target, describe(leftover))  # fmt: skip
+        log.warning(
+            "DRIVER_ROOT %s is a mount point (%s, left by a previous driver container); unmounting",
+            target,
+            describe(leftover),
+        )
         try:
             # -R: NVIDIA's rbind of its container root carries that root's submounts (/proc, /dev...);
             # it unmounts the top mount at the target and its children, never the one it sits on.

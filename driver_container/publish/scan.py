@@ -122,7 +122,8 @@ def _select_libraries(root: Root, version: str, cache: list[CacheEntry], elf: El
             log.info("%s has no DT_SONAME: published by its file name only", src.shown)
         elif not src.elf.soname:
             raise UserspaceError(
-                f"{src.shown}: has no DT_SONAME, so ld.so and ldconfig cannot find it by name", path=src.shown,
+                f"{src.shown}: has no DT_SONAME, so ld.so and ldconfig cannot find it by name",
+                path=src.shown,
                 fix="use the library files shipped by NVIDIA's packages unmodified",
             )
         found[real_name] = src
@@ -165,7 +166,8 @@ def _triplet(libraries: dict[str, SourceFile], root: Root, version: str) -> str:
         others = _versions_present(root)
         raise UserspaceError(
             f"USERSPACE_ROOT ({root.path}): no library named lib*.so.{version} for the loaded driver {version}"
-            + (f"; found versions {', '.join(others)}" if others else ""), path=root.path,
+            + (f"; found versions {', '.join(others)}" if others else ""),
+            path=root.path,
             fix=f"use a driver image whose userspace is exactly {version}",
         )
     machines = {src.elf.machine for src in libraries.values() if src.elf}
@@ -250,8 +252,12 @@ def describe_userspace(
     ldconfig = find_ldconfig(root, runner, elf)
     machine = next(m for m, t in TRIPLETS.items() if t == triplet)
     shell = find_static_shell(root, machine, elf)
-    log.debug("ELF headers: %d read, %d from the manifest or met before, %d from the image index", elf.read,
-              elf.reused, elf.from_index)
+    log.debug(
+        "ELF headers: %d read, %d from the manifest or met before, %d from the image index",
+        elf.read,
+        elf.reused,
+        elf.from_index,
+    )
     return PublishSources(
         version=version,
         triplet=triplet,

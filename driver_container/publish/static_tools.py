@@ -53,7 +53,8 @@ def find_ldconfig(root: Root, runner: Runner, elf: ElfFacts | None = None) -> So
         return SourceFile(on_path, str(on_path), st.st_size, st.st_mtime_ns, stat.S_IMODE(st.st_mode), facts)
     raise PublishError(
         f"no static ldconfig: not in USERSPACE_ROOT ({', '.join(LDCONFIG_CANDIDATES)}) and {on_path} is dynamic",
-        path=on_path, fix="install glibc's ldconfig (libc-bin) in the driver image",
+        path=on_path,
+        fix="install glibc's ldconfig (libc-bin) in the driver image",
     )
 
 
@@ -65,8 +66,11 @@ def find_static_shell(root: Root, machine: str, elf: ElfFacts) -> SourceFile | N
         src = source_file(root, inner)
         facts = elf.get_if_elf(src.real, src.shown, src.size, src.mtime_ns)
         if facts is None or not facts.is_static or facts.machine != machine:
-            log.warning("%s is not a static %s ELF binary: the root gets no shell (MPS through NVIDIA's DRA "
-                        "driver needs one)", src.shown, machine)  # fmt: skip
+            log.warning(
+                "%s is not a static %s ELF binary: the root gets no shell (MPS through NVIDIA's DRA driver needs one)",
+                src.shown,
+                machine,
+            )
             continue
         return replace(src, elf=facts)
     log.info("no static shell in USERSPACE_ROOT (%s): the root gets no bin/sh", ", ".join(SHELL_CANDIDATES))

@@ -77,8 +77,12 @@ def keep_unchanged_root(paths: HostPaths, version: str, runner: Runner) -> Manif
     if manifest is None:
         return None
     statusfiles.clear_publish_failure(paths.run_dir)
-    log.info("driver root %s unchanged since its last publish of %s (%d paths checked): nothing written",
-             paths.driver_root, version, len(manifest.records))  # fmt: skip
+    log.info(
+        "driver root %s unchanged since its last publish of %s (%d paths checked): nothing written",
+        paths.driver_root,
+        version,
+        len(manifest.records),
+    )
     return manifest
 
 
@@ -103,8 +107,9 @@ def unchanged_manifest(paths: HostPaths, version: str) -> Manifest | None:
         return None
     finally:
         tree.close()
-    if not all(_identity(Path(rec.source)) == (rec.source_size, rec.source_mtime_ns) for rec in manifest.records
-               if rec.source):  # fmt: skip
+    if not all(
+        _identity(Path(rec.source)) == (rec.source_size, rec.source_mtime_ns) for rec in manifest.records if rec.source
+    ):
         return None
     return manifest
 

@@ -20,7 +20,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from driver_container.errors import HostReadError, Problem
+from driver_container.errors import HostReadError
 from driver_container.formats.kernel.fabric import (
     is_nvlink5_vpd,
     parse_cap_mask,
@@ -29,6 +29,7 @@ from driver_container.formats.kernel.fabric import (
 )
 from driver_container.formats.kernel.nvidia_proc import NVSWITCH_PROC_DIR
 from driver_container.paths import HostPaths
+from driver_container.problems import Problem
 from driver_container.resolver import Root
 
 log = logging.getLogger(__name__)
@@ -95,13 +96,19 @@ class FabricInfo:
             "kind": self.kind,
             "nvswitch_devices": list(self.nvswitch_devices),
             "lpf_devices": list(self.lpf_devices),
-            "management_port": None if port is None else {
-                "device": port.device, "port": port.port, "guid": port.guid_hex,
+            "management_port": None
+            if port is None
+            else {
+                "device": port.device,
+                "port": port.port,
+                "guid": port.guid_hex,
             },
             "missing_modules": list(self.missing_modules),
             "image": {
-                "nv-fabricmanager": self.fm_binary, "nvlsm": self.nvlsm_binary,
-                "fabricmanager_cfg": self.fm_config, "nvlsm_conf": self.nvlsm_config,
+                "nv-fabricmanager": self.fm_binary,
+                "nvlsm": self.nvlsm_binary,
+                "fabricmanager_cfg": self.fm_config,
+                "nvlsm_conf": self.nvlsm_config,
             },
             "daemons": [{"name": d.name, "pid": d.pid, "evidence": d.evidence} for d in self.host_daemons],
         }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from driver_container.errors import HostReadError, Problem
+from driver_container.errors import HostReadError
 from driver_container.formats.kernel.nvidia_proc import (
     NVSWITCH_PROC_DIR,
     PCI_ID,
@@ -12,6 +12,7 @@ from driver_container.formats.kernel.nvidia_proc import (
     gpu_from_information,
     parse_gpu_information,
 )
+from driver_container.problems import Problem
 from driver_container.resolver import Root
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from driver_container.errors import HostReadError, Problem, noted
+from driver_container.errors import HostReadError
 from driver_container.formats.kernel.sysfs import SMALL, SysfsModule
 from driver_container.formats.numbers import parse_int
+from driver_container.problems import Problem, noted
 from driver_container.resolver import Root
 
 

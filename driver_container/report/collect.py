@@ -57,8 +57,14 @@ def collect_report(
 
     add(_timed("status.json", "nvidia-driver status --json", lambda: status_json().encode(), budget))
     add(hostfacts.manifest_member(paths.driver_root), BIG_MEMBER_CAP)
-    add(_timed("verification.json", f"a fresh check of {paths.driver_root} against its manifest",
-               lambda: _verification(paths.driver_root), budget))  # fmt: skip
+    add(
+        _timed(
+            "verification.json",
+            f"a fresh check of {paths.driver_root} against its manifest",
+            lambda: _verification(paths.driver_root),
+            budget,
+        )
+    )
     for member in hostfacts.run_dir_members(paths.run):
         add(member)
     for member in hostfacts.log_members(paths.run):
@@ -67,8 +73,15 @@ def collect_report(
         add(member)
     for member in hostfacts.module_members(paths):
         add(member)
-    add(_timed("modules/modinfo.txt", f"modinfo of the module files under {paths.host_root}",
-               lambda: modinfo_text(paths), budget), BIG_MEMBER_CAP)  # fmt: skip
+    add(
+        _timed(
+            "modules/modinfo.txt",
+            f"modinfo of the module files under {paths.host_root}",
+            lambda: modinfo_text(paths),
+            budget,
+        ),
+        BIG_MEMBER_CAP,
+    )
     add(read_kernel_log(paths.kmsg_path, budget.end), KMSG_CAP, keep_end=True)
     add(environment_member(env))
     if options.run_bug_script:

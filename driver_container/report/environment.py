@@ -54,9 +54,7 @@ def allowed(name: str, names: frozenset[str]) -> bool:
 
 def environment_member(env: Mapping[str, str]) -> Member:
     names = frozenset((*ENV_NAMES, *settings_env_names(), *CLI_ENV))
-    shown = {
-        name: "<redacted>" if looks_secret(name) else env[name] for name in sorted(env) if allowed(name, names)
-    }
+    shown = {name: "<redacted>" if looks_secret(name) else env[name] for name in sorted(env) if allowed(name, names)}
     body = {"entrypoint_version": __version__, "environment": shown, "allow_list": sorted(names)}
     data = (json.dumps(body, indent=2) + "\n").encode()
     return Member("environment.json", "this process's environment, allow-listed names only", data)

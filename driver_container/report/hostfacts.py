@@ -72,8 +72,7 @@ def module_members(paths: HostPaths) -> list[Member]:
         base = f"module/{module}"
         members += [file_member(paths.sys, f"{base}/{a}", f"host/sys/{base}/{a}") for a in MODULE_ATTRS]
         params, _why = entries(paths.sys, f"{base}/parameters")
-        members += [file_member(paths.sys, f"{base}/parameters/{p}", f"host/sys/{base}/parameters/{p}")
-                    for p in params]  # fmt: skip
+        members += [file_member(paths.sys, f"{base}/parameters/{p}", f"host/sys/{base}/parameters/{p}") for p in params]
     members += [file_member(paths.proc, inner, f"host/proc/{inner}") for inner in NVIDIA_PROC]
     gpus, _why = entries(paths.proc, "driver/nvidia/gpus")
     for gpu in gpus:

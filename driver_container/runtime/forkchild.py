@@ -117,7 +117,7 @@ def await_group_exit(pgid: int, within: float = GROUP_EXIT_S) -> bool:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _die_with_parent(parent: int) -> None:

@@ -146,7 +146,7 @@ def sweep_at(dir_fd: int, is_leftover: Callable[[str], bool], shown: Path) -> in
 def _temporary_name(target_name: str, suffix: str) -> str:
     # os.urandom, not secrets.token_hex (the same bytes): importing secrets loads hmac, hashlib and
     # OpenSSL, ~9 ms of every start (bench/startup.py).
-    return f".{target_name[:NAME_MAX - 40]}.{os.urandom(6).hex()}{suffix}"
+    return f".{target_name[: NAME_MAX - 40]}.{os.urandom(6).hex()}{suffix}"
 
 
 def create_temporary(dir_fd: int, target_name: str, suffix: str) -> tuple[int, str]:

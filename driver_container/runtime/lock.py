@@ -68,8 +68,9 @@ class PidLock:
                 f"{self.path}: cannot open: {exc.strerror}", path=self.path, fix="check that RUN_DIR is writable"
             ) from exc
         if fd is None:
-            raise LockError(f"{self.path}: not a regular file and cannot be replaced", path=self.path,
-                            fix=f"remove {self.path}")  # fmt: skip
+            raise LockError(
+                f"{self.path}: not a regular file and cannot be replaced", path=self.path, fix=f"remove {self.path}"
+            )
         return fd
 
     def _open_regular(self) -> int | None:

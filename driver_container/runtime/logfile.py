@@ -95,8 +95,7 @@ class RunDirLog(logging.Handler):
         reason = exc.message if isinstance(exc, DriverContainerError) else str(exc)
         out = self._stderr or sys.stderr
         with contextlib.suppress(OSError, ValueError):  # stderr closed: nothing more to do
-            out.write(f"nvidia-driver: warning: not keeping a copy of the log in {self.run_dir / LOG_FILE}: "
-                      f"{reason}\n")  # fmt: skip
+            out.write(f"nvidia-driver: warning: not keeping a copy of the log in {self.run_dir / LOG_FILE}: {reason}\n")
         self.close()
 
     def close(self) -> None:

@@ -47,9 +47,12 @@ class CompletedCommand(NamedRecord):
 
 class Runner:
     def __init__(
-        self, *, forbidden: frozenset[str] = frozenset(), env: Mapping[str, str] | None = None,
+        self,
+        *,
+        forbidden: frozenset[str] = frozenset(),
+        env: Mapping[str, str] | None = None,
         stop: Shutdown | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.forbidden = forbidden
         self.env = dict(os.environ if env is None else env)
         self.stop = stop
@@ -103,9 +106,15 @@ class Runner:
                 done = self._run_stoppable(args, argv, stdin, timeout, cwd)
             else:
                 proc = subprocess.run(
-                    args, input=stdin, capture_output=True, text=True, timeout=timeout, env=self.env, check=False,
+                    args,
+                    input=stdin,
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
+                    env=self.env,
+                    check=False,
                     cwd=cwd,
-                )  # fmt: skip
+                )
                 done = CompletedCommand(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
         except subprocess.TimeoutExpired as exc:
             raise CommandError(f"{argv[0]}: timed out after {timeout:g} s", argv=tuple(argv)) from exc
@@ -126,8 +135,15 @@ class Runner:
         """``subprocess.run`` as ``run`` calls it, looking at the signal flag every ``STOP_POLL_S``."""
         assert self.stop is not None
         pipe = subprocess.PIPE
-        proc = subprocess.Popen(args, stdin=pipe if stdin is not None else subprocess.DEVNULL, stdout=pipe,
-                                stderr=pipe, text=True, env=self.env, cwd=cwd)  # fmt: skip
+        proc = subprocess.Popen(
+            args,
+            stdin=pipe if stdin is not None else subprocess.DEVNULL,
+            stdout=pipe,
+            stderr=pipe,
+            text=True,
+            env=self.env,
+            cwd=cwd,
+        )
         deadline = time.monotonic() + timeout
         feed = stdin  # given to the first communicate only (a retry keeps what it read and wrote)
         while True:
@@ -206,8 +222,15 @@ class Runner:
         except OSError as exc:
             raise CommandError(f"{output}: cannot create: {exc.strerror}", argv=tuple(argv)) from exc
         try:
-            proc = subprocess.Popen(args, cwd=cwd, env=self.env, stdin=subprocess.DEVNULL, stdout=fd,
-                                    stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+            proc = subprocess.Popen(
+                args,
+                cwd=cwd,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=fd,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         except OSError as exc:
             raise CommandError(f"{argv[0]}: cannot run: {exc.strerror}", argv=tuple(argv)) from exc
         finally:

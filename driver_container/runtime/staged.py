@@ -53,9 +53,10 @@ class StagedFile:
     def commit(self) -> None:
         base = self._base()
         try:
-            with opened_dir(base, relative_to(base, self.tmp.parent)) as src, opened_dir(
-                base, relative_to(base, self.target.parent)
-            ) as dst:
+            with (
+                opened_dir(base, relative_to(base, self.tmp.parent)) as src,
+                opened_dir(base, relative_to(base, self.target.parent)) as dst,
+            ):
                 os.replace(self.tmp.name, self.target.name, src_dir_fd=src, dst_dir_fd=dst)
         except (OSError, PublishError) as exc:
             self.discard()

@@ -69,6 +69,8 @@ def _remove_misplaced(dir_fd: int, name: str, shown: Path, st: os.stat_result) -
         remove_tree_at(dir_fd, name)
     except OSError as exc:
         log.warning("%s: cannot remove: %s", shown, exc.strerror)
+
+
 READY = "Ready"
 NOT_READY = "NotReady"
 
@@ -142,8 +144,11 @@ def read_publish_failure(paths: HostPaths) -> tuple[str, str] | None:
         body = decode_object(text, limit=MAX_FAILURE_RECORD)
         return (str(body["version"]), str(body["error"]))
     except (ValueError, TypeError, KeyError) as exc:  # the next start that publishes (or keeps) the root clears it
-        log.warning("%s: ignored, not a record this version wrote (%s)", paths.run_dir / PUBLISH_FAILED,
-                    str(exc)[:200] or type(exc).__name__)  # fmt: skip
+        log.warning(
+            "%s: ignored, not a record this version wrote (%s)",
+            paths.run_dir / PUBLISH_FAILED,
+            str(exc)[:200] or type(exc).__name__,
+        )
         return ("unknown", "damaged record")
 
 

@@ -176,9 +176,15 @@ def run_to_end(
 ) -> Finished:
     """Run a container to completion with testcontainers and remove it, whatever happens."""
     container = _container(
-        image, command, entrypoint=entrypoint, env=env, volumes=volumes, privileged=privileged, cap_add=cap_add,
+        image,
+        command,
+        entrypoint=entrypoint,
+        env=env,
+        volumes=volumes,
+        privileged=privileged,
+        cap_add=cap_add,
         device_rules=device_rules,
-    )  # fmt: skip
+    )
     wrapped = _start(container)
     try:
         status = wrapped.wait(timeout=timeout)

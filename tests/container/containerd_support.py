@@ -31,8 +31,13 @@ WORKLOAD_IMAGE = "debian:bookworm-slim"
 NAMESPACE = "issue-29"
 CDI_DIR = Path("/var/run/cdi")  # ctr's static CDI registry reads /etc/cdi and /var/run/cdi
 # containerd 2.x plugins a bare daemon does not need: CRI (a kubelet's API) and NRI (its own socket under /var/run).
-DISABLED = ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.images", "io.containerd.cri.v1.runtime",
-            "io.containerd.nri.v1.nri", "io.containerd.podsandbox.controller.v1.podsandbox")  # fmt: skip
+DISABLED = (
+    "io.containerd.grpc.v1.cri",
+    "io.containerd.cri.v1.images",
+    "io.containerd.cri.v1.runtime",
+    "io.containerd.nri.v1.nri",
+    "io.containerd.podsandbox.controller.v1.podsandbox",
+)
 
 
 @dataclass
@@ -103,8 +108,11 @@ class Containerd:
 
 def require_containerd() -> None:
     require(os.geteuid() == 0, "root (containerd, mount namespaces)")
-    require((CONTAINERD_BIN / "ctr").is_file(), f"containerd 2.x at {CONTAINERD_BIN}",
-            how="scripts/fetch-containerd.sh (scripts/setup.sh)")  # fmt: skip
+    require(
+        (CONTAINERD_BIN / "ctr").is_file(),
+        f"containerd 2.x at {CONTAINERD_BIN}",
+        how="scripts/fetch-containerd.sh (scripts/setup.sh)",
+    )
     require(shutil.which("runc"), "runc", how="apt-get install runc (a docker.io dependency)")
     require(shutil.which("docker"), "the docker CLI and engine (the workload image)", how="scripts/dockerd.sh start")
 
@@ -124,8 +132,19 @@ def start_containerd(base: Path) -> Containerd:
     )
     env = {"PATH": f"{CONTAINERD_BIN}:/usr/sbin:/usr/bin:/sbin:/bin"}
     setup = 'mount --bind "$0" /usr/sbin && exec "$@"'
-    argv = ["unshare", "-m", "--propagation", "slave", "sh", "-c", setup, str(sbin), str(CONTAINERD_BIN / "containerd"),
-            "--config", str(config)]  # fmt: skip
+    argv = [
+        "unshare",
+        "-m",
+        "--propagation",
+        "slave",
+        "sh",
+        "-c",
+        setup,
+        str(sbin),
+        str(CONTAINERD_BIN / "containerd"),
+        "--config",
+        str(config),
+    ]
     with (base / "containerd.log").open("wb") as log:
         process = subprocess.Popen(argv, env=env, stdout=log, stderr=log, start_new_session=True)
     daemon = Containerd(base, process)

@@ -96,8 +96,9 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         _mount("--bind", f"/proc/{os.getpid()}", str(host / "proc/self"))  # init reads its own mounts
         mounted.append(host / "proc/self")
         env = node_env(host, USERSPACE, run_fs / "nvidia")
-        done = subprocess.run([str(CLI), "init", "--no-wait"], env=env, capture_output=True, text=True, timeout=300,
-                              check=False, cwd=REPO)  # fmt: skip
+        done = subprocess.run(
+            [str(CLI), "init", "--no-wait"], env=env, capture_output=True, text=True, timeout=300, check=False, cwd=REPO
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         assert "mounted tmpfs nvidia-driver-root" in done.stderr  # the root is not on the noexec /run
         containerd = start_containerd(base / "containerd")

@@ -69,13 +69,19 @@ def test_fabric_manager_from_the_image_until_docker_stop(
     fake.mkdir()
     env = node.container_env() | {
         "NVIDIA_PERSISTENCED": "false",  # no GPU here: a real persistenced would die at once
-        "FAKE_LOG": "/fake/calls.log", "FAKE_DIR": "/fake", "FAKE_FABRIC_RUN_DIR": "/run/nvidia-fabricmanager",
-        "FAKE_FABRIC_DELAY": "1", "NVFM_CONFIG_LOG_LEVEL": "3", "FABRIC_WAIT_TIMEOUT": "60",
+        "FAKE_LOG": "/fake/calls.log",
+        "FAKE_DIR": "/fake",
+        "FAKE_FABRIC_RUN_DIR": "/run/nvidia-fabricmanager",
+        "FAKE_FABRIC_DELAY": "1",
+        "NVFM_CONFIG_LOG_LEVEL": "3",
+        "FABRIC_WAIT_TIMEOUT": "60",
     }
-    volumes = node.volumes(**{
-        str(fm_run): {"bind": "/run/nvidia-fabricmanager", "mode": "rw"},  # as gpu-operator mounts it
-        str(fake): {"bind": "/fake", "mode": "rw"},
-    })
+    volumes = node.volumes(
+        **{
+            str(fm_run): {"bind": "/run/nvidia-fabricmanager", "mode": "rw"},  # as gpu-operator mounts it
+            str(fake): {"bind": "/fake", "mode": "rw"},
+        }
+    )
     with detached(fake_fabric_image, ["init"], env=env, volumes=volumes) as container:
         logs = wait_for_log(container, READY_LINE, timeout=120)
         assert "fabric completed on 8 GPU(s)" in logs

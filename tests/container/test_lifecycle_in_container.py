@@ -80,9 +80,7 @@ def test_docker_stop_exits_0_quickly_and_removes_the_pid_file(waiting: Any, node
     assert not (node.run_dir / "nvidia-driver.pid").exists()
 
 
-def test_second_container_on_the_same_run_dir_does_not_start_init(
-    image: Any, waiting: Any, node: FixtureNode
-) -> None:
+def test_second_container_on_the_same_run_dir_does_not_start_init(image: Any, waiting: Any, node: FixtureNode) -> None:
     second = run_to_end(image, ["init"], env=_env(node), volumes=node.volumes(), timeout=60)
     assert second.exit_code == 1, second.stdout + second.stderr
     assert "already running" in second.stdout + second.stderr

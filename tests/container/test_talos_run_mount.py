@@ -44,7 +44,7 @@ ENTRYPOINT = ["sh", "-c", 'exec nvidia-driver "$@"', "sh"]
 # nvidia-smi run as root creates /dev/nvidiactl: on the host only in a private mount namespace and /dev.
 PRIVATE_DEV = ["unshare", "-m", "sh", "-c", 'mount -t tmpfs private-dev /dev && exec "$@"', "sh"]
 CONSUMER = (
-    "LD_PRELOAD=/driver/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 /driver/usr/bin/nvidia-smi; echo \"preload $?\"; "
+    'LD_PRELOAD=/driver/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1 /driver/usr/bin/nvidia-smi; echo "preload $?"; '
     'chroot /driver /usr/bin/nvidia-smi; echo "chroot $?"'
 )
 CDI_LOAD = (
@@ -64,9 +64,11 @@ class TalosNode:
     def env(self) -> dict[str, str]:
         env = dict(line.split("=", 1) for line in (self.fixture / "env").read_text().splitlines() if "=" in line)
         return env | {
-            "PROCFS_ROOT": "/fixture/proc", "SYSFS_ROOT": "/fixture/sys",
-            "HOST_DRIVER_ROOT": str(self.driver_root), "NVIDIA_PERSISTENCED": "false",  # no GPU here
-        }  # fmt: skip
+            "PROCFS_ROOT": "/fixture/proc",
+            "SYSFS_ROOT": "/fixture/sys",
+            "HOST_DRIVER_ROOT": str(self.driver_root),
+            "NVIDIA_PERSISTENCED": "false",  # no GPU here
+        }
 
     def volumes(self) -> Volumes:
         fw_path = "sys/module/firmware_class/parameters/path"
@@ -99,8 +101,11 @@ def node(image: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Talos
     run_fs = base / "run"
     run_fs.mkdir()
     try:
-        subprocess.run(["mount", "-t", "tmpfs", "-o", "noexec,nosuid,nodev,mode=0755", "talos-run", str(run_fs)],
-                       check=True, timeout=30)  # fmt: skip
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "noexec,nosuid,nodev,mode=0755", "talos-run", str(run_fs)],
+            check=True,
+            timeout=30,
+        )
         subprocess.run(["mount", "--make-shared", str(run_fs)], check=True, timeout=30)
         # The kubelet creates the hostPath directories (type DirectoryOrCreate) before the container starts.
         (run_fs / "nvidia/driver/lib/firmware").mkdir(parents=True)
@@ -187,9 +192,13 @@ def test_a_container_with_the_root_as_a_plain_hostpath_runs_it(image: Any, drive
     # they answer ENXIO, hence exit 9.
     volumes = {str(node.driver_root): {"bind": "/driver", "mode": "rw,rslave"}}
     done = run_to_end(
-        image, [CONSUMER], entrypoint=["sh", "-c"], volumes=volumes,
-        device_rules=["c 195:* rwm", "c 509:* rwm"], timeout=60,
-    )  # fmt: skip
+        image,
+        [CONSUMER],
+        entrypoint=["sh", "-c"],
+        volumes=volumes,
+        device_rules=["c 195:* rwm", "c 509:* rwm"],
+        timeout=60,
+    )
     assert "preload 9" in done.stdout and "chroot 9" in done.stdout, done.stdout + done.stderr
     assert done.stdout.count(NO_DRIVER) == 2
 

@@ -61,14 +61,25 @@ def kubeconfig(tmp_path: Path) -> Iterator[Path]:
     config.parent.mkdir()
     ca = base64.b64encode(cert.read_bytes()).decode()
     config.write_text(
-        json.dumps({
-            "apiVersion": "v1", "kind": "Config", "current-context": "t",
-            "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{httpd.server_address[1]}",
-                                                   "certificate-authority-data": ca}}],
-            "users": [{"name": "u", "user": {"token": TOKEN}}],
-            "contexts": [{"name": "t", "context": {"cluster": "c", "user": "u"}}],
-        })
-    )  # fmt: skip
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "t",
+                "clusters": [
+                    {
+                        "name": "c",
+                        "cluster": {
+                            "server": f"https://127.0.0.1:{httpd.server_address[1]}",
+                            "certificate-authority-data": ca,
+                        },
+                    }
+                ],
+                "users": [{"name": "u", "user": {"token": TOKEN}}],
+                "contexts": [{"name": "t", "context": {"cluster": "c", "user": "u"}}],
+            }
+        )
+    )
     yield config
     httpd.shutdown()
     httpd.server_close()

@@ -85,8 +85,9 @@ def _lying_index(h: Host) -> None:
 def test_the_check_after_ready_catches_an_index_that_lies_and_status_reports_it(tmp_path: Path) -> None:
     h = make_host(tmp_path / "h")
     _lying_index(h)
-    proc = subprocess.Popen(h.argv("init"), env=h.env, cwd=h.base, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        h.argv("init"), env=h.env, cwd=h.base, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         record = h.run_dir / "nvidia-driver.verify.json"
         deadline = time.monotonic() + 60
@@ -94,8 +95,11 @@ def test_the_check_after_ready_catches_an_index_that_lies_and_status_reports_it(
             assert proc.poll() is None and time.monotonic() < deadline, "no check after Ready"
             time.sleep(0.1)
         time.sleep(0.3)  # the parent collects the child's result
-        rss_kb = next(int(line.split()[1]) for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
-                      if line.startswith("VmRSS:"))  # fmt: skip
+        rss_kb = next(
+            int(line.split()[1])
+            for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+            if line.startswith("VmRSS:")
+        )
         assert rss_kb < 30 * 1024, f"waiting init grew to {rss_kb} KiB"
         body = json.loads(record.read_text())
         assert body["total_mismatches"] == 1 and body["mismatches"][0]["path"] == LIB, body
@@ -118,8 +122,9 @@ def test_the_check_after_ready_catches_an_index_that_lies_and_status_reports_it(
 @pytest.mark.timeout(120)
 def test_sigterm_right_after_ready_stops_init_promptly(tmp_path: Path) -> None:
     h = make_host(tmp_path / "h")
-    proc = subprocess.Popen(h.argv("init"), env=h.env, cwd=h.base, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        h.argv("init"), env=h.env, cwd=h.base, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     status = h.run_dir / "validations/.driver-daemons-status"
     deadline = time.monotonic() + 60
     while not (status.exists() and status.read_text() == "Ready"):

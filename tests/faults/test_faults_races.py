@@ -60,12 +60,16 @@ def kubeconfig(tmp_path: Path) -> Iterator[Path]:
     thread.start()
     path = tmp_path / "kubeconfig.json"
     server = {"server": f"https://127.0.0.1:{httpd.server_address[1]}", "certificate-authority": str(cert)}
-    path.write_text(json.dumps({
-        "clusters": [{"name": "c", "cluster": server}],
-        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "current-context": "x",
-    }))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "clusters": [{"name": "c", "cluster": server}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "current-context": "x",
+            }
+        )
+    )
     yield path
     httpd.shutdown()
     thread.join()

@@ -42,10 +42,14 @@ def _host(tmp_path: Path, scenario: str) -> dict[str, str]:
     (tmp_path / "dev/nvidiactl").write_text("")  # a node that was there before the check stays
     (tmp_path / "work").mkdir()
     return {
-        **os.environ, "TMPDIR": str(tmp_path / "work"), "CHECK_HOST_ROOT": str(tree / "host"),
-        "CHECK_PROC": str(tree / "proc"), "CHECK_SYS": str(tree / "sys"), "CHECK_DEV": str(tmp_path / "dev"),
+        **os.environ,
+        "TMPDIR": str(tmp_path / "work"),
+        "CHECK_HOST_ROOT": str(tree / "host"),
+        "CHECK_PROC": str(tree / "proc"),
+        "CHECK_SYS": str(tree / "sys"),
+        "CHECK_DEV": str(tmp_path / "dev"),
         "USERSPACE_ROOT": str(USERSPACE),
-    }  # fmt: skip
+    }
 
 
 def _run(env: dict[str, str]) -> subprocess.CompletedProcess[str]:

@@ -161,11 +161,17 @@ def fixture_host_env(root: Path, base: Path, userspace: Path, *, drop: tuple[str
     runtime_dir = str(base / "container/var/run/nvidia-persistenced")
     env.update(
         PATH=f"{base / 'bin'}:{os.environ['PATH']}",
-        HOST_ROOT_MOUNT=str(root / "host"), PROCFS_ROOT=str(root / "proc"), SYSFS_ROOT=str(root / "sys"),
-        DRIVERS_CONF_DIR=str(root / "drivers"), RUN_DIR=str(base / "run"), USERSPACE_ROOT=str(userspace),
-        HOST_OS_RELEASE=str(root / "host/etc/os-release"), FAKE_LOG=str(base / "persistenced.log"),
-        FAKE_PERSISTENCED_DIR=runtime_dir, NVIDIA_PERSISTENCED_RUNTIME_DIR=runtime_dir,
-    )  # fmt: skip
+        HOST_ROOT_MOUNT=str(root / "host"),
+        PROCFS_ROOT=str(root / "proc"),
+        SYSFS_ROOT=str(root / "sys"),
+        DRIVERS_CONF_DIR=str(root / "drivers"),
+        RUN_DIR=str(base / "run"),
+        USERSPACE_ROOT=str(userspace),
+        HOST_OS_RELEASE=str(root / "host/etc/os-release"),
+        FAKE_LOG=str(base / "persistenced.log"),
+        FAKE_PERSISTENCED_DIR=runtime_dir,
+        NVIDIA_PERSISTENCED_RUNTIME_DIR=runtime_dir,
+    )
     return env
 
 
@@ -182,10 +188,14 @@ def node_env(host: Path, userspace: Path, run_dir: Path, path: str | None = None
         if value:
             env[key.strip()] = value.strip()
     return env | {
-        "HOST_ROOT_MOUNT": str(host / "host"), "PROCFS_ROOT": str(host / "proc"), "SYSFS_ROOT": str(host / "sys"),
-        "DRIVERS_CONF_DIR": str(host / "drivers"), "HOST_OS_RELEASE": str(host / "host/etc/os-release"),
-        "USERSPACE_ROOT": str(userspace), "RUN_DIR": str(run_dir),
-    }  # fmt: skip
+        "HOST_ROOT_MOUNT": str(host / "host"),
+        "PROCFS_ROOT": str(host / "proc"),
+        "SYSFS_ROOT": str(host / "sys"),
+        "DRIVERS_CONF_DIR": str(host / "drivers"),
+        "HOST_OS_RELEASE": str(host / "host/etc/os-release"),
+        "USERSPACE_ROOT": str(userspace),
+        "RUN_DIR": str(run_dir),
+    }
 
 
 FAKE_FABRIC = Path(__file__).resolve().parent / "fake_fabric.py"
@@ -234,6 +244,8 @@ def fabric_env(base: Path) -> dict[str, str]:
     for d in (run, logs, fake):
         d.mkdir(parents=True, exist_ok=True)
     return {
-        "FABRICMANAGER_RUN_DIR": str(run), "FABRICMANAGER_LOG_DIR": str(logs),
-        "FAKE_DIR": str(fake), "FAKE_FABRIC_RUN_DIR": str(run),
+        "FABRICMANAGER_RUN_DIR": str(run),
+        "FABRICMANAGER_LOG_DIR": str(logs),
+        "FAKE_DIR": str(fake),
+        "FAKE_FABRIC_RUN_DIR": str(run),
     }

@@ -76,15 +76,24 @@ class Host:
 
     def run(self, *args: str, timeout: float = 120, **extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            self.argv(*args), env={**self.env, **extra}, cwd=self.base,
-            capture_output=True, text=True, timeout=timeout, check=False,
-        )  # fmt: skip
+            self.argv(*args),
+            env={**self.env, **extra},
+            cwd=self.base,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
     def start(self, *args: str, **extra: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            self.argv(*args), env={**self.env, **extra}, cwd=self.base,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            self.argv(*args),
+            env={**self.env, **extra},
+            cwd=self.base,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
 
 
 def make_host(base: Path, scenario: str = SCENARIO, userspace: Path = USERSPACE) -> Host:
@@ -99,4 +108,3 @@ def make_host(base: Path, scenario: str = SCENARIO, userspace: Path = USERSPACE)
     env = fixture_host_env(root, base, image, drop=("DRIVER_ROOT", "CI"))
     host.env = env
     return host
-

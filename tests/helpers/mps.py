@@ -56,9 +56,7 @@ WAIT_S = 20.0
 _BASIC_NODES = {"null": (1, 3), "zero": (1, 5), "urandom": (1, 9), "tty": (5, 0)}
 
 
-def run_flow(
-    flow: str, root: Path, work: Path, *, host_pid: bool = False, timeout: float = 120
-) -> dict[str, Any]:
+def run_flow(flow: str, root: Path, work: Path, *, host_pid: bool = False, timeout: float = 120) -> dict[str, Any]:
     """``flow`` against ``root`` in a private PID and mount namespace; what it saw, as a dict. ``host_pid``:
     a private mount namespace only, in the caller's PID namespace, as the DRA driver's MPS pod runs
     (``hostPID: true``, like the driver pod whose procfs it then finds in the root); the caller runs it
@@ -159,9 +157,17 @@ def dra(root: Path, work: Path) -> dict[str, Any]:
     # The daemon's /dev/shm must be the claim's shm directory, which the plugin's CDI edits give the workload.
     probe = _run([*run, ": > /dev/shm/probe-from-the-daemon"], env)
     quit_ = _run([*run, "nvidia-cuda-mps-control"], env, "quit")
-    return {"branch": branch, "start": start, "client": client, "quit": quit_, "probe": probe,
-            "shm_shared": (shm / "probe-from-the-daemon").exists(), "control_log": _read(log / "control.log"),
-            "server_log": _read(log / "server.log"), "left": _wait_until_gone()}  # fmt: skip
+    return {
+        "branch": branch,
+        "start": start,
+        "client": client,
+        "quit": quit_,
+        "probe": probe,
+        "shm_shared": (shm / "probe-from-the-daemon").exists(),
+        "control_log": _read(log / "control.log"),
+        "server_log": _read(log / "server.log"),
+        "left": _wait_until_gone(),
+    }
 
 
 def plugin(root: Path, work: Path) -> dict[str, Any]:
@@ -190,9 +196,16 @@ def plugin(root: Path, work: Path) -> dict[str, Any]:
     healthy = _run(control, env, "get_default_active_thread_percentage")  # AssertHealthy
     quit_ = _run(control, env, "quit")
     logs = ctr / log.lstrip("/")
-    return {"start": start, "threads": threads, "client": client, "healthy": healthy, "quit": quit_,
-            "control_log": _read(logs / "control.log"), "server_log": _read(logs / "server.log"),
-            "left": _wait_until_gone()}  # fmt: skip
+    return {
+        "start": start,
+        "threads": threads,
+        "client": client,
+        "healthy": healthy,
+        "quit": quit_,
+        "control_log": _read(logs / "control.log"),
+        "server_log": _read(logs / "server.log"),
+        "left": _wait_until_gone(),
+    }
 
 
 def _reap_orphans() -> None:

@@ -19,9 +19,11 @@ from helpers.support import require
 
 # Character devices (major, minor) of a minimal /dev (Documentation/admin-guide/devices.txt).
 _BASIC_NODES = {"null": (1, 3), "zero": (1, 5), "urandom": (1, 9), "tty": (5, 0)}
-_SETUP = "mount -t tmpfs -o mode=755,nosuid tmpfs /dev && " + " && ".join(
-    f"mknod -m 666 /dev/{name} c {major} {minor}" for name, (major, minor) in _BASIC_NODES.items()
-) + ' && exec "$@"'
+_SETUP = (
+    "mount -t tmpfs -o mode=755,nosuid tmpfs /dev && "
+    + " && ".join(f"mknod -m 666 /dev/{name} c {major} {minor}" for name, (major, minor) in _BASIC_NODES.items())
+    + ' && exec "$@"'
+)
 
 
 def sandboxed(argv: Sequence[str]) -> list[str]:

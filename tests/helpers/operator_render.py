@@ -357,8 +357,9 @@ def _sidecar(s: Mapping[str, Any], *, enabled_default: bool) -> dict[str, Any]:
     return out
 
 
-MAPPED = frozenset({"psa", "cdi", "hostPaths", "daemonsets", "operator", "mig", "driver", "toolkit", "migManager",
-                    "gds", "gdrcopy"})  # fmt: skip
+MAPPED = frozenset(
+    {"psa", "cdi", "hostPaths", "daemonsets", "operator", "mig", "driver", "toolkit", "migManager", "gds", "gdrcopy"}
+)
 
 
 def clusterpolicy_from_values(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -397,8 +398,12 @@ def clusterpolicy_from_values(values: Mapping[str, Any]) -> dict[str, Any]:
     spec["daemonsets"] = {
         "labels": {"helm.sh/chart": chart, "app.kubernetes.io/managed-by": CHART["name"], **(ds.get("labels") or {})}
     }
-    for key, how in (("annotations", "toYaml"), ("tolerations", "toYaml"), ("priorityClassName", "plain"),
-                     ("updateStrategy", "plain")):  # fmt: skip
+    for key, how in (
+        ("annotations", "toYaml"),
+        ("tolerations", "toYaml"),
+        ("priorityClassName", "plain"),
+        ("updateStrategy", "plain"),
+    ):
         _optional(spec["daemonsets"], ds, key, how)
     if _truthy(ds.get("rollingUpdate")):
         spec["daemonsets"]["rollingUpdate"] = {"maxUnavailable": _quote(ds["rollingUpdate"].get("maxUnavailable"))}
@@ -483,8 +488,17 @@ def mounts_of(container: Mapping[str, Any], ds: Mapping[str, Any]) -> list[Mount
         kind = next(k for k in volume if k != "name")
         body = volume[kind] or {}
         source = body.get("path") or body.get("name") or body.get("secretName") or ""
-        mounts.append(Mount(m["mountPath"], m["name"], kind, str(source), m.get("subPath"),
-                            bool(m.get("readOnly", False)), m.get("mountPropagation")))  # fmt: skip
+        mounts.append(
+            Mount(
+                m["mountPath"],
+                m["name"],
+                kind,
+                str(source),
+                m.get("subPath"),
+                bool(m.get("readOnly", False)),
+                m.get("mountPropagation"),
+            )
+        )
     return mounts
 
 

@@ -138,9 +138,10 @@ FLAGS = ("GDRCOPY_ENABLED", "GDS_ENABLED", "GPU_DIRECT_RDMA_ENABLED")
 # validateAdditionalDriverComponents, GDRCopy/NvidiaFs/NvidiaPeermem validate and runValidation).
 FLAG_MODULES = {"GDRCOPY_ENABLED": "gdrdrv", "GDS_ENABLED": "nvidia_fs", "GPU_DIRECT_RDMA_ENABLED": "nvidia_peermem"}
 FLAG_STATUS_FILES = {
-    "GDRCOPY_ENABLED": "gdrcopy-ready", "GDS_ENABLED": "nvidia-fs-ready",
+    "GDRCOPY_ENABLED": "gdrcopy-ready",
+    "GDS_ENABLED": "nvidia-fs-ready",
     "GPU_DIRECT_RDMA_ENABLED": "nvidia-peermem-ready",
-}  # fmt: skip
+}
 SLEEP_INTERVAL_S = 1  # SLEEP_INTERVAL_SECONDS for the validator (its default is 5)
 # The images' PATHs: the validator's (docker/Dockerfile ENV) and Debian's default, the driver image's.
 VALIDATOR_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/busybox"
@@ -164,12 +165,17 @@ def require_validator() -> Path:
     """The real ``nvidia-validator`` v26.7.0 (its ``--version`` names the version and commit), with the
     machine's prerequisites for running it here: root, unshare, mount, chroot."""
     validator = TOOLS_DIR / "nvidia-validator"
-    require(os.access(validator, os.X_OK), f"gpu-operator {GPU_OPERATOR_VERSION} nvidia-validator in {TOOLS_DIR}",
-            how="set GPU_OPERATOR_TOOLS_DIR to the directory its README describes")  # fmt: skip
+    require(
+        os.access(validator, os.X_OK),
+        f"gpu-operator {GPU_OPERATOR_VERSION} nvidia-validator in {TOOLS_DIR}",
+        how="set GPU_OPERATOR_TOOLS_DIR to the directory its README describes",
+    )
     done = subprocess.run([str(validator), "--version"], capture_output=True, text=True, timeout=30, check=False)
     version = done.stdout + done.stderr
-    require(f"{GPU_OPERATOR_VERSION}, commit: {GPU_OPERATOR_COMMIT[:9]}" in version,
-            f"nvidia-validator {GPU_OPERATOR_VERSION} (got {version.strip()!r})")  # fmt: skip
+    require(
+        f"{GPU_OPERATOR_VERSION}, commit: {GPU_OPERATOR_COMMIT[:9]}" in version,
+        f"nvidia-validator {GPU_OPERATOR_VERSION} (got {version.strip()!r})",
+    )
     _require_sandbox()
     return validator
 
@@ -198,8 +204,11 @@ def probe_script_from_assets() -> str:
     """``startup-probe.sh`` of the operator's ``assets/state-driver/0400_configmap.yaml`` (the ClusterPolicy path's
     ConfigMap ``nvidia-driver-startup-probe``)."""
     path = TOOLS_DIR / PROBE_CONFIGMAP
-    require(path.is_file(), f"gpu-operator {GPU_OPERATOR_VERSION} assets in {TOOLS_DIR}",
-            how="set GPU_OPERATOR_TOOLS_DIR to the directory its README describes")  # fmt: skip
+    require(
+        path.is_file(),
+        f"gpu-operator {GPU_OPERATOR_VERSION} assets in {TOOLS_DIR}",
+        how="set GPU_OPERATOR_TOOLS_DIR to the directory its README describes",
+    )
     config = yaml.safe_load(path.read_text())
     return str(config["data"][PROBE_KEY])
 
@@ -265,16 +274,27 @@ def driver_daemonset(
     owner = "cluster-policy" if owner_kind == "ClusterPolicy" else "default"
     api_version = "nvidia.com/v1" if owner_kind == "ClusterPolicy" else "nvidia.com/v1alpha1"
     return {
-        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
         "metadata": {
-            "name": name, "namespace": namespace, "uid": "00000000-0000-0000-0000-000000000001",
+            "name": name,
+            "namespace": namespace,
+            "uid": "00000000-0000-0000-0000-000000000001",
             "labels": {"app": name, COMPONENT_LABEL: "nvidia-driver"},
-            "ownerReferences": [{"apiVersion": api_version, "kind": owner_kind, "name": owner,
-                                 "uid": "00000000-0000-0000-0000-000000000002", "controller": True,
-                                 "blockOwnerDeletion": True}],
+            "ownerReferences": [
+                {
+                    "apiVersion": api_version,
+                    "kind": owner_kind,
+                    "name": owner,
+                    "uid": "00000000-0000-0000-0000-000000000002",
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
         },
-        "spec": {}, "status": {},
-    }  # fmt: skip
+        "spec": {},
+        "status": {},
+    }
 
 
 def _selected(selector: str, labels: Mapping[str, str]) -> bool:
@@ -296,23 +316,40 @@ class _ApiHandler(BaseHTTPRequestHandler):
         query = parse_qs(url.query)
         api = self.api
         with api.lock:
-            api.requests.append(ApiRequest(self.command, url.path, query, self.headers.get("Authorization"),
-                                           self.headers.get("Accept")))  # fmt: skip
+            api.requests.append(
+                ApiRequest(self.command, url.path, query, self.headers.get("Authorization"), self.headers.get("Accept"))
+            )
         if self.headers.get("Authorization") != f"Bearer {api.token}":
-            self._answer(401, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Unauthorized",
-                               "code": 401})  # fmt: skip
+            self._answer(
+                401, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "Unauthorized", "code": 401}
+            )
             return
         match = re.fullmatch(r"/apis/apps/v1(?:/namespaces/([^/]+))?/daemonsets", url.path)
         if match is None:
             message = f"the stand-in API answers only the DaemonSet list, not {url.path}"
-            self._answer(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound",
-                               "message": message, "code": 404})  # fmt: skip
+            self._answer(
+                404,
+                {
+                    "kind": "Status",
+                    "apiVersion": "v1",
+                    "status": "Failure",
+                    "reason": "NotFound",
+                    "message": message,
+                    "code": 404,
+                },
+            )
             return
         selector = query.get("labelSelector", [""])[0]
-        items = [d for d in api.daemonsets if match.group(1) in (None, d["metadata"].get("namespace"))
-                 and _selected(selector, d["metadata"].get("labels", {}))]  # fmt: skip
-        self._answer(200, {"kind": "DaemonSetList", "apiVersion": "apps/v1", "metadata": {"resourceVersion": "1"},
-                           "items": items})  # fmt: skip
+        items = [
+            d
+            for d in api.daemonsets
+            if match.group(1) in (None, d["metadata"].get("namespace"))
+            and _selected(selector, d["metadata"].get("labels", {}))
+        ]
+        self._answer(
+            200,
+            {"kind": "DaemonSetList", "apiVersion": "apps/v1", "metadata": {"resourceVersion": "1"}, "items": items},
+        )
 
     do_POST = do_PUT = do_PATCH = do_DELETE = do_GET  # noqa: N815 - recorded, then 404 (no such route)
 
@@ -334,11 +371,30 @@ def _self_signed(directory: Path) -> tuple[Path, Path]:
     require(shutil.which("openssl"), "openssl", how="apt-get install openssl")
     cert, key = directory / "api.crt", directory / "api.key"
     subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-         "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return cert, key
 
 
@@ -419,8 +475,13 @@ def _run_sandboxed(setup: Sequence[str], command: Sequence[str], log: Path, time
     script = "set -eu\n" + "\n".join(setup) + f"\necho {_q(_READY_MARK)}\nexec " + " ".join(_q(a) for a in command)
     started = time.monotonic()
     with log.open("wb") as out:
-        child = subprocess.Popen(["unshare", "-m", "sh", "-c", script], stdin=subprocess.DEVNULL, stdout=out,
-                                 stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        child = subprocess.Popen(
+            ["unshare", "-m", "sh", "-c", script],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             returncode: int | None = child.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -451,9 +512,15 @@ class ProbeRun:
 
 
 def run_startup_probe(
-    script: str, *, work: Path, validations_dir: Path, sys_root: Path, env: Mapping[str, str] | None = None,
-    nvidia_smi_rc: int = 0, timeout: float = 30.0,
-) -> ProbeRun:  # fmt: skip
+    script: str,
+    *,
+    work: Path,
+    validations_dir: Path,
+    sys_root: Path,
+    env: Mapping[str, str] | None = None,
+    nvidia_smi_rc: int = 0,
+    timeout: float = 30.0,
+) -> ProbeRun:
     """``sh /usr/local/bin/startup-probe.sh`` with ``script`` there, as the kubelet runs the driver container's
     startup probe (module doc: probe root), ``env`` being the container's env (e.g. GDS_ENABLED=true)."""
     _require_sandbox()
@@ -484,8 +551,15 @@ def run_startup_probe(
         *_bind(validations_dir, root / "run/nvidia/validations"),
     ]
     environment = {"PATH": DEBIAN_PATH, **(env or {})}
-    command = ["env", "-i", *(f"{k}={v}" for k, v in environment.items()), "chroot", str(root),
-               "sh", "/usr/local/bin/startup-probe.sh"]  # fmt: skip
+    command = [
+        "env",
+        "-i",
+        *(f"{k}={v}" for k, v in environment.items()),
+        "chroot",
+        str(root),
+        "sh",
+        "/usr/local/bin/startup-probe.sh",
+    ]
     ran = _run_sandboxed(setup, command, work / "probe.log", timeout)
     ready = validations_dir / DRIVER_CTR_READY
     return ProbeRun(ran.returncode, ran.output, ready.read_text() if ready.exists() else None, _stand_in_log(root))
@@ -536,10 +610,19 @@ def _resolve_in_root(root: Path, relative: str) -> Path | None:
 
 
 def run_driver_validator(
-    *, work: Path, driver_root: Path, validations_dir: Path, node: NodeFiles, modules: str | Iterable[str],
-    api: OperatorApi | None, env: Mapping[str, str] | None = None, timeout: float = 10.0, nvidia_smi_rc: int = 0,
-    writable_root: bool = False, root_sysfs: bool = True,
-) -> ValidatorRun:  # fmt: skip
+    *,
+    work: Path,
+    driver_root: Path,
+    validations_dir: Path,
+    node: NodeFiles,
+    modules: str | Iterable[str],
+    api: OperatorApi | None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 10.0,
+    nvidia_smi_rc: int = 0,
+    writable_root: bool = False,
+    root_sysfs: bool = True,
+) -> ValidatorRun:
     """The real ``nvidia-validator`` as the driver-validation init container runs it (``sh -c nvidia-validator``,
     COMPONENT=driver, WITH_WAIT=true) against ``driver_root`` (module doc: validator root). ``modules``: the
     /proc/modules the validator's lsmod reads (its text, or module names). ``api``: the stand-in API (None: no
@@ -548,8 +631,22 @@ def run_driver_validator(
     validator = require_validator()
     busybox = busybox_binary()
     root = work / "validator-root"
-    mounts = ("busybox", "bin", "usr/bin", "proc", ".procfs", "sys", "dev", "tmp", "host", "host-dev-char", "stand-in",
-              "run/nvidia/driver", "run/nvidia/validations", SERVICE_ACCOUNT)  # fmt: skip
+    mounts = (
+        "busybox",
+        "bin",
+        "usr/bin",
+        "proc",
+        ".procfs",
+        "sys",
+        "dev",
+        "tmp",
+        "host",
+        "host-dev-char",
+        "stand-in",
+        "run/nvidia/driver",
+        "run/nvidia/validations",
+        SERVICE_ACCOUNT,
+    )
     for sub in mounts:
         (root / sub).mkdir(parents=True, exist_ok=True)
     # The image's /busybox: the binary (bound below) and a link per applet; /bin/sh -> /busybox/sh.
@@ -585,9 +682,14 @@ def run_driver_validator(
     smi = next((p for d in _SMI_DIRS if (p := _resolve_in_root(driver_root, f"{d}/nvidia-smi".lstrip("/")))), None)
     if smi is not None:  # else the validator's own "failed to locate nvidia-smi" shows
         setup += _bind(work / "nvidia-smi", ctr_root / smi.relative_to(os.path.realpath(driver_root)), readonly=True)
-    environment = {"PATH": VALIDATOR_PATH, "NVIDIA_VISIBLE_DEVICES": "void", "WITH_WAIT": "true",
-                   "COMPONENT": "driver", "OPERATOR_NAMESPACE": NAMESPACE,
-                   "SLEEP_INTERVAL_SECONDS": str(SLEEP_INTERVAL_S)}  # fmt: skip
+    environment = {
+        "PATH": VALIDATOR_PATH,
+        "NVIDIA_VISIBLE_DEVICES": "void",
+        "WITH_WAIT": "true",
+        "COMPONENT": "driver",
+        "OPERATOR_NAMESPACE": NAMESPACE,
+        "SLEEP_INTERVAL_SECONDS": str(SLEEP_INTERVAL_S),
+    }
     seen = 0
     if api is not None:
         accounts = root / SERVICE_ACCOUNT
@@ -597,12 +699,28 @@ def run_driver_validator(
         environment |= {"KUBERNETES_SERVICE_HOST": api.host, "KUBERNETES_SERVICE_PORT": str(api.port)}
         seen = len(api.requests)
     environment |= dict(env or {})
-    command = ["env", "-i", *(f"{k}={v}" for k, v in environment.items()), "chroot", str(root),
-               "/bin/sh", "-c", "nvidia-validator"]  # fmt: skip
+    command = [
+        "env",
+        "-i",
+        *(f"{k}={v}" for k, v in environment.items()),
+        "chroot",
+        str(root),
+        "/bin/sh",
+        "-c",
+        "nvidia-validator",
+    ]
     ran = _run_sandboxed(setup, command, work / "validator.log", timeout)
     ready = validations_dir / "driver-ready"
     links = {p.name: os.readlink(p) for p in sorted((root / "host-dev-char").iterdir()) if p.is_symlink()}
     requests = tuple(api.requests[seen:]) if api is not None else ()
     files = tuple(sorted(p.name for p in validations_dir.iterdir()))
-    return ValidatorRun(ran.returncode, ran.output, ran.elapsed, files, ready.read_text() if ready.exists() else None,
-                        _stand_in_log(root), links, requests)  # fmt: skip
+    return ValidatorRun(
+        ran.returncode,
+        ran.output,
+        ran.elapsed,
+        files,
+        ready.read_text() if ready.exists() else None,
+        _stand_in_log(root),
+        links,
+        requests,
+    )

@@ -47,8 +47,21 @@ def run_node(userspace: str, base: Path, timeout: float = 400) -> NodeRun:
     """The steps above for the graphics userspace named ``userspace``, below ``base``."""
     require(os.geteuid() == 0, "root (unshare, mount, chroot)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO)])}
-    argv = ["unshare", "-m", "-p", "-f", "--mount-proc", "--kill-child", "--propagation", "private",
-            sys.executable, "-m", "helpers.procsys", userspace, str(base)]  # fmt: skip
+    argv = [
+        "unshare",
+        "-m",
+        "-p",
+        "-f",
+        "--mount-proc",
+        "--kill-child",
+        "--propagation",
+        "private",
+        sys.executable,
+        "-m",
+        "helpers.procsys",
+        userspace,
+        str(base),
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     result: NodeRun = json.loads(done.stdout.strip().splitlines()[-1])
@@ -70,8 +83,9 @@ def mounts_below(base: Path) -> list[dict[str, str]]:
 
 
 def _init(env: dict[str, str]) -> dict[str, Any]:
-    done = subprocess.run([str(CLI), "init", "--no-wait"], env=env, capture_output=True, text=True, check=False,
-                          timeout=300, cwd=REPO)  # fmt: skip
+    done = subprocess.run(
+        [str(CLI), "init", "--no-wait"], env=env, capture_output=True, text=True, check=False, timeout=300, cwd=REPO
+    )
     return {"rc": done.returncode, "log": done.stderr}
 
 

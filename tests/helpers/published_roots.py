@@ -122,9 +122,11 @@ def userspace_root(userspace: Userspace, base: Path) -> Path:
         return export_image(userspace.image, base / "image-root")
     root = ARTEFACTS / userspace.artefact
     done = root / ".complete"
-    require(done.is_file() or (root / "usr/bin/nvidia-smi").is_symlink(),
-            f"Debian NVIDIA {userspace.version} {userspace.arch} userspace at {root}",
-            how="scripts/make-nvidia-userspace.sh / make-nvidia-debs-userspace.sh (scripts/setup.sh)")  # fmt: skip
+    require(
+        done.is_file() or (root / "usr/bin/nvidia-smi").is_symlink(),
+        f"Debian NVIDIA {userspace.version} {userspace.arch} userspace at {root}",
+        how="scripts/make-nvidia-userspace.sh / make-nvidia-debs-userspace.sh (scripts/setup.sh)",
+    )
     return Path(os.path.realpath(root))
 
 
@@ -155,7 +157,8 @@ def publish_with_init(
         (host / relative).write_text(text)
     run = run_dir or base / "run"
     env = node_env(host, source, run, path)
-    done = subprocess.run([str(CLI), "init", "--no-wait"], env=env, capture_output=True, text=True, check=False,
-                          timeout=300, cwd=REPO)  # fmt: skip
+    done = subprocess.run(
+        [str(CLI), "init", "--no-wait"], env=env, capture_output=True, text=True, check=False, timeout=300, cwd=REPO
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return Published(userspace, source, run / "driver", done, env)

@@ -17,8 +17,11 @@ def _strip_mtimes(value: Any) -> Any:
     # The published files' own mtimes differ between two publishes, and so does ld.so.cache's (the
     # manifest's "cache" is [size, mtime_ns]); the sources' identities must not.
     if isinstance(value, dict):
-        return {k: v[:1] if k == "cache" and isinstance(v, list) else _strip_mtimes(v)
-                for k, v in value.items() if k != "mtime_ns"}  # fmt: skip
+        return {
+            k: v[:1] if k == "cache" and isinstance(v, list) else _strip_mtimes(v)
+            for k, v in value.items()
+            if k != "mtime_ns"
+        }
     if isinstance(value, list):
         return [_strip_mtimes(v) for v in value]
     return value

@@ -75,8 +75,12 @@ def structural_to_json_schema(node: Any) -> Any:
     if node.get("x-kubernetes-int-or-string"):
         out.pop("type", None)
         out["anyOf"] = [*out.get("anyOf", []), {"type": "integer"}, {"type": "string"}]
-    if node.get("type") == "object" and "properties" in node and "additionalProperties" not in node \
-            and not node.get("x-kubernetes-preserve-unknown-fields"):  # fmt: skip
+    if (
+        node.get("type") == "object"
+        and "properties" in node
+        and "additionalProperties" not in node
+        and not node.get("x-kubernetes-preserve-unknown-fields")
+    ):
         out["additionalProperties"] = False  # pruned by the API server; an error under strict validation
     if "required" in node:  # the API server fills in defaults before it validates
         props = node.get("properties", {})
@@ -112,8 +116,9 @@ def custom_resource_section_errors(crd_file: str, version: str, section: str, va
 def _talos_definition(defs: dict[str, Any], doc: dict[str, Any]) -> str | None:
     for name, schema in defs.items():
         props = schema.get("properties", {})
-        if doc.get("kind") in props.get("kind", {}).get("enum", []) and \
-                doc.get("apiVersion") in props.get("apiVersion", {}).get("enum", []):  # fmt: skip
+        if doc.get("kind") in props.get("kind", {}).get("enum", []) and doc.get("apiVersion") in props.get(
+            "apiVersion", {}
+        ).get("enum", []):
             return name
     return None
 

@@ -21,8 +21,17 @@ REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
 # docs/ pages whose shell and YAML snippets users copy: the walk-throughs and the operator reference pages
 # split off operator.md (tests/unit/project/test_manifests.py, test_manifest_schemas.py check their snippets).
-ROUTE_AND_REFERENCE_PAGES = ("operator.md", "standalone.md", "migration.md", "upgrades.md", "manager.md", "dra.md",
-                             "mig.md", "mps.md", "imex.md")  # fmt: skip
+ROUTE_AND_REFERENCE_PAGES = (
+    "operator.md",
+    "standalone.md",
+    "migration.md",
+    "upgrades.md",
+    "manager.md",
+    "dra.md",
+    "mig.md",
+    "mps.md",
+    "imex.md",
+)
 SYNTHETIC_VERSION = "595.91.07"  # tests/fixtures/userspace/debian-595.91.07 (build.sh)
 MODULES = FIXTURES / "modules"  # the kbuild-built module fixtures and the script that made them
 NODE_FIXTURES = FIXTURES / "node"  # /proc, /sys and host trees of GPU nodes (device nodes, firmware, peermem)

@@ -86,10 +86,14 @@ class Difference(NamedTuple):
 def require_toolkit() -> Path:
     """The toolkit's directory, after checking its binaries are there and are v1.20.0."""
     present = all(os.access(TOOLKIT_DIR / name, os.X_OK) for name in BINARIES)
-    require(present, f"NVIDIA container toolkit {TOOLKIT_VERSION} binaries {', '.join(BINARIES)} in {TOOLKIT_DIR}",
-            how="set NVIDIA_CONTAINER_TOOLKIT_DIR to a build of NVIDIA/nvidia-container-toolkit v1.20.0")  # fmt: skip
-    done = subprocess.run([str(TOOLKIT_DIR / "nvidia-ctk"), "--version"], capture_output=True, text=True, timeout=30,
-                          check=False)  # fmt: skip
+    require(
+        present,
+        f"NVIDIA container toolkit {TOOLKIT_VERSION} binaries {', '.join(BINARIES)} in {TOOLKIT_DIR}",
+        how="set NVIDIA_CONTAINER_TOOLKIT_DIR to a build of NVIDIA/nvidia-container-toolkit v1.20.0",
+    )
+    done = subprocess.run(
+        [str(TOOLKIT_DIR / "nvidia-ctk"), "--version"], capture_output=True, text=True, timeout=30, check=False
+    )
     require(f"version {TOOLKIT_VERSION}" in done.stdout, f"nvidia-ctk {TOOLKIT_VERSION} (got {done.stdout.strip()!r})")
     return TOOLKIT_DIR
 
@@ -116,8 +120,16 @@ def management_spec(root: Path, dev_root: Path, *, ldconfig_path: str | None = N
     the spec as JSON and nvidia-ctk's stderr. ``ldconfig_path`` adds ``--ldconfig-path`` (docs/operator.md)."""
     tools = require_toolkit()
     hook = tools / "nvidia-cdi-hook"
-    argv = [str(tools / "nvidia-ctk"), "cdi", "generate", "--mode=management", f"--driver-root={root}",
-            f"--dev-root={dev_root}", f"--nvidia-cdi-hook-path={hook}", "--format=json"]  # fmt: skip
+    argv = [
+        str(tools / "nvidia-ctk"),
+        "cdi",
+        "generate",
+        "--mode=management",
+        f"--driver-root={root}",
+        f"--dev-root={dev_root}",
+        f"--nvidia-cdi-hook-path={hook}",
+        "--format=json",
+    ]
     if ldconfig_path is not None:
         argv.append(f"--ldconfig-path={ldconfig_path}")
     done = run_nvidia(argv)
@@ -154,8 +166,13 @@ def graphics_edits(root: Path, work: Path) -> tuple[dict[str, Any], str]:
 # The control and GPU nodes of one GPU: (name, major, minor) with the majors of the Talos fixture's
 # /proc/devices (nvidia 195, nvidia-uvm 509) and NVIDIA's fixed minors (NVIDIA/nvidia-container-toolkit
 # v1.20.0 @ 5505e2f9 internal/info/proc/devices/devices.go).
-STAND_IN_NODES = (("nvidiactl", 195, 255), ("nvidia0", 195, 0), ("nvidia-modeset", 195, 254),
-                  ("nvidia-uvm", 509, 0), ("nvidia-uvm-tools", 509, 1))  # fmt: skip
+STAND_IN_NODES = (
+    ("nvidiactl", 195, 255),
+    ("nvidia0", 195, 0),
+    ("nvidia-modeset", 195, 254),
+    ("nvidia-uvm", 509, 0),
+    ("nvidia-uvm-tools", 509, 1),
+)
 
 
 def stand_in_dev_root(dest: Path) -> Path:
@@ -227,8 +244,17 @@ def toolkit_view(root: Path, dev_root: Path, version: str, work: Path) -> Toolki
     env = dict(v.partition("=")[::2] for v in edits.get("env", []))
     items.update(dict.fromkeys(Item("env", f"{key}={_named(value, version)}") for key, value in env.items()))
     libraries = tuple(m["containerPath"] for m in edits.get("mounts", []) if _kind(m["containerPath"]) == "library")
-    return ToolkitView(root, version, items, mounts, tuple(links), tuple(folders), libraries, frozenset(hook_paths),
-                       frozenset(_warnings(ctk_stderr, root, version)))  # fmt: skip
+    return ToolkitView(
+        root,
+        version,
+        items,
+        mounts,
+        tuple(links),
+        tuple(folders),
+        libraries,
+        frozenset(hook_paths),
+        frozenset(_warnings(ctk_stderr, root, version)),
+    )
 
 
 def _same_content(a: Path, b: Path) -> bool:

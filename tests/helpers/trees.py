@@ -36,9 +36,10 @@ def pseudo_mounts_below(top: Path) -> frozenset[Path]:
     inside = str(top.resolve()) + "/"
     mounts = parse_mountinfo(Path("/proc/self/mountinfo").read_text())
     return frozenset(
-        top / m.mount_point[len(inside):] for m in mounts
+        top / m.mount_point[len(inside) :]
+        for m in mounts
         if m.fstype in PSEUDO_FILESYSTEMS and m.mount_point.startswith(inside)
-    )  # fmt: skip
+    )
 
 
 def _content(path: Path, st: os.stat_result) -> str:

@@ -187,12 +187,16 @@ def _client(api: Api, timeout: float = 1.0, stop: Callable[[], bool] | None = No
 
 def _kubeconfig(path: Path, api: Api, user: dict[str, str]) -> Path:
     cluster = {"server": api.url, **({"certificate-authority": str(api.ca)} if api.ca else {})}
-    path.write_text(json.dumps({
-        "clusters": [{"name": "c", "cluster": cluster}],
-        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
-        "users": [{"name": "u", "user": user}],
-        "current-context": "x",
-    }))  # fmt: skip
+    path.write_text(
+        json.dumps(
+            {
+                "clusters": [{"name": "c", "cluster": cluster}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "users": [{"name": "u", "user": user}],
+                "current-context": "x",
+            }
+        )
+    )
     return path
 
 
@@ -281,9 +285,7 @@ def test_an_answer_beyond_the_cap_is_not_read(api: Api, mode: str) -> None:
 
 
 @pytest.mark.parametrize("mode", ["deep", "list", "html"])
-def test_the_node_report_survives_a_malformed_answer(
-    api: Api, mode: str, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_the_node_report_survives_a_malformed_answer(api: Api, mode: str, caplog: pytest.LogCaptureFixture) -> None:
     api.mode = mode
     env = {"NODE_NAME": NODE, "KUBERNETES_SERVICE_HOST": "set"}
     assert report(NodeVerdict(READY, "595.91.07"), env, client_factory=lambda e, *_: _client(api)) is False
@@ -324,9 +326,7 @@ def _in_cluster(h: Host, api: Api, tmp_path: Path) -> dict[str, str]:
     return {"NODE_NAME": NODE, "KUBECONFIG": str(kubeconfig), "OPERATOR_NAMESPACE": "gpu-operator"}
 
 
-def _sigterm_once_arrived(
-    proc: subprocess.Popen[str], api: Api, what: str, *, settle: float
-) -> tuple[float, str]:
+def _sigterm_once_arrived(proc: subprocess.Popen[str], api: Api, what: str, *, settle: float) -> tuple[float, str]:
     """SIGTERM ``proc`` once its request reached ``api`` (and ``settle`` s more, inside the dribbled answer):
     the seconds until it ended, and its stderr. The process never outlives the test."""
     try:
@@ -384,9 +384,13 @@ def test_sigterm_to_driver_manager_during_a_dribbled_request(api: Api, tmp_path:
     code = "import sys; from driver_container.cli.manager_cmd import main; main(sys.argv[1:])"
     env = {**h.env, **_in_cluster(h, api, tmp_path)}
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, "uninstall_driver"], env=env, cwd=h.base,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [sys.executable, "-c", code, "uninstall_driver"],
+        env=env,
+        cwd=h.base,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     took, stderr = _sigterm_once_arrived(proc, api, "driver-manager never called the API server", settle=0.3)
     assert took < 2.0
     assert proc.returncode == -signal.SIGTERM and "Traceback" not in stderr, stderr

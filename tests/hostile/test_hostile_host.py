@@ -177,13 +177,23 @@ def test_driver_manager_pid_file_linked_to_dev_zero(tmp_path: Path, target: str)
     h, _out = _setup(tmp_path)
     h.run_dir.mkdir(parents=True, exist_ok=True)
     (h.run_dir / "nvidia-driver.pid").symlink_to(target)
-    env = {**h.env, "NODE_NAME": "node-1", "OPERATOR_NAMESPACE": "gpu-operator",
-           "KUBECONFIG": str(tmp_path / "missing-kubeconfig")}  # fmt: skip
+    env = {
+        **h.env,
+        "NODE_NAME": "node-1",
+        "OPERATOR_NAMESPACE": "gpu-operator",
+        "KUBECONFIG": str(tmp_path / "missing-kubeconfig"),
+    }
     code = "import sys; from driver_container.cli.manager_cmd import main; main(sys.argv[1:])"
     done = subprocess.run(
-        [sys.executable, "-c", code, "uninstall_driver"], env=env, cwd=h.base, capture_output=True, text=True,
-        timeout=60, check=False, preexec_fn=_limit_memory,
-    )  # fmt: skip
+        [sys.executable, "-c", code, "uninstall_driver"],
+        env=env,
+        cwd=h.base,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        preexec_fn=_limit_memory,
+    )
     # It gets past reading the node (pid file included) to the API configuration, which is missing here.
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr and "MemoryError" not in done.stderr

@@ -47,16 +47,18 @@ def _inline_config() -> str:
 
 
 def _talos_command_line() -> str:
-    return " ".join((
-        "BOOT_IMAGE=/vmlinuz talos.platform=metal console=ttyS0",
-        f"talos.config=https://node:{_secret('configurl')}@config.example/machine?u=${{uuid}}",
-        f"talos.config.inline={_inline_config()}",
-        f"talos.config.oauth.client_secret={_secret('oauth')}",
-        f"talos.config.auth.client_id={_secret('authid')}",
-        f"talos.environment=https_proxy=http://proxy:{_secret('proxy')}@proxy.example:3128",
-        f"siderolink.api=https://omni.example:8090/?jointoken={_secret('jointoken')}",
-        NVIDIA_ARGS,
-    ))  # fmt: skip
+    return " ".join(
+        (
+            "BOOT_IMAGE=/vmlinuz talos.platform=metal console=ttyS0",
+            f"talos.config=https://node:{_secret('configurl')}@config.example/machine?u=${{uuid}}",
+            f"talos.config.inline={_inline_config()}",
+            f"talos.config.oauth.client_secret={_secret('oauth')}",
+            f"talos.config.auth.client_id={_secret('authid')}",
+            f"talos.environment=https_proxy=http://proxy:{_secret('proxy')}@proxy.example:3128",
+            f"siderolink.api=https://omni.example:8090/?jointoken={_secret('jointoken')}",
+            NVIDIA_ARGS,
+        )
+    )
 
 
 def _kmsg() -> bytes:
@@ -119,8 +121,11 @@ def _plant_run_dir(h: Host) -> None:
     (run / "nvidia-driver.publish-failed").write_text(
         json.dumps({"error": f"pull https://puller:{_secret('publishfailed')}@registry.example/x failed"})
     )
-    (run / "nvidia-driver.verify.json").write_text(json.dumps({"ok": True, "mismatches": [
-        {"path": "usr/lib/x", "reason": f"Cookie: session={_secret('verify')}"}]}))  # fmt: skip
+    (run / "nvidia-driver.verify.json").write_text(
+        json.dumps(
+            {"ok": True, "mismatches": [{"path": "usr/lib/x", "reason": f"Cookie: session={_secret('verify')}"}]}
+        )
+    )
     (run / "nvidia-driver.module-verdict.json").write_text(json.dumps({"password": _secret("verdict")}))
     (run / "validations" / f"api_token={_secret('validations')}").write_text("")
     with (run / "nvidia-driver.log").open("a") as f:
@@ -146,11 +151,44 @@ def _plant_script(h: Host) -> None:
 
 
 def _secrets() -> list[str]:
-    names = ("inlinetoken", "inlinecakey", "configurl", "oauth", "authid", "proxy", "jointoken", "kmsg",
-             "paseto", "procversion", "osrelease", "imagerelease", "tainted", "procmodules", "sysparam",
-             "procparams", "registry", "gpuinfo", "capabilities", "modinfo", "conf", "state", "pid",
-             "publishfailed", "verify", "verdict", "validations", "logbearer", "logoption", "pem", "rotatedlog",
-             "manifest", "scriptlog", "scriptout", "environment", "index")  # fmt: skip
+    names = (
+        "inlinetoken",
+        "inlinecakey",
+        "configurl",
+        "oauth",
+        "authid",
+        "proxy",
+        "jointoken",
+        "kmsg",
+        "paseto",
+        "procversion",
+        "osrelease",
+        "imagerelease",
+        "tainted",
+        "procmodules",
+        "sysparam",
+        "procparams",
+        "registry",
+        "gpuinfo",
+        "capabilities",
+        "modinfo",
+        "conf",
+        "state",
+        "pid",
+        "publishfailed",
+        "verify",
+        "verdict",
+        "validations",
+        "logbearer",
+        "logoption",
+        "pem",
+        "rotatedlog",
+        "manifest",
+        "scriptlog",
+        "scriptout",
+        "environment",
+        "index",
+    )
     return [_secret(n) for n in names]
 
 
@@ -186,14 +224,18 @@ def test_a_secret_planted_in_every_source_reaches_no_byte_of_the_archive(tmp_pat
     _plant_script(h)
     log = (h.run_dir / "nvidia-driver.log").read_text()
     assert _secret("conf") in log  # the ConfigMap's value did reach init's log: the source is live
-    done = subprocess.run(h.argv("bug-report", "-o", "-"), env=h.env, cwd=h.base, capture_output=True,
-                          timeout=120, check=False)  # fmt: skip
+    done = subprocess.run(
+        h.argv("bug-report", "-o", "-"), env=h.env, cwd=h.base, capture_output=True, timeout=120, check=False
+    )
     assert done.returncode == 0, done.stderr
     files = _files(done.stdout)
     leaks = {
-        f"{name}: {secret}" for name, data in files.items() for secret in _secrets()
-        for form in _forms(secret) if form in data
-    }  # fmt: skip
+        f"{name}: {secret}"
+        for name, data in files.items()
+        for secret in _secrets()
+        for form in _forms(secret)
+        if form in data
+    }
     leaks |= {f"{name}: the inline config" for name, data in files.items() if _inline_config().encode() in data}
     assert not leaks, "leaked:\n" + "\n".join(sorted(leaks))
     _assert_useful_facts_kept(files)
@@ -240,8 +282,14 @@ def test_bug_report_with_crafted_members_ends_within_its_deadline(tmp_path: Path
     (h.root / "proc/driver/nvidia/params").write_bytes(CRAFTED[2])
     started = time.monotonic()
     try:
-        done = subprocess.run(h.argv("bug-report", "--timeout", "10", "-o", "-"), env=h.env, cwd=h.base,
-                              capture_output=True, timeout=60, check=False)  # fmt: skip
+        done = subprocess.run(
+            h.argv("bug-report", "--timeout", "10", "-o", "-"),
+            env=h.env,
+            cwd=h.base,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
     except subprocess.TimeoutExpired:
         raise AssertionError("bug-report --timeout 10 still running after 60 s") from None
     assert done.returncode == 0, done.stderr

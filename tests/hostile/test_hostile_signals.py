@@ -150,8 +150,12 @@ def test_a_bug_in_a_forked_child_is_one_line_never_a_traceback(tmp_path: Path, v
     run_dir.mkdir()
     done = subprocess.run(
         [sys.executable, "-c", CHILD_BUG, str(run_dir), "verbose" if verbose else "quiet"],
-        capture_output=True, text=True, timeout=60, check=False, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     assert done.returncode == 0, done.stderr
     line = "internal error: KeyError: 'a key"
     assert f"publisher: {line}" in done.stdout and f"timed: {line}" in done.stdout
@@ -199,12 +203,20 @@ def test_sigint_at_any_point_ends_a_command_as_sigterm_does(
     ended = {}
     for signum in (signal.SIGTERM, signal.SIGINT):
         mark = tmp_path / f"paused-{signum}"
-        env = {**h.env, "PAUSE_AT_IMPORT": pause_at, "PAUSE_MARK": str(mark),
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(site), h.env.get("PYTHONPATH")]))}  # fmt: skip
+        env = {
+            **h.env,
+            "PAUSE_AT_IMPORT": pause_at,
+            "PAUSE_MARK": str(mark),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(site), h.env.get("PYTHONPATH")])),
+        }
         proc = subprocess.Popen(
-            [sys.executable, "-c", _entry(script), *args], env=env, cwd=h.base,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            [sys.executable, "-c", _entry(script), *args],
+            env=env,
+            cwd=h.base,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         _wait_for(mark, proc)
         sent = time.monotonic()
         proc.send_signal(signum)

@@ -83,8 +83,15 @@ def test_the_decoder_bounds_depth_size_and_type_and_skips_strings() -> None:
     assert decode_json("[" * MAX_DEPTH + "]" * MAX_DEPTH, limit=100)
     big = "[" + '"[[{",' * (1 << 19) + "[[1]]]"  # over 1 MiB of quotes and brackets: the regex path
     assert nesting_depth(big) == 3 and len(decode_json(big, limit=len(big))) == (1 << 19) + 1
-    for bad in ("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), "[" * 100000, '{"a":' * 3000 + "1" + "}" * 3000,
-                b"\xff[]", "NaN", "[1,", '"unterminated \\" [[['):  # fmt: skip
+    for bad in (
+        "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1),
+        "[" * 100000,
+        '{"a":' * 3000 + "1" + "}" * 3000,
+        b"\xff[]",
+        "NaN",
+        "[1,",
+        '"unterminated \\" [[[',
+    ):
         with pytest.raises(JsonFormatError):
             decode_json(bad, limit=1 << 20)
     with pytest.raises(JsonFormatError, match="larger than 10 bytes"):
@@ -102,9 +109,11 @@ def _depth(value: object) -> int:
 
 
 _TRICKY_TEXT = st.text(alphabet=st.sampled_from('[]{}"\\/ a\u00e9\u20ac\n'), max_size=12)
-_VALUES = st.recursive(st.none() | st.integers() | _TRICKY_TEXT,
-                       lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TRICKY_TEXT, inner, max_size=4),
-                       max_leaves=40)  # fmt: skip
+_VALUES = st.recursive(
+    st.none() | st.integers() | _TRICKY_TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TRICKY_TEXT, inner, max_size=4),
+    max_leaves=40,
+)
 
 
 @given(value=_VALUES, ascii_only=st.booleans())
@@ -119,8 +128,14 @@ def test_the_depth_scan_agrees_with_the_value_json_decodes(value: object, ascii_
 def test_the_depth_scan_is_linear_on_hostile_text() -> None:
     # Escaped quotes, lone quotes and brackets at the largest cap any reader uses (16 MiB): each one
     # would make a backtracking string pattern or a per-character loop take minutes.
-    for text in ('"' + '\\"' * ((8 << 20) - 1), '"' * (16 << 20), "[" * (16 << 20), "[]" * (8 << 20),
-                 "[" * (8 << 20) + "]" * (8 << 20), "\\" * (16 << 20)):  # fmt: skip
+    for text in (
+        '"' + '\\"' * ((8 << 20) - 1),
+        '"' * (16 << 20),
+        "[" * (16 << 20),
+        "[]" * (8 << 20),
+        "[" * (8 << 20) + "]" * (8 << 20),
+        "\\" * (16 << 20),
+    ):
         started = time.monotonic()
         with pytest.raises(JsonFormatError):
             decode_json(text, limit=16 << 20)
@@ -239,8 +254,14 @@ def _replace(path: Path, kind: str, outside: Path) -> None:
 
 # Each failed every start on main with a directory (the pid file also with a link, validations with a link
 # or a file); the log copy was switched off for good.
-RUN_FILES = ["nvidia-driver.pid", "nvidia-driver.state", "validations/.driver-daemons-status",
-             PUBLISH_FAILED, "validations", "nvidia-driver.log"]  # fmt: skip
+RUN_FILES = [
+    "nvidia-driver.pid",
+    "nvidia-driver.state",
+    "validations/.driver-daemons-status",
+    PUBLISH_FAILED,
+    "validations",
+    "nvidia-driver.log",
+]
 
 
 @pytest.mark.parametrize("rel", RUN_FILES)
@@ -282,8 +303,15 @@ def test_an_unreadable_state_file_reads_as_absent(tmp_path: Path) -> None:
 
 def test_a_fifo_in_place_of_every_run_dir_file_at_once_never_blocks(tmp_path: Path) -> None:
     h = _published(tmp_path)
-    names = ["nvidia-driver.pid", "nvidia-driver.state", "validations/.driver-daemons-status", PUBLISH_FAILED,
-             "nvidia-driver.verify.json", "nvidia-driver.log", VERDICT_FILE]  # fmt: skip
+    names = [
+        "nvidia-driver.pid",
+        "nvidia-driver.state",
+        "validations/.driver-daemons-status",
+        PUBLISH_FAILED,
+        "nvidia-driver.verify.json",
+        "nvidia-driver.log",
+        VERDICT_FILE,
+    ]
     for rel in names:
         _replace(h.run_dir / rel, "fifo", tmp_path / "h/outside")
     started = time.monotonic()

@@ -299,6 +299,8 @@ def test_symlinked_directories_of_a_previous_root_are_never_followed(tmp_path: P
 
 
 MANIFEST = ".driver-container/manifest.json"
+
+
 def _edit(manifest: Path, change: Callable[[dict[str, object]], dict[str, object]]) -> None:
     body = json.loads(manifest.read_text())
     body["files"] = [change(r) if i == 0 else r for i, r in enumerate(body["files"])]

@@ -31,8 +31,9 @@ def bug_report(p: Published, base: Path) -> dict[str, bytes]:
     loading = f"6,1,100,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module  {p.userspace.version}\n"
     (base / "kmsg").write_text(loading)
     env = p.env | {"KMSG_PATH": str(base / "kmsg")}  # never the machine's /dev/kmsg
-    done = subprocess.run([str(CLI), "bug-report", "-o", "-"], env=env, cwd=base, capture_output=True, timeout=180,
-                          check=False)  # fmt: skip
+    done = subprocess.run(
+        [str(CLI), "bug-report", "-o", "-"], env=env, cwd=base, capture_output=True, timeout=180, check=False
+    )
     assert done.returncode == 0, done.stderr.decode()
     with tarfile.open(fileobj=io.BytesIO(done.stdout), mode="r:gz") as tar:
         return {m.name.removeprefix(f"{TOP}/"): tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]

@@ -23,9 +23,12 @@ def _env(tmp_path: Path, *loaded: str) -> dict[str, str]:
     with (tree / "proc/modules").open("a") as f:
         f.writelines(f"{name} 65536 0 - Live 0x0000000000000000 (O)\n" for name in loaded)
     return {
-        **os.environ, "PROCFS_ROOT": str(tree / "proc"), "SYSFS_ROOT": str(tree / "sys"),
-        "HOST_ROOT_MOUNT": str(tree / "host"), "HOST_OS_RELEASE": str(tree / "host/etc/os-release"),
-    }  # fmt: skip
+        **os.environ,
+        "PROCFS_ROOT": str(tree / "proc"),
+        "SYSFS_ROOT": str(tree / "sys"),
+        "HOST_ROOT_MOUNT": str(tree / "host"),
+        "HOST_OS_RELEASE": str(tree / "host/etc/os-release"),
+    }
 
 
 @pytest.mark.timeout(30)
@@ -53,8 +56,14 @@ def test_install_waits_while_talos_has_the_module_and_stops_on_sigterm(
 
 @pytest.mark.timeout(30)
 def test_install_refuses_at_once_without_the_module(tmp_path: Path) -> None:
-    done = subprocess.run([str(BIN / "nvidia-gds-driver"), "install"], env=_env(tmp_path), capture_output=True,
-                          text=True, timeout=20, check=False)  # fmt: skip
+    done = subprocess.run(
+        [str(BIN / "nvidia-gds-driver"), "install"],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
     assert done.returncode == 1
     assert "nvidia-gds-driver: error: gds.enabled=true (GDS_ENABLED=true), but nvidia_fs is not loaded" in done.stderr
     assert "nvidia-gds-driver: fix: set gds.enabled=false" in done.stderr and "Traceback" not in done.stderr
@@ -63,6 +72,12 @@ def test_install_refuses_at_once_without_the_module(tmp_path: Path) -> None:
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("argv", [[], ["build"], ["install", "--now"]])
 def test_anything_but_install_is_a_usage_error(tmp_path: Path, argv: list[str]) -> None:
-    done = subprocess.run([str(BIN / "nvidia-gdrcopy-driver"), *argv], env=_env(tmp_path), capture_output=True,
-                          text=True, timeout=20, check=False)  # fmt: skip
+    done = subprocess.run(
+        [str(BIN / "nvidia-gdrcopy-driver"), *argv],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+    )
     assert done.returncode == 2 and "usage: nvidia-gdrcopy-driver install" in done.stderr

@@ -31,9 +31,14 @@ def _run_demo(tmp_path: Path) -> subprocess.CompletedProcess[str]:
     require((REPO / ".venv/bin/nvidia-driver").is_file(), "the development .venv")
     env = {**os.environ, "TMPDIR": str(tmp_path)}  # PYTHONPATH kept: a worktree's demo runs that tree's code
     return subprocess.run(
-        ["bash", str(DEMO)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+        ["bash", str(DEMO)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
         check=False,
-    )  # fmt: skip
+    )
 
 
 def _status_line(stdout: str) -> str:
@@ -57,9 +62,13 @@ def test_demo_warns_of_nothing_and_prints_a_status_command_that_runs(tmp_path: P
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     status = subprocess.run(
-        ["sh", "-c", line + " --json"], cwd=elsewhere, capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+        ["sh", "-c", line + " --json"],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
         check=False,
-    )  # fmt: skip
+    )
     assert status.returncode == 0, status.stdout + status.stderr
     doc = json.loads(status.stdout)
     assert doc["platform"]["talos_version"] == "v1.13.9"
@@ -74,9 +83,13 @@ def test_the_printed_status_command_survives_a_tmpdir_with_blanks_and_quotes(tmp
     demo = _run_demo(awkward)
     assert demo.returncode == 0, demo.stdout + demo.stderr
     status = subprocess.run(
-        ["sh", "-c", _status_line(demo.stdout)], cwd=tmp_path, capture_output=True, text=True,
-        timeout=RUN_TIMEOUT_S, check=False,
-    )  # fmt: skip
+        ["sh", "-c", _status_line(demo.stdout)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT_S,
+        check=False,
+    )
     assert status.returncode == 0, status.stdout + status.stderr
     assert "findings: none" in status.stdout, status.stdout
     assert str(awkward) in status.stdout  # the paths reached status whole, not split at the blank

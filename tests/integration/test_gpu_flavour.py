@@ -24,9 +24,14 @@ def test_status_json_shows_the_pci_gpus_and_the_error(host: Callable[[str], Host
     doc = json.loads(done.stdout)
     assert len(doc["pci_gpus"]) == 8 and doc["nvidia"]["flavour"] == "proprietary"
     assert doc["pci_gpus"][0] == {
-        "address": "0000:18:00.0", "pci_id": "10de:2901", "class": "0x030200", "driver": "nvidia",
-        "generation": "Blackwell", "open": "yes", "proprietary": "no",
-    }  # fmt: skip
+        "address": "0000:18:00.0",
+        "pci_id": "10de:2901",
+        "class": "0x030200",
+        "driver": "nvidia",
+        "generation": "Blackwell",
+        "open": "yes",
+        "proprietary": "no",
+    }
     (gpu,) = [f for f in doc["findings"] if f["code"] == "FLAVOUR_CANNOT_DRIVE_GPU"]
     assert gpu["severity"] == "error" and "nvidia-open-gpu-kernel-modules" in gpu["fix"]
     text = h.run("status")

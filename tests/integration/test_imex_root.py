@@ -56,8 +56,10 @@ class ImexRoot(NamedTuple):
 def imex_root(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> ImexRoot:
     used: Userspace = request.param
     source = ARTEFACTS / used.artefact
-    require((source / "usr/bin/nvidia-smi").is_symlink() or (source / "usr/bin/nvidia-smi").is_file(),
-            f"Debian NVIDIA {used.version} userspace at {source}")  # fmt: skip
+    require(
+        (source / "usr/bin/nvidia-smi").is_symlink() or (source / "usr/bin/nvidia-smi").is_file(),
+        f"Debian NVIDIA {used.version} userspace at {source}",
+    )
     require(os.geteuid() == 0, "root (chroot, mknod)")
     base = tmp_path_factory.mktemp(f"imex-{used.name}")
     userspace = userspace_with_imex(source, base / "userspace")

@@ -34,8 +34,10 @@ FIXTURE_VERSION = "580.105.08"  # what the committed Ubuntu fixtures have loaded
 DIGEST = "sha256-0f1e2d"
 # What init passes for the fixtures' drivers/*.conf on R580+ (NVIDIA adds the coherent-memory mode).
 NVIDIA_PARAMS = [
-    "NVreg_EnableGpuFirmware=1", "NVreg_OpenRmEnableUnsupportedGpus=1",
-    "NVreg_RegistryDwords=RMUseSwI2c=0x01;RMI2cSpeed=100", "NVreg_CoherentGPUMemoryMode=driver",
+    "NVreg_EnableGpuFirmware=1",
+    "NVreg_OpenRmEnableUnsupportedGpus=1",
+    "NVreg_RegistryDwords=RMUseSwI2c=0x01;RMI2cSpeed=100",
+    "NVreg_CoherentGPUMemoryMode=driver",
 ]
 IDLE_UNLOAD_CALLS = [["rmmod", "nvidia_modeset"], ["rmmod", "nvidia_uvm"], ["rmmod", "nvidia"]]
 # nvidia-persistenced keeps /dev/nvidiactl open while it runs: the kernel holds one reference on nvidia
@@ -68,14 +70,23 @@ class Generic:
 
     def cli(self, *args: str, timeout: float = 60, **extra: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "driver_container", *args], env={**self.env, **extra}, cwd=self.fake.root,
-            capture_output=True, text=True, timeout=timeout, check=False,
+            [sys.executable, "-m", "driver_container", *args],
+            env={**self.env, **extra},
+            cwd=self.fake.root,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
         )
 
     def start(self, *args: str, **extra: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
-            [sys.executable, "-m", "driver_container", *args], env={**self.env, **extra}, cwd=self.fake.root,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [sys.executable, "-m", "driver_container", *args],
+            env={**self.env, **extra},
+            cwd=self.fake.root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
 
     def status(self) -> str | None:
@@ -114,10 +125,14 @@ def generic(tmp_path: Path) -> Callable[..., Generic]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DRIVER_", "NVIDIA_", "FAKE_"))}
         env.update(fake.env)
         env.update(
-            HOST_ROOT_MOUNT=str(fake.paths.host_root), PROCFS_ROOT=str(fake.paths.procfs_root),
-            SYSFS_ROOT=str(fake.paths.sysfs_root), DRIVERS_CONF_DIR=str(fake.paths.drivers_conf_dir),
-            RUN_DIR=str(fake.paths.run_dir), USERSPACE_ROOT=str(image),
-            HOST_OS_RELEASE=str(fake.root / "host/etc/os-release"), NVIDIA_PERSISTENCED="false",
+            HOST_ROOT_MOUNT=str(fake.paths.host_root),
+            PROCFS_ROOT=str(fake.paths.procfs_root),
+            SYSFS_ROOT=str(fake.paths.sysfs_root),
+            DRIVERS_CONF_DIR=str(fake.paths.drivers_conf_dir),
+            RUN_DIR=str(fake.paths.run_dir),
+            USERSPACE_ROOT=str(image),
+            HOST_OS_RELEASE=str(fake.root / "host/etc/os-release"),
+            NVIDIA_PERSISTENCED="false",
             DRIVER_CONFIG_DIGEST=DIGEST,
         )
         return Generic(fake, env)
@@ -183,8 +198,14 @@ def test_generic_init_detects_the_platform_once(generic: Callable[..., Generic],
     code += "runpy.run_module('driver_container', run_name='__main__', alter_sys=True)\n"
     try:
         done = subprocess.run(
-            [sys.executable, "-c", code], env={**g.env, "OPENED_FD": str(fd), "OPENED_MATCH": "os-release"},
-            cwd=g.fake.root, capture_output=True, text=True, timeout=60, check=False, pass_fds=(fd,),
+            [sys.executable, "-c", code],
+            env={**g.env, "OPENED_FD": str(fd), "OPENED_MATCH": "os-release"},
+            cwd=g.fake.root,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            pass_fds=(fd,),
         )
     finally:
         os.close(fd)
@@ -287,8 +308,11 @@ def test_sigterm_stops_persistenced_before_unloading(generic: Callable[..., Gene
     daemon.write_text(f"#!{sys.executable}\n{HOLDING_PERSISTENCED}")
     daemon.chmod(0o755)
     runtime_dir = tmp_path / "container/var/run/nvidia-persistenced"
-    g.env.update(NVIDIA_PERSISTENCED="true", NVIDIA_PERSISTENCED_RUNTIME_DIR=str(runtime_dir),
-                 FAKE_PERSISTENCED_DIR=str(runtime_dir))
+    g.env.update(
+        NVIDIA_PERSISTENCED="true",
+        NVIDIA_PERSISTENCED_RUNTIME_DIR=str(runtime_dir),
+        FAKE_PERSISTENCED_DIR=str(runtime_dir),
+    )
     refcnt = g.fake.root / "sys/module/nvidia/refcnt"
     stderr, elapsed = _sigterm_after_ready(g, ready=lambda: refcnt.read_text() == "3\n")
     assert elapsed < SIGNAL_EXIT_S

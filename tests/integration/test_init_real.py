@@ -39,7 +39,6 @@ class Node:
         return self.run_dir / "driver"
 
 
-
 def _cli(node: Node, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(CLI), *args], env=node.env, capture_output=True, text=True, check=False, timeout=120, cwd=REPO

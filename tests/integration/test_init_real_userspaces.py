@@ -84,8 +84,9 @@ def test_arm64_userspace_is_refused_for_x86_64_modules(tmp_path: Path) -> None:
     require((userspace / ".complete").is_file(), f"Debian NVIDIA 535 arm64 userspace at {userspace}")
     host = restamp_host(tmp_path / "host", HOST_VERSION, "amd64")
     env = node_env(host, userspace, tmp_path / "run", os.environ.get("PATH", "/usr/bin:/bin"))
-    done = subprocess.run([str(CLI), "init", "--no-wait"], env=env, capture_output=True, text=True, check=False,
-                          timeout=300, cwd=REPO)  # fmt: skip
+    done = subprocess.run(
+        [str(CLI), "init", "--no-wait"], env=env, capture_output=True, text=True, check=False, timeout=300, cwd=REPO
+    )
     assert done.returncode != 0
     assert "ARCH_MISMATCH" in done.stdout + done.stderr or "aarch64" in done.stdout + done.stderr
     assert not (tmp_path / "run/driver/.driver-container/manifest.json").exists()

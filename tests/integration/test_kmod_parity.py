@@ -149,9 +149,15 @@ def test_foreign_architecture_trees_equal_kmod(arch: str, ident: bytes) -> None:
 
 
 @pytest.mark.parametrize(
-    "arg", ["./modules/nvidia.ko", "modules//nvidia.ko", "./modules/./nvidia.ko.xz",
-            "modules/../modules/nvidia.ko.zst", "FIXTURES//modules/nvidia.ko"],
-)  # fmt: skip
+    "arg",
+    [
+        "./modules/nvidia.ko",
+        "modules//nvidia.ko",
+        "./modules/./nvidia.ko.xz",
+        "modules/../modules/nvidia.ko.zst",
+        "FIXTURES//modules/nvidia.ko",
+    ],
+)
 def test_filename_is_printed_as_given_like_kmod(arg: str) -> None:
     """``./`` and ``//`` were once normalised away; kmod keeps the argument's text."""
     from helpers.support import FIXTURES

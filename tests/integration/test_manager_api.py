@@ -473,24 +473,38 @@ def _facts(**overrides: Any) -> NodeFacts:
 
 def test_manager_pauses_waits_and_restores_operand_labels(server: Server, tmp_path: Path) -> None:
     st = server.state
-    st.labels.update({
-        "nvidia.com/gpu.deploy.device-plugin": "true",
-        "nvidia.com/gpu.deploy.dcgm": "false",
-        "nvidia.com/gpu.deploy.gpu-feature-discovery": "true",
-    })  # fmt: skip
+    st.labels.update(
+        {
+            "nvidia.com/gpu.deploy.device-plugin": "true",
+            "nvidia.com/gpu.deploy.dcgm": "false",
+            "nvidia.com/gpu.deploy.gpu-feature-discovery": "true",
+        }
+    )
     st.pods = [
-        {"name": "dp", "node": NODE, "labels": {"app": "nvidia-device-plugin-daemonset"},
-         "operand": "nvidia.com/gpu.deploy.device-plugin"},
-        {"name": "gfd", "node": NODE, "labels": {"app": "gpu-feature-discovery"},
-         "operand": "nvidia.com/gpu.deploy.gpu-feature-discovery"},
-    ]  # fmt: skip
+        {
+            "name": "dp",
+            "node": NODE,
+            "labels": {"app": "nvidia-device-plugin-daemonset"},
+            "operand": "nvidia.com/gpu.deploy.device-plugin",
+        },
+        {
+            "name": "gfd",
+            "node": NODE,
+            "labels": {"app": "gpu-feature-discovery"},
+            "operand": "nvidia.com/gpu.deploy.gpu-feature-discovery",
+        },
+    ]
     st.daemonset_controller = True
     sleeps = Sleeps()
     options = ManagerOptions(node_name=NODE, operator_namespace=NS, driver_config_digest="new", poll_interval=1)
     summary = run_uninstall(
-        HostPaths(run_dir=tmp_path), Settings(), options, runner=Runner(),
-        api_factory=lambda: _client(server, sleeps), facts=_facts(),
-    )  # fmt: skip
+        HostPaths(run_dir=tmp_path),
+        Settings(),
+        options,
+        runner=Runner(),
+        api_factory=lambda: _client(server, sleeps),
+        facts=_facts(),
+    )
     patches = [r.body["metadata"]["labels"] for r in st.requests if r.method == "PATCH"]
     assert patches == [
         {"nvidia.com/gpu.deploy.device-plugin": PAUSED, "nvidia.com/gpu.deploy.gpu-feature-discovery": PAUSED},
@@ -504,8 +518,12 @@ def test_manager_labels_a_host_driver_node_pre_installed_and_fails(server: Serve
     options = ManagerOptions(node_name=NODE, operator_namespace=NS, host_driver_delay=0)
     with pytest.raises(HostDriverPresentError) as caught:
         run_uninstall(
-            HostPaths(run_dir=tmp_path), Settings(), options, runner=Runner(),
-            api_factory=lambda: _client(server), facts=_facts(host_smi=Path("/usr/bin/nvidia-smi")),
-        )  # fmt: skip
+            HostPaths(run_dir=tmp_path),
+            Settings(),
+            options,
+            runner=Runner(),
+            api_factory=lambda: _client(server),
+            facts=_facts(host_smi=Path("/usr/bin/nvidia-smi")),
+        )
     assert server.state.labels["nvidia.com/gpu.deploy.driver"] == "pre-installed"
     assert "/usr/bin/nvidia-smi" in caught.value.message

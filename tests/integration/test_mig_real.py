@@ -67,16 +67,26 @@ def mig_root(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
 def manager_cdi_spec(root: Path, out: Path) -> dict[str, Any]:
     """The manager's three nvidia-ctk commands, in its order, each checked; the spec it writes, parsed."""
     ctk = str(require_toolkit() / "nvidia-ctk")
-    generate = [ctk, "cdi", "generate", "--mode=management", f"--driver-root={root}", f"--dev-root={root}",
-                "--vendor=management.nvidia.com", "--class=gpu", f"--nvidia-cdi-hook-path={CDI_HOOK}"]  # fmt: skip
+    generate = [
+        ctk,
+        "cdi",
+        "generate",
+        "--mode=management",
+        f"--driver-root={root}",
+        f"--dev-root={root}",
+        "--vendor=management.nvidia.com",
+        "--class=gpu",
+        f"--nvidia-cdi-hook-path={CDI_HOOK}",
+    ]
     done = run_nvidia(generate)
     assert done.returncode == 0, done.stderr
     transform = [ctk, "cdi", "transform", "root", f"--from={root}", f"--to={HOST_DRIVER_ROOT}", "--input=-"]
     first = subprocess.run(transform, input=done.stdout, capture_output=True, text=True, timeout=60, check=False)
     assert first.returncode == 0, first.stderr
     output = out / "management.nvidia.com-gpu.yaml"
-    second = subprocess.run([*transform, f"--output={output}"], input=first.stdout, capture_output=True, text=True,
-                            timeout=60, check=False)  # fmt: skip
+    second = subprocess.run(
+        [*transform, f"--output={output}"], input=first.stdout, capture_output=True, text=True, timeout=60, check=False
+    )
     assert second.returncode == 0, second.stderr
     text = output.read_text()
     assert str(root) not in text  # every host path now names the node's /run/nvidia/driver

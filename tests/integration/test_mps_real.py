@@ -39,8 +39,11 @@ NO_OS = "OS call failed or operation not supported on this OS"  # CUDA_ERROR_OPE
 def mps_root(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Published:
     base = tmp_path_factory.mktemp(f"mps-{request.param.name}")
     source = userspace_root(request.param, base)
-    require((source / "usr/bin/busybox").is_file(), f"busybox-static in {source}",
-            how="scripts/make-nvidia-debs-userspace.sh (layout 3) through scripts/setup.sh")  # fmt: skip
+    require(
+        (source / "usr/bin/busybox").is_file(),
+        f"busybox-static in {source}",
+        how="scripts/make-nvidia-debs-userspace.sh (layout 3) through scripts/setup.sh",
+    )
     return publish_with_init(request.param, base)
 
 

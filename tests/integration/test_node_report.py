@@ -155,11 +155,17 @@ def test_init_refusal_is_reported_by_the_cli(
     (tmp_path / "host/etc").mkdir(parents=True)
     (tmp_path / "host/etc/os-release").write_text('ID=talos\nVERSION_ID=v1.13.9\nNAME="Talos"\n')
     env = {
-        **ENV, "HOST_ROOT_MOUNT": str(tmp_path / "host"), "PROCFS_ROOT": str(tmp_path / "proc"),
-        "SYSFS_ROOT": str(tmp_path / "sys"), "RUN_DIR": str(tmp_path / "run"),
-        "HOST_OS_RELEASE": str(tmp_path / "host/etc/os-release"), "MODULE_WAIT_TIMEOUT": "0",
-        "USERSPACE_ROOT": str(tmp_path / "image"), "OPERATOR_NAMESPACE": NS, "GDS_ENABLED": "true",
-    }  # fmt: skip
+        **ENV,
+        "HOST_ROOT_MOUNT": str(tmp_path / "host"),
+        "PROCFS_ROOT": str(tmp_path / "proc"),
+        "SYSFS_ROOT": str(tmp_path / "sys"),
+        "RUN_DIR": str(tmp_path / "run"),
+        "HOST_OS_RELEASE": str(tmp_path / "host/etc/os-release"),
+        "MODULE_WAIT_TIMEOUT": "0",
+        "USERSPACE_ROOT": str(tmp_path / "image"),
+        "OPERATOR_NAMESPACE": NS,
+        "GDS_ENABLED": "true",
+    }
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     from driver_container.cli import main

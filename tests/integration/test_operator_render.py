@@ -79,8 +79,6 @@ KMOD_CONFIG = {  # a kernelModuleConfig ConfigMap (docs/deploy/talos-kernel-modu
 }
 
 
-
-
 def _with_owner(node: Any) -> Any:
     """The sample with ``ghcr.io/OWNER`` filled in, everywhere."""
     if isinstance(node, dict):
@@ -123,18 +121,24 @@ class Case(NamedTuple):
 # What the samples leave off, switched on: (helm values key, value) for the ClusterPolicy, (NVIDIADriver
 # spec key, value) for the NVIDIADriver (rootFS is the ClusterPolicy's there too).
 # The sidecars run this image (docs/operator.md, "GDS and GDRCopy"): NVIDIA's would build and load a module.
-SIDECAR = {name: {"enabled": True, "repository": "ghcr.io/example", "image": "talos-nvidia-driver",
-                  "version": "595.91.07"} for name in ("gds", "gdrcopy")}  # fmt: skip
+SIDECAR = {
+    name: {"enabled": True, "repository": "ghcr.io/example", "image": "talos-nvidia-driver", "version": "595.91.07"}
+    for name in ("gds", "gdrcopy")
+}
 VARIANTS: dict[str, tuple[list[tuple[str, Any]], list[tuple[str, Any]]]] = {
-    "rdma": ([("driver.rdma", {"enabled": True, "useHostMofed": True})],
-             [("rdma", {"enabled": True, "useHostMofed": True})]),
+    "rdma": (
+        [("driver.rdma", {"enabled": True, "useHostMofed": True})],
+        [("rdma", {"enabled": True, "useHostMofed": True})],
+    ),
     "gds": ([("gds", SIDECAR["gds"])], [("gds", SIDECAR["gds"]), ("kernelModuleType", "open")]),
     "gdrcopy": ([("gdrcopy", SIDECAR["gdrcopy"])], [("gdrcopy", SIDECAR["gdrcopy"])]),
     "rootfs": ([("hostPaths.rootFS", "/custom")], []),
-    "kmodcfg": ([("driver.kernelModuleConfig.name", "kernel-module-params")],
-                [("kernelModuleConfig", {"name": "kernel-module-params"})]),
+    "kmodcfg": (
+        [("driver.kernelModuleConfig.name", "kernel-module-params")],
+        [("kernelModuleConfig", {"name": "kernel-module-params"})],
+    ),
     "open": ([("driver.kernelModuleType", "open")], [("kernelModuleType", "open")]),
-}  # fmt: skip
+}
 # And all of them at once: the sidecars with the kernelModuleConfig mounts and HOST_ROOT.
 VARIANTS["all"] = ([s for cp, _ in VARIANTS.values() for s in cp], [s for _, nd in VARIANTS.values() for s in nd])
 
@@ -251,8 +255,10 @@ def test_every_image_is_one_the_release_matrix_publishes(renders: dict[str, Rend
     assert f"{IMAGE}:595.91.07-talosv1.14.0-rc.1" in tags  # the matrix read right
     unpublished = [
         f"{ds['metadata']['name']}/{c['name']}: {c['image']}"
-        for ds in renders[name].daemonsets for c in containers_of(ds) if c["image"] not in tags
-    ]  # fmt: skip
+        for ds in renders[name].daemonsets
+        for c in containers_of(ds)
+        if c["image"] not in tags
+    ]
     assert unpublished == []
 
 
@@ -261,8 +267,9 @@ def _pool_release(rendered: Rendered, ds: dict[str, Any]) -> str:
     selector = ds["spec"]["template"]["spec"]["nodeSelector"]
     releases = {
         n["metadata"]["labels"][OS_VERSION_LABEL]
-        for n in rendered.nodes if selector.items() <= n["metadata"]["labels"].items()
-    }  # fmt: skip
+        for n in rendered.nodes
+        if selector.items() <= n["metadata"]["labels"].items()
+    }
     (release,) = releases
     return str(release)
 
@@ -293,9 +300,10 @@ def test_every_node_gets_exactly_one_driver_daemonset(renders: dict[str, Rendere
         labels = node["metadata"]["labels"]
         assert labels["nvidia.com/gpu.present"] == "true"  # the NFD labels of talos_node were understood
         chosen = [
-            d["metadata"]["name"] for d in rendered.daemonsets
+            d["metadata"]["name"]
+            for d in rendered.daemonsets
             if d["spec"]["template"]["spec"]["nodeSelector"].items() <= labels.items()
-        ]  # fmt: skip
+        ]
         assert len(chosen) == 1, (node["metadata"]["name"], chosen)
 
 
@@ -565,7 +573,7 @@ def _run_probe(script: str, work: Path, *, loaded: bool, status: str | None, smi
 @pytest.mark.parametrize(
     ("loaded", "status", "smi_rc"),
     [(True, None, 0), (True, "Ready", 0), (True, "NotReady", 0), (False, None, 0), (True, None, 9)],
-)  # fmt: skip
+)
 def test_the_standalone_startup_probe_behaves_as_the_operators(
     renders: dict[str, Rendered], tmp_path: Path, loaded: bool, status: str | None, smi_rc: int
 ) -> None:
@@ -587,10 +595,18 @@ def test_a_talos_node_is_labelled_as_nfd_labels_it() -> None:
     labels = talos_node("n", "v1.14.0-rc.1")["metadata"]["labels"]
     nfd = {k.split("/", 1)[1]: v for k, v in labels.items() if k.startswith("feature.node.kubernetes.io/")}
     # VERSION_ID keeps its "v"; no VERSION_ID.major/minor for a value that does not start with a digit.
-    assert nfd == {"pci-10de.present": "true", "system-os_release.ID": "talos",
-                   "system-os_release.VERSION_ID": "v1.14.0-rc.1", "kernel-version.full": "6.18.44-talos"}  # fmt: skip
-    assert talos_node("n", "v1.13.9", kernel="6.18.44+x")["metadata"]["labels"][
-        "feature.node.kubernetes.io/kernel-version.full"] == "6.18.44_x"  # fmt: skip
+    assert nfd == {
+        "pci-10de.present": "true",
+        "system-os_release.ID": "talos",
+        "system-os_release.VERSION_ID": "v1.14.0-rc.1",
+        "kernel-version.full": "6.18.44-talos",
+    }
+    assert (
+        talos_node("n", "v1.13.9", kernel="6.18.44+x")["metadata"]["labels"][
+            "feature.node.kubernetes.io/kernel-version.full"
+        ]
+        == "6.18.44_x"
+    )
     with pytest.raises(ValueError, match="no kernel known"):
         talos_node("n", "v9.9.9")
 

@@ -31,8 +31,6 @@ KERNEL = "6.18.44-talos"  # the fixture host's kernel, given to both pools
 DIGEST = "sha256:" + "ab" * 32
 
 
-
-
 rm = release_matrix()
 
 

@@ -47,12 +47,18 @@ TALOS_MODULES = ("nvidia_uvm", "nvidia_modeset", "nvidia")  # what the kmod exte
 VALUES = REPO / "docs/deploy/gpu-operator-values.yaml"
 DOC = REPO / "docs/operator.md"
 KMOD_CONFIG = {
-    "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kernel-module-params"},
+    "apiVersion": "v1",
+    "kind": "ConfigMap",
+    "metadata": {"name": "kernel-module-params"},
     "data": {"nvidia.conf": "NVreg_NoSuchParameter=1\n", "nvidia-uvm.conf": "uvm_perf_prefetch_enable=0\n"},
-}  # fmt: skip
+}
 WORKS, REFUSED, NO_EFFECT, OPERATOR, UNSUPPORTED = (
-    "works", "refused", "no effect", "rejected by the operator", "not supported",
-)  # fmt: skip
+    "works",
+    "refused",
+    "no effect",
+    "rejected by the operator",
+    "not supported",
+)
 
 
 @dataclass(frozen=True)
@@ -92,37 +98,85 @@ def _manager_env_reaches_the_init_container(rendered: Rendered, init: subprocess
 
 
 CASES = (
-    Case("driver.rdma.enabled", {"driver": {"rdma": {"enabled": True}}}, REFUSED, code="PEERMEM_NOT_ON_TALOS",
-         fix="set driver.rdma.enabled=false"),
-    Case("driver.rdma.useHostMofed", {"driver": {"rdma": {"enabled": True, "useHostMofed": True}}}, REFUSED,
-         code="PEERMEM_NOT_ON_TALOS", fix="set driver.rdma.enabled=false"),
-    Case("gds.enabled (Talos 1.13)", {"gds": {"enabled": True}}, REFUSED, code="GDS_MODULE_NOT_LOADED",
-         fix="set gds.enabled=false"),
-    Case("gds.enabled (Talos 1.14, nvidia_fs loaded)", {"gds": {"enabled": True}}, WORKS, talos="v1.14.0-rc.1",
-         loaded=("nvidia_fs",)),
-    Case("gdrcopy.enabled", {"gdrcopy": {"enabled": True}}, REFUSED, code="GDRCOPY_MODULE_NOT_LOADED",
-         fix="set gdrcopy.enabled=false"),
+    Case(
+        "driver.rdma.enabled",
+        {"driver": {"rdma": {"enabled": True}}},
+        REFUSED,
+        code="PEERMEM_NOT_ON_TALOS",
+        fix="set driver.rdma.enabled=false",
+    ),
+    Case(
+        "driver.rdma.useHostMofed",
+        {"driver": {"rdma": {"enabled": True, "useHostMofed": True}}},
+        REFUSED,
+        code="PEERMEM_NOT_ON_TALOS",
+        fix="set driver.rdma.enabled=false",
+    ),
+    Case(
+        "gds.enabled (Talos 1.13)",
+        {"gds": {"enabled": True}},
+        REFUSED,
+        code="GDS_MODULE_NOT_LOADED",
+        fix="set gds.enabled=false",
+    ),
+    Case(
+        "gds.enabled (Talos 1.14, nvidia_fs loaded)",
+        {"gds": {"enabled": True}},
+        WORKS,
+        talos="v1.14.0-rc.1",
+        loaded=("nvidia_fs",),
+    ),
+    Case(
+        "gdrcopy.enabled",
+        {"gdrcopy": {"enabled": True}},
+        REFUSED,
+        code="GDRCOPY_MODULE_NOT_LOADED",
+        fix="set gdrcopy.enabled=false",
+    ),
     Case("gdrcopy.enabled (gdrdrv loaded)", {"gdrcopy": {"enabled": True}}, WORKS, loaded=("gdrdrv",)),
-    Case("driver.kernelModuleConfig", {"driver": {"kernelModuleConfig": {"name": "kernel-module-params"}}},
-         NO_EFFECT, objects=(KMOD_CONFIG,), checks=(_kmod_config_is_checked_not_applied,)),
+    Case(
+        "driver.kernelModuleConfig",
+        {"driver": {"kernelModuleConfig": {"name": "kernel-module-params"}}},
+        NO_EFFECT,
+        objects=(KMOD_CONFIG,),
+        checks=(_kmod_config_is_checked_not_applied,),
+    ),
     Case("driver.kernelModuleType", {"driver": {"kernelModuleType": "proprietary"}}, WORKS),
     Case("driver.usePrecompiled", {"driver": {"usePrecompiled": True}}, UNSUPPORTED, checks=(_precompiled_tag,)),
     Case("hostPaths.rootFS", {"hostPaths": {"rootFS": "/custom"}}, WORKS, checks=(_host_root_is_the_hosts_path,)),
     Case("driver.env", {"driver": {"env": [{"name": "NVIDIA_PERSISTENCED", "value": "false"}]}}, WORKS),
     Case("driver.args", {"driver": {"args": ["init", "--accept-license"]}}, NO_EFFECT),
-    Case("driver.licensingConfig", {"driver": {"licensingConfig": {"configMapName": "lic", "nlsEnabled": True}}},
-         NO_EFFECT),
+    Case(
+        "driver.licensingConfig",
+        {"driver": {"licensingConfig": {"configMapName": "lic", "nlsEnabled": True}}},
+        NO_EFFECT,
+    ),
     Case("driver.virtualTopology", {"driver": {"virtualTopology": {"config": "topology"}}}, NO_EFFECT),
     Case("driver.repoConfig", {"driver": {"repoConfig": {"configMapName": "repo"}}}, OPERATOR),
     Case("driver.certConfig", {"driver": {"certConfig": {"name": "certs"}}}, OPERATOR),
-    Case("driver.startupProbe", {"driver": {"startupProbe": {"initialDelaySeconds": 5, "periodSeconds": 5,
-                                                             "timeoutSeconds": 60, "failureThreshold": 60}}}, WORKS),
+    Case(
+        "driver.startupProbe",
+        {
+            "driver": {
+                "startupProbe": {
+                    "initialDelaySeconds": 5,
+                    "periodSeconds": 5,
+                    "timeoutSeconds": 60,
+                    "failureThreshold": 60,
+                }
+            }
+        },
+        WORKS,
+    ),
     Case("driver.livenessProbe", {"driver": {"livenessProbe": {"periodSeconds": 20}}}, OPERATOR),
     Case("driver.readinessProbe", {"driver": {"readinessProbe": {"periodSeconds": 20}}}, OPERATOR),
-    Case("driver.manager.env", {"driver": {"manager": {"env": [
-        {"name": "NODE_LABEL_FOR_GPU_POD_EVICTION", "value": "example.com/gpu-job"}]}}}, WORKS,
-         checks=(_manager_env_reaches_the_init_container,)),
-)  # fmt: skip
+    Case(
+        "driver.manager.env",
+        {"driver": {"manager": {"env": [{"name": "NODE_LABEL_FOR_GPU_POD_EVICTION", "value": "example.com/gpu-job"}]}}},
+        WORKS,
+        checks=(_manager_env_reaches_the_init_container,),
+    ),
+)
 
 
 def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> None:
@@ -179,8 +233,12 @@ def api(tmp_path: Path) -> Iterator[OperatorApi]:
 
 
 def _run(case: Case, published: Published, work: Path) -> Ran:
-    rendered = render(nodes=[talos_node("gpu-1", case.talos)], clusterpolicy=_clusterpolicy(case),
-                      objects=list(case.objects), tmp=work / "render")  # fmt: skip
+    rendered = render(
+        nodes=[talos_node("gpu-1", case.talos)],
+        clusterpolicy=_clusterpolicy(case),
+        objects=list(case.objects),
+        tmp=work / "render",
+    )
     ds = rendered.daemonsets[0]
     driver = Rendered.container(ds, "nvidia-driver-ctr")
     env = _literal_env(driver)
@@ -194,18 +252,30 @@ def _run(case: Case, published: Published, work: Path) -> Ran:
     return Ran(rendered, env, init, host)
 
 
-def _validator_verdict(ran: Ran, published: Published, work: Path, api: OperatorApi, case: Case,
-                       timeout: float) -> tuple[bool, str]:  # fmt: skip
+def _validator_verdict(
+    ran: Ran, published: Published, work: Path, api: OperatorApi, case: Case, timeout: float
+) -> tuple[bool, str]:
     """The rendered probe script, then NVIDIA's validator against the published root: (passed, output)."""
     validations = work / "validations"
     validations.mkdir()
     node = NodeFiles.from_env(published.env)
-    probe = run_startup_probe(ran.rendered.probe_script(), work=work / "probe", validations_dir=validations,
-                              sys_root=node.sys_root, env=ran.env)  # fmt: skip
+    probe = run_startup_probe(
+        ran.rendered.probe_script(),
+        work=work / "probe",
+        validations_dir=validations,
+        sys_root=node.sys_root,
+        env=ran.env,
+    )
     assert probe.returncode == 0 and probe.ready is not None, probe.output
-    run = run_driver_validator(work=work / "validator", driver_root=published.driver_root,
-                               validations_dir=validations, node=node, modules=(*TALOS_MODULES, *case.loaded),
-                               api=api, timeout=timeout)  # fmt: skip
+    run = run_driver_validator(
+        work=work / "validator",
+        driver_root=published.driver_root,
+        validations_dir=validations,
+        node=node,
+        modules=(*TALOS_MODULES, *case.loaded),
+        api=api,
+        timeout=timeout,
+    )
     return run.driver_ready is not None and not run.stalled, run.output
 
 
@@ -257,16 +327,23 @@ def test_host_root_from_hostpaths_rootfs_is_the_hosts_path(
     HOST_ROOT as the path in the container, found nothing at /custom and checked nothing."""
     case = next(c for c in CASES if c.setting == "hostPaths.rootFS")
     published = published_userspaces(USERSPACE)
-    rendered = render(nodes=[talos_node("gpu-1", case.talos)], clusterpolicy=_clusterpolicy(case),
-                      tmp=tmp_path / "render")  # fmt: skip
+    rendered = render(
+        nodes=[talos_node("gpu-1", case.talos)], clusterpolicy=_clusterpolicy(case), tmp=tmp_path / "render"
+    )
     manager = Rendered.container(rendered.daemonsets[0], "k8s-driver-manager")
     assert manager["command"] == ["driver-manager"]
     env = _literal_env(manager)
     assert env["HOST_ROOT"] == "/custom"
     host = _host(published, tmp_path, case)  # what the host-root volume shows at /host
     cli_env = node_env(host, published.source, tmp_path / "run", published.env["PATH"]) | env
-    done = subprocess.run([str(CLI.parent / "driver-manager"), "preflight_check"], env=cli_env, capture_output=True,
-                          text=True, timeout=120, check=False)  # fmt: skip
+    done = subprocess.run(
+        [str(CLI.parent / "driver-manager"), "preflight_check"],
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     (line,) = [x for x in done.stdout.splitlines() if "module files match the loaded modules" in x]
     assert "nvidia.ko" in line and "none under" not in line, done.stdout

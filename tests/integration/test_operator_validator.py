@@ -75,14 +75,33 @@ class Node:
         self, env: dict[str, str] | None = None, *, nvidia_smi_rc: int = 0, sys_root: Path | None = None
     ) -> ProbeRun:
         node = NodeFiles.from_env(self.published.env)
-        return run_startup_probe(probe_script_from_assets(), work=self.work / "probe", validations_dir=self.validations,
-                                 sys_root=sys_root or node.sys_root, env=env, nvidia_smi_rc=nvidia_smi_rc)  # fmt: skip
+        return run_startup_probe(
+            probe_script_from_assets(),
+            work=self.work / "probe",
+            validations_dir=self.validations,
+            sys_root=sys_root or node.sys_root,
+            env=env,
+            nvidia_smi_rc=nvidia_smi_rc,
+        )
 
-    def validator(self, api: OperatorApi | None, modules: tuple[str, ...] = TALOS_MODULES, *,
-                  timeout: float = 30.0, root_sysfs: bool = True) -> ValidatorRun:  # fmt: skip
-        return run_driver_validator(work=self.work / "validator", driver_root=self.published.driver_root,
-                                    validations_dir=self.validations, node=NodeFiles.from_env(self.published.env),
-                                    modules=modules, api=api, timeout=timeout, root_sysfs=root_sysfs)  # fmt: skip
+    def validator(
+        self,
+        api: OperatorApi | None,
+        modules: tuple[str, ...] = TALOS_MODULES,
+        *,
+        timeout: float = 30.0,
+        root_sysfs: bool = True,
+    ) -> ValidatorRun:
+        return run_driver_validator(
+            work=self.work / "validator",
+            driver_root=self.published.driver_root,
+            validations_dir=self.validations,
+            node=NodeFiles.from_env(self.published.env),
+            modules=modules,
+            api=api,
+            timeout=timeout,
+            root_sysfs=root_sysfs,
+        )
 
 
 @pytest.fixture
@@ -153,9 +172,12 @@ def test_flags_false_the_probe_writes_ctr_ready_and_the_validator_driver_ready(
     assert run.nvidia_smi_calls == (f" LD_PRELOAD={library}",)
     assert "lsmod" not in run.output  # no flag: no module is waited for
     assert [(r.method, r.path, r.query) for r in run.requests] == [
-        ("GET", "/apis/apps/v1/namespaces/gpu-operator/daemonsets",
-         {"labelSelector": ["app.kubernetes.io/component=nvidia-driver"]}),
-    ]  # fmt: skip
+        (
+            "GET",
+            "/apis/apps/v1/namespaces/gpu-operator/daemonsets",
+            {"labelSelector": ["app.kubernetes.io/component=nvidia-driver"]},
+        ),
+    ]
     assert run.requests[0].authorization == f"Bearer {api.token}"
     assert run.dev_char_links == {}  # this machine's sysfs shows no NVIDIA GPU
     assert "No NVIDIA devices found in /run/nvidia/driver" in run.output

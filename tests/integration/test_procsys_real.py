@@ -33,8 +33,11 @@ SYS = {"fstype": "sysfs", "source": "nvidia-driver-sys"}
 def node(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, Any]]:
     base = tmp_path_factory.mktemp(f"procsys-{request.param.name}")
     source = userspace_root(request.param, base)
-    require((source / "usr/bin/busybox").is_file(), f"busybox-static in {source}",
-            how="scripts/make-nvidia-debs-userspace.sh (layout 3) through scripts/setup.sh")  # fmt: skip
+    require(
+        (source / "usr/bin/busybox").is_file(),
+        f"busybox-static in {source}",
+        how="scripts/make-nvidia-debs-userspace.sh (layout 3) through scripts/setup.sh",
+    )
     result = run_node(request.param.name, base)
     assert mounts_below(base) == [], "a mount of the node's namespace is left on the machine"
     return request.param.version, result

@@ -59,8 +59,13 @@ def test_an_indexed_first_publish_hashes_nothing_parses_nothing_and_records_true
     _with_static_ldconfig(userspace)
     summary = build_index(HostPaths(userspace_root=userspace).userspace, SYNTHETIC_VERSION, Runner())
     assert summary.files > 10 and summary.elf > 5
-    done = subprocess.run([sys.executable, "-c", PUBLISH, str(userspace), str(tmp_path / "sub"), SYNTHETIC_VERSION],
-                          capture_output=True, text=True, check=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", PUBLISH, str(userspace), str(tmp_path / "sub"), SYNTHETIC_VERSION],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
     assert json.loads(done.stdout.splitlines()[-1]) == {"elftools": False}, done.stderr
     caplog.set_level(logging.INFO, logger="driver_container")
     publish_driver_root(_paths(userspace, tmp_path), SYNTHETIC_VERSION, Runner())
@@ -137,8 +142,13 @@ def test_a_fifo_or_a_link_out_of_the_root_at_the_index_path_never_hangs_or_escap
 
 
 def test_lookup_is_by_the_real_path_below_the_root_only(tmp_path: Path) -> None:
-    text = json.dumps({"format": 1, "version": "1", "files": [
-        {"path": "usr/lib/a.so.1", "size": 3, "mtime_ns": 5, "sha256": "a" * 64}]})  # fmt: skip
+    text = json.dumps(
+        {
+            "format": 1,
+            "version": "1",
+            "files": [{"path": "usr/lib/a.so.1", "size": 3, "mtime_ns": 5, "sha256": "a" * 64}],
+        }
+    )
     index = parse_index(text, tmp_path)
     assert index.lookup(tmp_path / "usr/lib/a.so.1", 3, 5) is not None
     assert index.lookup(tmp_path / "usr/lib/a.so.1", 4, 5) is None

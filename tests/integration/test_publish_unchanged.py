@@ -83,9 +83,7 @@ def test_any_change_takes_the_full_publish(published: HostPaths, change: str) ->
     assert unchanged_manifest(published, SYNTHETIC_VERSION) is None, change
 
 
-def test_another_version_or_path_takes_the_full_publish(
-    published: HostPaths, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_another_version_or_path_takes_the_full_publish(published: HostPaths, monkeypatch: pytest.MonkeyPatch) -> None:
     assert unchanged_manifest(published, "595.91.08") is None
     monkeypatch.setenv("PATH", "/nonexistent:" + os.environ.get("PATH", ""))  # ldconfig may be found elsewhere
     assert unchanged_manifest(published, SYNTHETIC_VERSION) is None

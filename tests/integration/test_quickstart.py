@@ -90,8 +90,9 @@ def test_every_shell_block_parses() -> None:
 
 
 def test_bash_n_rejects_a_broken_block() -> None:  # the check above can fail
-    done = subprocess.run(["bash", "-n"], input=_shell()[1] + "\nif then\n", capture_output=True, text=True,
-                          timeout=10, check=False)  # fmt: skip
+    done = subprocess.run(
+        ["bash", "-n"], input=_shell()[1] + "\nif then\n", capture_output=True, text=True, timeout=10, check=False
+    )
     assert done.returncode != 0
 
 
@@ -183,8 +184,9 @@ def _helm_values(variables: dict[str, str]) -> dict[str, Any]:
 @pytest.mark.parametrize("release", ["v1.13.9", "v1.14.0-rc.1"])
 def test_the_helm_install_pulls_the_digest_on_every_talos_release(release: str, tmp_path: Path) -> None:
     values = _helm_values(_variables(REGISTRY=REGISTRY))
-    rendered: Rendered = render(nodes=[talos_node("gpu-1", release)],
-                                clusterpolicy=clusterpolicy_from_values(values), tmp=tmp_path)  # fmt: skip
+    rendered: Rendered = render(
+        nodes=[talos_node("gpu-1", release)], clusterpolicy=clusterpolicy_from_values(values), tmp=tmp_path
+    )
     ds = rendered.daemonset("nvidia-driver-daemonset")
     want = f"{REGISTRY}/talos-nvidia-driver@{SAMPLE_DIGEST}"
     assert Rendered.container(ds, "nvidia-driver-ctr")["image"] == want

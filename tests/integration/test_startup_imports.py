@@ -18,10 +18,21 @@ VERSION = "595.91.07"
 # Imported only when something is to be written, or never on Talos (modprobe/), or outside a cluster
 # (the Kubernetes client), or on NVSwitch nodes (Fabric Manager), or in a forked child (ctypes, pickle).
 NOT_ON_AN_UNCHANGED_RESTART = (
-    "dataclasses", "hashlib", "ctypes", "pickle", "concurrent.futures", "elftools", "requests", "yaml",
-    "driver_container.publish.publisher", "driver_container.publish.copier", "driver_container.modprobe",
-    "driver_container.readers.fabric", "driver_container.node.fabricmanager", "driver_container.node.persistenced",
-)  # fmt: skip
+    "dataclasses",
+    "hashlib",
+    "ctypes",
+    "pickle",
+    "concurrent.futures",
+    "elftools",
+    "requests",
+    "yaml",
+    "driver_container.publish.publisher",
+    "driver_container.publish.copier",
+    "driver_container.modprobe",
+    "driver_container.readers.fabric",
+    "driver_container.node.fabricmanager",
+    "driver_container.node.persistenced",
+)
 
 
 def _imported(stderr: str) -> set[str]:

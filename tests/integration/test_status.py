@@ -27,15 +27,23 @@ def scenario_env(scenario: Path) -> dict[str, str]:
 
 def status_argv(scenario: Path, run_dir: Path, *extra: str) -> list[str]:
     return [
-        "--host-root-mount", str(scenario / "host"),
-        "--procfs-root", str(scenario / "proc"),
-        "--sysfs-root", str(scenario / "sys"),
-        "--userspace-root", str(scenario / "userspace"),
-        "--drivers-conf-dir", str(scenario / "drivers"),
-        "--host-os-release", str(scenario / "host/etc/os-release"),
-        "--run-dir", str(run_dir),
-        "status", *extra,
-    ]  # fmt: skip
+        "--host-root-mount",
+        str(scenario / "host"),
+        "--procfs-root",
+        str(scenario / "proc"),
+        "--sysfs-root",
+        str(scenario / "sys"),
+        "--userspace-root",
+        str(scenario / "userspace"),
+        "--drivers-conf-dir",
+        str(scenario / "drivers"),
+        "--host-os-release",
+        str(scenario / "host/etc/os-release"),
+        "--run-dir",
+        str(run_dir),
+        "status",
+        *extra,
+    ]
 
 
 def run_status(
@@ -105,11 +113,16 @@ def test_status_json_exit_code_and_findings(
     # The mount and the flags are this machine's own (OWN_PROCFS_ROOT, statvfs), not the fixture's view.
     mount, flags = root.pop("mount"), root.pop("flags")
     assert root == {
-        "path": str(tmp_path / "run" / "driver"), "published": False, "version": None,
-        "last_publish_failed": False, "interrupted": False, "usable": None, "not_in_image": [],
+        "path": str(tmp_path / "run" / "driver"),
+        "published": False,
+        "version": None,
+        "last_publish_failed": False,
+        "interrupted": False,
+        "usable": None,
+        "not_in_image": [],
         # no root published: no shell, nothing mounted at its proc and sys (None: no mount table here)
         "proc_sys": None if mount is None else {"shell": False, "proc": None, "sys": None},
-    }  # fmt: skip
+    }
     assert mount is None or str(tmp_path).startswith(mount["mount_point"])
     assert str(tmp_path / "run" / "driver").startswith(flags["path"]) and set(flags) == {"path", "noexec", "nodev"}
     for entry in doc["modules"]:
@@ -123,9 +136,13 @@ def test_healthy_talos_113_details(
 ) -> None:
     _, doc = run_status(HOSTS / "talos-1.13-open-595", tmp_path, monkeypatch, capsys)
     assert doc["platform"] == {
-        "name": "talos", "talos_version": "v1.13.9", "evidence": "os-release ID=talos",
-        "kernel_release": "6.18.44-talos", "os_id": "talos", "pretty_name": "Talos (v1.13.9)",
-    }  # fmt: skip
+        "name": "talos",
+        "talos_version": "v1.13.9",
+        "evidence": "os-release ID=talos",
+        "kernel_release": "6.18.44-talos",
+        "os_id": "talos",
+        "pretty_name": "Talos (v1.13.9)",
+    }
     nvidia = module(doc, "nvidia")
     assert nvidia["loaded"] and nvidia["refcnt"] == 82 and nvidia["version"] == "595.91.07"
     assert nvidia["file"] == "/usr/lib/modules/6.18.44-talos/kernel/drivers/video/nvidia.ko"
@@ -221,14 +238,21 @@ def test_usage_error_exit_2(tmp_path: Path) -> None:
     env = {**os.environ, "KERNEL_MODULE_TYPE": "closed"}
     proc = subprocess.run(
         [sys.executable, "-m", "driver_container", *status_argv(scenario, tmp_path)],
-        env=env, capture_output=True, text=True, check=False, cwd=REPO,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "KERNEL_MODULE_TYPE='closed'" in proc.stderr and "Traceback" not in proc.stderr
     bad = subprocess.run(
         [sys.executable, "-m", "driver_container", "status", "--no-such-option"],
-        capture_output=True, text=True, check=False, cwd=REPO,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
     assert bad.returncode == 2
 
 
@@ -252,13 +276,21 @@ def test_status_stays_light_without_module_files(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ENV_KEYS}
     proc = subprocess.run(
         [sys.executable, "-c", LIGHT_PROBE, *status_argv(scenario, tmp_path, "--json")],
-        env=env, capture_output=True, text=True, check=False, cwd=REPO,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "HEAVY=\n" in proc.stderr
     # The same probe sees the module reader (and zstandard for .ko.zst) once module files are read.
     with_files = subprocess.run(
         [sys.executable, "-c", LIGHT_PROBE, *status_argv(HOSTS / "ubuntu-24.04-dkms", tmp_path, "--json")],
-        env=env, capture_output=True, text=True, check=False, cwd=REPO,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
     assert "driver_container.readers.kmod" in with_files.stderr and "zstandard" in with_files.stderr

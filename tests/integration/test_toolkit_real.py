@@ -92,8 +92,11 @@ WARNINGS = "### Warnings nvidia-ctk prints on a published root"
 
 def documented_differences(userspace: Userspace) -> set[Difference]:
     # | what | name | published root | userspaces | why |
-    return {Difference(kind, name, side) for kind, name, side, who, _why in doc_table(DIFFERENCES)
-            if userspace.name in _names(who)}  # fmt: skip
+    return {
+        Difference(kind, name, side)
+        for kind, name, side, who, _why in doc_table(DIFFERENCES)
+        if userspace.name in _names(who)
+    }
 
 
 def documented_warnings(userspace: Userspace) -> set[str]:
@@ -191,8 +194,15 @@ def test_status_names_what_the_toolkit_cannot_find(
     above), ``status`` lists with what a workload loses. libnvidia-nvvm70 is not among them: it came with
     R575, after these drivers (driverroot/toolkit_features.py)."""
     c = compared(userspace)
-    done = subprocess.run([str(CLI), "status", "--json"], env=c.published.env, capture_output=True, text=True,
-                          timeout=120, check=False, cwd=REPO)  # fmt: skip
+    done = subprocess.run(
+        [str(CLI), "status", "--json"],
+        env=c.published.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=REPO,
+    )
     absent = {f["name"]: f["loses"] for f in json.loads(done.stdout)["driver_root"]["not_in_image"]}
     # sh: not the toolkit's but NVIDIA's DRA driver's (docs/mps.md), listed where the userspace has no
     # busybox-static (the debootstrap chroot; publish/static_tools.py).
@@ -201,6 +211,7 @@ def test_status_names_what_the_toolkit_cannot_find(
     assert shell == set() or userspace == CHROOT_535, done.stdout  # every other userspace has one
     for name in set(absent) - shell:
         assert f"Could not locate {name}: {name}: not found" in c.root.warnings
-    text = subprocess.run([str(CLI), "status"], env=c.published.env, capture_output=True, text=True, timeout=120,
-                          check=False, cwd=REPO)  # fmt: skip
+    text = subprocess.run(
+        [str(CLI), "status"], env=c.published.env, capture_output=True, text=True, timeout=120, check=False, cwd=REPO
+    )
     assert f"  not in the image: nvidia-imex: {absent['nvidia-imex']}" in text.stdout.splitlines()

@@ -83,7 +83,7 @@ def _with_unicode_digits(seed: bytes, replacement: str, every: int) -> bytes:
 @pytest.mark.parametrize("name", TEXT_NAMES)
 @pytest.mark.parametrize("replacement", UNICODE_DIGITS)
 def test_unicode_digits_in_every_numeric_field(name: str, replacement: str) -> None:
-    """"²".isdigit() is true and int("²") raises; every parser must refuse or skip."""
+    """ "²".isdigit() is true and int("²") raises; every parser must refuse or skip."""
     for seed in TARGETS[name].seeds():
         for every in (1, 2, 3):
             _survives(TARGETS[name], _with_unicode_digits(seed, replacement, every))

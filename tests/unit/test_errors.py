@@ -33,13 +33,11 @@ from driver_container.errors import (
     LdCacheFormatError,
     LockError,
     ModuleFormatError,
-    Problem,
     PublishError,
     SymlinkLoopError,
     UsageError,
     UserspaceError,
     VerdictFormatError,
-    noted,
 )
 from driver_container.formats.kmod.der import element
 from driver_container.formats.ldcache import parse_ld_cache
@@ -48,8 +46,10 @@ from driver_container.inspect.verdict import parse_verdict
 from driver_container.kube.kubeconfig import parse_kubeconfig
 from driver_container.lifecycle.init import _check_alive
 from driver_container.logs import JsonFormatter
-from driver_container.node.fabricmanager import Daemon, FabricDaemons, write_config
+from driver_container.node.fabricdaemons import Daemon, FabricDaemons
+from driver_container.node.fabricmanager import write_config
 from driver_container.paths import HostPaths
+from driver_container.problems import Problem, noted
 from driver_container.publish.plan import relative_target
 from driver_container.readers.elf import read_elf_deps
 from driver_container.readers.fabric import FabricInfo
@@ -173,9 +173,17 @@ def test_command_errors_carry_argv_and_returncode(tmp_path: Path) -> None:
 
 def _fabric_info(**overrides: object) -> FabricInfo:
     fields: dict[str, object] = dict(
-        kind="nvswitch", nvswitch_devices=("0",), lpf_devices=(), management_port=None, missing_modules=(),
-        fm_binary="/usr/bin/nv-fabricmanager", nvlsm_binary=None, fm_config=None, nvlsm_config=None, host_daemons=(),
-    )  # fmt: skip
+        kind="nvswitch",
+        nvswitch_devices=("0",),
+        lpf_devices=(),
+        management_port=None,
+        missing_modules=(),
+        fm_binary="/usr/bin/nv-fabricmanager",
+        nvlsm_binary=None,
+        fm_config=None,
+        nvlsm_config=None,
+        host_daemons=(),
+    )
     return FabricInfo(**{**fields, **overrides})  # type: ignore[arg-type]
 
 
@@ -201,8 +209,10 @@ def test_daemon_errors_name_the_daemon_its_pid_and_status(tmp_path: Path) -> Non
     with pytest.raises(DaemonError) as persistenced:
         _check_alive(paths, Exited())  # type: ignore[arg-type]
     assert (persistenced.value.daemon, persistenced.value.pid, persistenced.value.returncode) == (
-        "nvidia-persistenced", 4242, 4
-    )  # fmt: skip
+        "nvidia-persistenced",
+        4242,
+        4,
+    )
 
 
 def test_fields_survive_the_forked_publishers_pickle_and_reach_the_json_log(

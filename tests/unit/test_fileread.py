@@ -66,7 +66,9 @@ def test_a_fifo_opens_without_blocking_and_is_refused_closed(tree: Path) -> None
     with pytest.raises(PublishError) as refused:
         refuse_irregular(fd, "shown/fifo", error=PublishError, fix="replace it")
     assert (refused.value.message, refused.value.path, refused.value.fix) == (
-        "shown/fifo: not a regular file", "shown/fifo", "replace it"
+        "shown/fifo: not a regular file",
+        "shown/fifo",
+        "replace it",
     )
     assert _closed(fd)
 

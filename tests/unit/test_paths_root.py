@@ -63,7 +63,9 @@ def test_reads_are_bounded(tree: Path) -> None:
 def test_host_paths_defaults_and_overrides() -> None:
     default = HostPaths.from_env({})
     assert (default.host_root, default.run_dir, default.driver_root) == (
-        Path("/host"), Path("/run/nvidia"), Path("/run/nvidia/driver")
+        Path("/host"),
+        Path("/run/nvidia"),
+        Path("/run/nvidia/driver"),
     )
     assert default.host_driver_root == default.driver_root
     custom = HostPaths.from_env({"RUN_DIR": "/tmp/r", "DRIVER_ROOT": "", "HOST_DRIVER_ROOT": "/run/nvidia/driver"})

@@ -77,4 +77,3 @@ def nvidia_functions(proc_bus_pci_devices: str) -> frozenset[str] | None:
         if int(ids[:4], 16) == NVIDIA_VENDOR_ID:
             found.add(f"{location[:2]}:{devfn >> 3:02x}.{devfn & 7}")
     return frozenset(found)
-

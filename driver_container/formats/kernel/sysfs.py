@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
-from driver_container.errors import Problem
+from driver_container.problems import Problem
 from driver_container.records import NamedRecord
 
 SMALL = 64 * 1024  # sysfs attributes are at most one page

@@ -56,9 +56,7 @@ def _too_big(label: str, kind: str, max_size: int) -> ModuleFormatError:
 
 
 def _too_many(label: str, what: str) -> ModuleFormatError:
-    return ModuleFormatError(
-        f"{label}: over {MAX_STREAMS} concatenated {what}: a module file has one", path=label
-    )
+    return ModuleFormatError(f"{label}: over {MAX_STREAMS} concatenated {what}: a module file has one", path=label)
 
 
 def _xz(data: Buffer, label: str, max_size: int) -> bytes:

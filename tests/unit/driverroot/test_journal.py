@@ -130,10 +130,16 @@ def test_a_rollback_area_left_after_the_commit_point_is_removed(tmp_path: Path) 
 
 @pytest.mark.parametrize(
     "data",
-    [b"\xff\xfe", b"[]", b'{"format": 1, "steps": [["put", "../../x", true, "a"]]}',
-     b'{"format": 1, "steps": [["put", "a", "yes", "a"]]}', b'{"format": 1, "steps": [["put", "a", true, "../a"]]}',
-     b'{"format": 1, "steps": [["chmod", "a", true, "a"]]}', b'{"format": 2, "steps": []}'],
-)  # fmt: skip
+    [
+        b"\xff\xfe",
+        b"[]",
+        b'{"format": 1, "steps": [["put", "../../x", true, "a"]]}',
+        b'{"format": 1, "steps": [["put", "a", "yes", "a"]]}',
+        b'{"format": 1, "steps": [["put", "a", true, "../a"]]}',
+        b'{"format": 1, "steps": [["chmod", "a", true, "a"]]}',
+        b'{"format": 2, "steps": []}',
+    ],
+)
 def test_damaged_journal_is_refused(data: bytes) -> None:
     assert parse_journal(data) is None
 

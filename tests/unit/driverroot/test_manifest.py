@@ -24,14 +24,33 @@ from driver_container.publish.model import EntryKind, PlannedEntry
 CUDA_ELF = ElfDeps("EM_X86_64", 64, "ET_DYN", None, "libcuda.so.1", ("libnvidia-glcore.so.535.309.01",))
 SMI_ELF = ElfDeps("EM_X86_64", 64, "ET_EXEC", "/lib64/ld-linux-x86-64.so.2", None, ("libnvidia-ml.so.1",), ("/opt",))
 RECORDS = (
-    Record("usr/lib/x86_64-linux-gnu/libcuda.so.535.309.01", "file", 0o644, 29_000_000, "ab" * 32,
-           mtime_ns=1_700_000_000_000_000_000, source="/u/usr/lib/libcuda.so.535.309.01", source_size=29_000_000,
-           source_mtime_ns=1_690_000_000_123_456_789, elf=CUDA_ELF),
-    Record("usr/bin/nvidia-smi", "file", 0o755, 800_000, "cd" * 32, mtime_ns=5, source="/u/usr/bin/nvidia-smi",
-           source_size=800_000, source_mtime_ns=6, elf=SMI_ELF),
+    Record(
+        "usr/lib/x86_64-linux-gnu/libcuda.so.535.309.01",
+        "file",
+        0o644,
+        29_000_000,
+        "ab" * 32,
+        mtime_ns=1_700_000_000_000_000_000,
+        source="/u/usr/lib/libcuda.so.535.309.01",
+        source_size=29_000_000,
+        source_mtime_ns=1_690_000_000_123_456_789,
+        elf=CUDA_ELF,
+    ),
+    Record(
+        "usr/bin/nvidia-smi",
+        "file",
+        0o755,
+        800_000,
+        "cd" * 32,
+        mtime_ns=5,
+        source="/u/usr/bin/nvidia-smi",
+        source_size=800_000,
+        source_mtime_ns=6,
+        elf=SMI_ELF,
+    ),
     Record("usr/lib/x86_64-linux-gnu/libcuda.so.1", "link", 0o777, target="libcuda.so.535.309.01"),
     Record("etc/ld.so.conf", "file", 0o644, 12, "ef" * 32, mtime_ns=7),
-)  # fmt: skip
+)
 MANIFEST = Manifest("535.309.01", "x86_64-linux-gnu", RECORDS)
 
 
@@ -73,12 +92,31 @@ def test_record_written_before_elf_facts_existed() -> None:
         "[]",
         json.dumps({"format": 99, "version": "1", "triplet": "t", "files": []}),
         json.dumps({"format": 1, "version": "1", "triplet": "t", "files": [{"path": "a", "bogus": 1}]}),
-        json.dumps({"format": 1, "version": "1", "triplet": "t", "files": [{"path": "a", "type": "file", "mode": 1,
-                                                                            "elf": {"machine": "x"}}]}),
-        json.dumps({"format": 1, "version": "1", "triplet": "t", "files": [{"path": "a", "type": "file", "mode": 1,
-                    "elf": {**CUDA_ELF._asdict(), "needed": [1], "runpath": []}}]}),
+        json.dumps(
+            {
+                "format": 1,
+                "version": "1",
+                "triplet": "t",
+                "files": [{"path": "a", "type": "file", "mode": 1, "elf": {"machine": "x"}}],
+            }
+        ),
+        json.dumps(
+            {
+                "format": 1,
+                "version": "1",
+                "triplet": "t",
+                "files": [
+                    {
+                        "path": "a",
+                        "type": "file",
+                        "mode": 1,
+                        "elf": {**CUDA_ELF._asdict(), "needed": [1], "runpath": []},
+                    }
+                ],
+            }
+        ),
     ],
-)  # fmt: skip
+)
 def test_foreign_or_damaged_text_is_no_manifest(text: str) -> None:
     assert parse_manifest(text) is None
 

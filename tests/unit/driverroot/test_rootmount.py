@@ -81,8 +81,14 @@ def test_nvidia_rbind_on_top_of_ours_is_the_only_leftover() -> None:
 
 def test_mount_argv_is_a_tmpfs_with_our_source_exec_and_dev_allowed() -> None:
     assert mount_argv("/run/nvidia/driver") == [
-        "mount", "-t", "tmpfs", "-o", "mode=0755,nosuid", "nvidia-driver-root", "/run/nvidia/driver",
-    ]  # fmt: skip
+        "mount",
+        "-t",
+        "tmpfs",
+        "-o",
+        "mode=0755,nosuid",
+        "nvidia-driver-root",
+        "/run/nvidia/driver",
+    ]
 
 
 # -- through prepare_driver_root, with recording mount/umount -------------------------------------
@@ -233,10 +239,16 @@ def test_an_unreadable_mountinfo_is_refused_with_its_reason(node: Node) -> None:
 def _facts(node: Node, mounts: tuple[str, ...]) -> NodeFacts:
     """The manager's facts with these leftover mounts; the host part read from an empty tree beside them."""
     tmp = node.paths.own_procfs_root.parent
-    empty = HostPaths(procfs_root=node.paths.own_procfs_root, own_procfs_root=node.paths.own_procfs_root,
-                      sysfs_root=tmp / "sys", host_root=tmp / "host",
-                      userspace_root=tmp / "userspace", drivers_conf_dir=tmp / "drivers", run_dir=node.paths.run_dir,
-                      host_os_release_override=tmp / "os-release")  # fmt: skip
+    empty = HostPaths(
+        procfs_root=node.paths.own_procfs_root,
+        own_procfs_root=node.paths.own_procfs_root,
+        sysfs_root=tmp / "sys",
+        host_root=tmp / "host",
+        userspace_root=tmp / "userspace",
+        drivers_conf_dir=tmp / "drivers",
+        run_dir=node.paths.run_dir,
+        host_os_release_override=tmp / "os-release",
+    )
     return NodeFacts(inspect_host(empty, Settings()), None, None, mounts, pid_file_stale=False)
 
 

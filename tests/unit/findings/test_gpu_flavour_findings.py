@@ -107,10 +107,13 @@ def test_unknown_ids_give_nothing(tmp_path: Path) -> None:
     assert _gpu_findings(_state("talos-1.13-b200-proprietary", tmp_path)._replace(pci_gpus=(future,))) == []
 
 
-@pytest.mark.parametrize(("gpus", "extension"), [((P40,), "nonfree-kmod-nvidia-production or -lts"),
-                                                 (B200, "nvidia-open-gpu-kernel-modules-production or -lts")])
-def test_not_loaded_names_the_extension_the_gpus_need(tmp_path: Path, gpus: tuple[PciFunction, ...],
-                                                      extension: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("gpus", "extension"),
+    [((P40,), "nonfree-kmod-nvidia-production or -lts"), (B200, "nvidia-open-gpu-kernel-modules-production or -lts")],
+)
+def test_not_loaded_names_the_extension_the_gpus_need(
+    tmp_path: Path, gpus: tuple[PciFunction, ...], extension: str
+) -> None:
     state = _state("talos-1.13-open-595", tmp_path)
     nvidia = state.modules["nvidia"]._replace(loaded=False)
     state = state._replace(modules={**state.modules, "nvidia": nvidia}, nvidia_version=None, pci_gpus=gpus)

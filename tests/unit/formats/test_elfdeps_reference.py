@@ -34,9 +34,7 @@ def _reference(path: Path) -> tuple[str | None, str | None, tuple[str, ...], tup
 
 
 def _elf_files(root: Path) -> list[Path]:
-    return sorted(
-        p for p in root.rglob("*") if p.is_file() and not p.is_symlink() and p.read_bytes()[:4] == b"\x7fELF"
-    )
+    return sorted(p for p in root.rglob("*") if p.is_file() and not p.is_symlink() and p.read_bytes()[:4] == b"\x7fELF")
 
 
 def _compare(files: list[Path]) -> None:

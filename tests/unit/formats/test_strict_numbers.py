@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from driver_container.errors import DriverContainerError, Problem
+from driver_container.errors import DriverContainerError
 from driver_container.findings import values_equal
 from driver_container.formats import numbers
 from driver_container.formats.kernel.devices import parse_mig_minors, parse_proc_devices
@@ -24,6 +24,7 @@ from driver_container.kube.client import _retry_after
 from driver_container.kube.kubeconfig import parse_kubeconfig
 from driver_container.node.persistenced import HOST_PID_FILE, host_daemon_pid
 from driver_container.paths import HostPaths
+from driver_container.problems import Problem
 from driver_container.readers.sysfs import read_sysfs_module
 from driver_container.resolver import Root
 from driver_container.runtime.lock import _read_pid

@@ -68,7 +68,11 @@ def test_a_companion_of_another_build_keeps_an_unknown_flavour() -> None:
     uvm_elsewhere = ModuleFile(
         PurePosixPath("/m/updates/nvidia-drm.ko"), "nvidia_drm", version="1.2", license="Dual MIT/GPL"
     )
-    flavours = {n: m.flavour for n, m in with_companion_flavours(
-        {"nvidia": core, "nvidia_uvm": uvm_here, "nvidia_drm": uvm_elsewhere}).items()}  # fmt: skip
+    flavours = {
+        n: m.flavour
+        for n, m in with_companion_flavours(
+            {"nvidia": core, "nvidia_uvm": uvm_here, "nvidia_drm": uvm_elsewhere}
+        ).items()
+    }
     assert flavours == {"nvidia": "proprietary", "nvidia_uvm": "proprietary", "nvidia_drm": None}
     assert with_companion_flavours({"nvidia_uvm": uvm_here})["nvidia_uvm"].flavour is None

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from helpers.support import FIXTURES, REPO, fixture_paths, require
 
-from driver_container.errors import Problem
 from driver_container.findings import check, has_errors, talos_module_snippet, values_equal
 from driver_container.inspect.hoststate import inspect_host, read_loaded_modules
 from driver_container.inspect.userspace import find_userspace
+from driver_container.problems import Problem
 from driver_container.resolver import Root
 from driver_container.settings import Settings
 
@@ -52,8 +52,13 @@ def test_unexpected_proc_lines_are_reported_not_fatal(tree: Path) -> None:
     state = inspect_host(fixture_paths(tree), Settings())
     assert state.nvidia_version is None
     assert any("driver/nvidia/version" in f.message for f in check(state) if f.code == "HOST_FILE_UNREADABLE")
-    assert Problem(str(tree / "proc/driver/nvidia/version"), "no 'NVRM version: NVIDIA UNIX ... Kernel Module "
-                   "<version>' line (first line: 'garbage')") in state.problems  # fmt: skip
+    assert (
+        Problem(
+            str(tree / "proc/driver/nvidia/version"),
+            "no 'NVRM version: NVIDIA UNIX ... Kernel Module <version>' line (first line: 'garbage')",
+        )
+        in state.problems
+    )
 
 
 def test_unreadable_and_looping_sysfs_files(tree: Path) -> None:

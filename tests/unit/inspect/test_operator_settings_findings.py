@@ -103,8 +103,9 @@ def _grace(state: HostState, device: int, mode: str | None) -> HostState:
         (0x2342, None, False),  # a driver without the parameter (before R580)
     ],
 )
-def test_coherent_memory_on_grace_needs_the_driver_mode(tmp_path: Path, device: int, mode: str | None,
-                                                        warned: bool) -> None:  # fmt: skip
+def test_coherent_memory_on_grace_needs_the_driver_mode(
+    tmp_path: Path, device: int, mode: str | None, warned: bool
+) -> None:
     state = _grace(inspect_host(fixture_paths(_tree(tmp_path)), Settings()), device, mode)
     found = [f for f in check(state) if f.code == "COHERENT_MEMORY_NOT_DRIVER"]
     assert bool(found) is warned

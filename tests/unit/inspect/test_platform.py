@@ -11,9 +11,9 @@ from helpers.support import FIXTURES, fixture_paths
 from hypothesis import given
 from hypothesis import strategies as st
 
-from driver_container.errors import Problem
 from driver_container.findings import version_fix
 from driver_container.inspect.platform import detect_platform, parse_os_release
+from driver_container.problems import Problem
 
 HOSTS = FIXTURES / "hosts"
 
@@ -28,8 +28,12 @@ def talos_copy(tmp_path: Path) -> Path:
 def test_parse_os_release_quotes_comments_and_garbage() -> None:
     text = '# c\nNAME="Talos"\nID=talos\nVERSION_ID=v1.13.6\nX=\'single q\'\nBAD LINE\n=novalue\nE="a\\"b"\n\x00\n'
     assert parse_os_release(text) == {
-        "NAME": "Talos", "ID": "talos", "VERSION_ID": "v1.13.6", "X": "single q", "E": 'a"b',
-    }  # fmt: skip
+        "NAME": "Talos",
+        "ID": "talos",
+        "VERSION_ID": "v1.13.6",
+        "X": "single q",
+        "E": 'a"b',
+    }
 
 
 @given(st.text(max_size=400))

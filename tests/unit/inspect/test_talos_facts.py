@@ -31,9 +31,17 @@ def _talos_tree(tmp_path: Path, version: str = "v1.13.9", scenario: str = "talos
 @pytest.mark.parametrize(
     ("version", "document"),
     [
-        ("v1.9.0", False), ("v1.13.9", False), ("v1.14.0-alpha.2", False),  # KernelModuleConfig: v1.14.0-beta.0
-        ("v1.14.0-beta.0", True), ("v1.14.0-rc.1", True), ("v1.14.0", True), ("v1.15.2", True), ("v2.0.0", True),
-        (None, False), ("", False), ("rolling", False),
+        ("v1.9.0", False),
+        ("v1.13.9", False),
+        ("v1.14.0-alpha.2", False),  # KernelModuleConfig: v1.14.0-beta.0
+        ("v1.14.0-beta.0", True),
+        ("v1.14.0-rc.1", True),
+        ("v1.14.0", True),
+        ("v1.15.2", True),
+        ("v2.0.0", True),
+        (None, False),
+        ("", False),
+        ("rolling", False),
     ],
 )
 def test_form_follows_the_talos_version(version: str | None, document: bool) -> None:
@@ -46,8 +54,9 @@ def test_form_follows_the_talos_version(version: str | None, document: bool) -> 
 
 @pytest.mark.parametrize("version", ["v1.13.9", "v1.14.0"])
 def test_snippet_never_has_an_empty_parameters_key(version: str) -> None:
-    text = module_config_snippet([("nvidia", []), ("nvidia_uvm", []), ("nvidia_modeset", ["hdmi_deepcolor=1"])],
-                                 version)
+    text = module_config_snippet(
+        [("nvidia", []), ("nvidia_uvm", []), ("nvidia_modeset", ["hdmi_deepcolor=1"])], version
+    )
     docs = [d for d in yaml.safe_load_all(text) if d is not None]
     entries = docs if uses_kernel_module_config(version) else docs[0]["machine"]["kernel"]["modules"]
     assert [e["name"] for e in entries] == ["nvidia", "nvidia_uvm", "nvidia_modeset"]
@@ -66,8 +75,10 @@ def test_parse_talos_version() -> None:
 
 
 def test_findings_fix_fits_the_node_version(tmp_path: Path) -> None:
-    for version, form in (("v1.13.9", "    modules:\n      - name: nvidia_uvm"),
-                          ("v1.14.0", "kind: KernelModuleConfig\nname: nvidia_uvm")):
+    for version, form in (
+        ("v1.13.9", "    modules:\n      - name: nvidia_uvm"),
+        ("v1.14.0", "kind: KernelModuleConfig\nname: nvidia_uvm"),
+    ):
         tree = _talos_tree(tmp_path / version, version, "talos-1.13-uvm-missing")
         state = inspect_host(fixture_paths(tree), Settings())
         fix = next(f.fix for f in check(state) if f.code == "UVM_NOT_LOADED")

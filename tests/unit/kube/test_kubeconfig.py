@@ -131,11 +131,14 @@ def test_anchors_merge_keys_block_scalars_and_flow_sequences() -> None:
 
 @pytest.mark.parametrize(
     ("text", "what"),
-    [("a: 1\na: 2\n", "line 2: duplicate key 'a'"),
-     ("a:\n\tb: 1\n", "line 2: found character that cannot start any token"),
-     ("a: !!python/object:os.system x\n", "line 1: could not determine a constructor for the tag"),
-     ("? [1]\n: x\n", "line 1: unhashable key"), ("[" * 5000, "line 1: exceeded maximum nesting depth")],
-)  # fmt: skip
+    [
+        ("a: 1\na: 2\n", "line 2: duplicate key 'a'"),
+        ("a:\n\tb: 1\n", "line 2: found character that cannot start any token"),
+        ("a: !!python/object:os.system x\n", "line 1: could not determine a constructor for the tag"),
+        ("? [1]\n: x\n", "line 1: unhashable key"),
+        ("[" * 5000, "line 1: exceeded maximum nesting depth"),
+    ],
+)
 def test_invalid_or_hostile_yaml_is_refused_naming_the_line(text: str, what: str) -> None:
     with pytest.raises(KubernetesError) as caught:
         parse_kubeconfig(text)

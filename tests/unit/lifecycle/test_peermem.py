@@ -43,7 +43,12 @@ def test_probe_command_exit_codes(scenario: str, code: int) -> None:
     env = {**os.environ, "PROCFS_ROOT": str(NODE_FIXTURES / scenario / "proc")}
     done = subprocess.run(
         [sys.executable, "-m", "driver_container", "probe_nvidia_peermem"],
-        check=False, env=env, capture_output=True, text=True, timeout=60, cwd=REPO,
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
     )
     assert done.returncode == code, done.stderr
     assert ("nvidia_peermem is not" in done.stderr) is (code == 1)
@@ -67,9 +72,19 @@ def test_fast_path_without_typer(scenario: str, code: int) -> None:
 def test_probe_through_typer_with_global_option() -> None:
     # With a global option the console script takes the typer path instead of its fast path.
     done = subprocess.run(
-        [sys.executable, "-m", "driver_container", "--procfs-root", str(NODE_FIXTURES / "peermem-missing/proc"),
-         "probe_nvidia_peermem"],
-        check=False, capture_output=True, text=True, timeout=60, cwd=REPO,
+        [
+            sys.executable,
+            "-m",
+            "driver_container",
+            "--procfs-root",
+            str(NODE_FIXTURES / "peermem-missing/proc"),
+            "probe_nvidia_peermem",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
     )
     assert done.returncode == 1, done.stderr
     assert "mlx5_core is loaded but nvidia_peermem is not" in done.stderr

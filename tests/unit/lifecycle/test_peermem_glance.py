@@ -79,15 +79,22 @@ def test_probe_command_imports_only_the_glance(scenario: str) -> None:
         "    print(e.code, ' '.join(ours), heavy)"
     )
     env = {**os.environ, "PROCFS_ROOT": str(NODE_FIXTURES / scenario / "proc")}
-    done = subprocess.run([sys.executable, "-I", "-c", script], env=env, capture_output=True, text=True,
-                          timeout=60, cwd=REPO, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", script], env=env, capture_output=True, text=True, timeout=60, cwd=REPO, check=False
+    )
     code, rest = done.stdout.strip().split(" ", 1)
     ours, heavy = rest.rsplit(" ", 1)
     assert code == "0", done.stdout + done.stderr
     assert heavy == "[]"
     assert set(ours.split()) == {
-        "driver_container", "driver_container.cli", "driver_container.errors", "driver_container.fileread",
+        "driver_container",
+        "driver_container.cli",
+        "driver_container.errors",
+        "driver_container.fileread",
         "driver_container.formats",
-        "driver_container.formats.kernel", "driver_container.formats.kernel.modules_line",
-        "driver_container.formats.numbers", "driver_container.lifecycle", "driver_container.lifecycle.peermem_glance",
-    }  # fmt: skip
+        "driver_container.formats.kernel",
+        "driver_container.formats.kernel.modules_line",
+        "driver_container.formats.numbers",
+        "driver_container.lifecycle",
+        "driver_container.lifecycle.peermem_glance",
+    }

@@ -27,8 +27,12 @@ def _paths(scenario: str, tmp_path: Path) -> HostPaths:
 def test_required_modules_follow_settings() -> None:
     assert required_modules(Settings()) == ("nvidia", "nvidia_uvm", "nvidia_modeset")
     assert required_modules(Settings(nvidia_modeset=False)) == ("nvidia", "nvidia_uvm")
-    assert required_modules(Settings(gpu_direct_rdma=True)) == ("nvidia", "nvidia_uvm", "nvidia_modeset",
-                                                                 "nvidia_peermem")
+    assert required_modules(Settings(gpu_direct_rdma=True)) == (
+        "nvidia",
+        "nvidia_uvm",
+        "nvidia_modeset",
+        "nvidia_peermem",
+    )
 
 
 def test_snippet_is_talos_machine_config() -> None:

@@ -11,9 +11,14 @@ from driver_container.cli.manager_cmd import main
 def _env(monkeypatch: pytest.MonkeyPatch, node: Node) -> None:
     p = node.paths
     for name, value in {
-        "HOST_ROOT_MOUNT": p.host_root, "PROCFS_ROOT": p.procfs_root, "SYSFS_ROOT": p.sysfs_root, "RUN_DIR": p.run_dir,
-        "USERSPACE_ROOT": p.userspace_root, "HOST_OS_RELEASE": p.host_os_release, "NODE_NAME": "gpu-1",
-    }.items():  # fmt: skip
+        "HOST_ROOT_MOUNT": p.host_root,
+        "PROCFS_ROOT": p.procfs_root,
+        "SYSFS_ROOT": p.sysfs_root,
+        "RUN_DIR": p.run_dir,
+        "USERSPACE_ROOT": p.userspace_root,
+        "HOST_OS_RELEASE": p.host_os_release,
+        "NODE_NAME": "gpu-1",
+    }.items():
         monkeypatch.setenv(name, str(value))
     for name in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "DRIVER_PLATFORM"):
         monkeypatch.delenv(name, raising=False)

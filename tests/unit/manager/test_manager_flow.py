@@ -39,9 +39,14 @@ OPERAND_LABELS = {
 
 @pytest.mark.parametrize(
     ("value", "paused", "restored"),
-    [("true", PAUSED, "true"), ("false", "false", "false"), (PAUSED, PAUSED, "true"),
-     ("custom", f"custom_{PAUSED}", "custom"), (f"custom_{PAUSED}", f"custom_{PAUSED}", "custom")],
-)  # fmt: skip
+    [
+        ("true", PAUSED, "true"),
+        ("false", "false", "false"),
+        (PAUSED, PAUSED, "true"),
+        ("custom", f"custom_{PAUSED}", "custom"),
+        (f"custom_{PAUSED}", f"custom_{PAUSED}", "custom"),
+    ],
+)
 def test_pause_and_restore_values_follow_the_stock_rule(value: str, paused: str, restored: str) -> None:
     assert paused_value(value) == paused
     assert restored_value(paused) == restored
@@ -204,8 +209,10 @@ def test_the_loaded_version_is_read_as_init_reads_it(node: Node) -> None:
         "(dvs-builder@U16-I1-N07-12-3)  Wed Oct 29 23:50:55 UTC 2025\n"
     )
     assert gather_facts(node.paths, Settings()).nvidia_version == "580.178.04"
-    assert any("loaded nvidia 580.178.04, this manager image ships 595.91.07" in line
-               for line in run_preflight(node.paths, Settings()))  # fmt: skip
+    assert any(
+        "loaded nvidia 580.178.04, this manager image ships 595.91.07" in line
+        for line in run_preflight(node.paths, Settings())
+    )
 
 
 @pytest.mark.parametrize("node", ["talos-stale-mount"], indirect=True)

@@ -150,9 +150,13 @@ def test_preflight_command_passes_and_prints_the_version_note(
 ) -> None:
     p = node.paths
     for name, value in {
-        "HOST_ROOT_MOUNT": p.host_root, "PROCFS_ROOT": p.procfs_root, "SYSFS_ROOT": p.sysfs_root, "RUN_DIR": p.run_dir,
-        "USERSPACE_ROOT": p.userspace_root, "HOST_OS_RELEASE": p.host_os_release,
-    }.items():  # fmt: skip
+        "HOST_ROOT_MOUNT": p.host_root,
+        "PROCFS_ROOT": p.procfs_root,
+        "SYSFS_ROOT": p.sysfs_root,
+        "RUN_DIR": p.run_dir,
+        "USERSPACE_ROOT": p.userspace_root,
+        "HOST_OS_RELEASE": p.host_os_release,
+    }.items():
         monkeypatch.setenv(name, str(value))
     with pytest.raises(SystemExit) as caught:
         main(["preflight_check"])

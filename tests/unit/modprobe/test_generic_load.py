@@ -7,9 +7,10 @@ from collections.abc import Callable
 import pytest
 from helpers.fakes import FakeHost
 
-from driver_container.errors import ModuleLoadError, Problem, UsageError, VerificationError
+from driver_container.errors import ModuleLoadError, UsageError, VerificationError
 from driver_container.inspect.hoststate import LoadedModule, read_loaded_modules
 from driver_container.modprobe.generic import build_modprobe_argv, confirm_loaded, load_modules, mellanox_present
+from driver_container.problems import Problem
 from driver_container.settings import Settings
 
 Make = Callable[..., FakeHost]
@@ -22,7 +23,10 @@ NVIDIA_PARAMS = [
 
 def test_build_argv_adds_coherent_mode_from_r580() -> None:
     assert build_modprobe_argv("nvidia", [("A", "1")], "580.65.06") == [
-        "modprobe", "nvidia", "A=1", "NVreg_CoherentGPUMemoryMode=driver",
+        "modprobe",
+        "nvidia",
+        "A=1",
+        "NVreg_CoherentGPUMemoryMode=driver",
     ]
     assert build_modprobe_argv("nvidia", [("A", "1")], "570.195.03") == ["modprobe", "nvidia", "A=1"]
     assert build_modprobe_argv("nvidia", [], None) == ["modprobe", "nvidia"]
@@ -31,7 +35,9 @@ def test_build_argv_adds_coherent_mode_from_r580() -> None:
 def test_build_argv_keeps_operator_coherent_mode_and_other_modules_untouched() -> None:
     given = [("NVreg_CoherentGPUMemoryMode", "cdmm")]
     assert build_modprobe_argv("nvidia", given, "595.91.07") == [
-        "modprobe", "nvidia", "NVreg_CoherentGPUMemoryMode=cdmm",
+        "modprobe",
+        "nvidia",
+        "NVreg_CoherentGPUMemoryMode=cdmm",
     ]
     assert build_modprobe_argv("nvidia-uvm", [("x", "1")], "595.91.07") == ["modprobe", "nvidia-uvm", "x=1"]
 
@@ -153,10 +159,20 @@ def _module(name: str, parameters: dict[str, str]) -> LoadedModule:
 
 
 def test_verification_compares_effective_parameters() -> None:
-    after = {"nvidia": _module("nvidia", {"NVreg_EnableGpuFirmware": "1", "NVreg_RegistryDwords": '"a=1"',
-                                          "NVreg_CoherentGPUMemoryMode": '"cdmm"'})}
-    requested = {"nvidia": [("NVreg_EnableGpuFirmware", "0x01"), ("NVreg_RegistryDwords", "a=1"),
-                            ("NVreg_CoherentGPUMemoryMode", "driver"), ("NVreg_NotReported", "1")]}
+    after = {
+        "nvidia": _module(
+            "nvidia",
+            {"NVreg_EnableGpuFirmware": "1", "NVreg_RegistryDwords": '"a=1"', "NVreg_CoherentGPUMemoryMode": '"cdmm"'},
+        )
+    }
+    requested = {
+        "nvidia": [
+            ("NVreg_EnableGpuFirmware", "0x01"),
+            ("NVreg_RegistryDwords", "a=1"),
+            ("NVreg_CoherentGPUMemoryMode", "driver"),
+            ("NVreg_NotReported", "1"),
+        ]
+    }
     warnings = confirm_loaded(after, ["nvidia"], "580.105.08", requested)
     assert warnings == (Problem("nvidia", "NVreg_CoherentGPUMemoryMode requested 'driver', in effect '\"cdmm\"'"),)
     assert str(warnings[0]) == "nvidia: NVreg_CoherentGPUMemoryMode requested 'driver', in effect '\"cdmm\"'"

@@ -97,8 +97,11 @@ def test_rule_counts_dependants_without_holder_information() -> None:
     loaded = {n: _mod(n, 0) for n in ("nvidia_uvm", "nvidia_modeset")} | {"nvidia": _mod("nvidia", 2)}
     assert unload_is_safe(loaded)[0]
     loaded["nvidia"] = _mod("nvidia", 3)
-    assert unload_is_safe(loaded) == (False, "driver in use by 1 reference to nvidia from open /dev/nvidia* files "
-                                             "(nvidia-persistenced, nvidia-smi, GPU pods)")
+    assert unload_is_safe(loaded) == (
+        False,
+        "driver in use by 1 reference to nvidia from open /dev/nvidia* files "
+        "(nvidia-persistenced, nvidia-smi, GPU pods)",
+    )
 
 
 def test_rule_uses_proc_modules_users_and_drm_holding_modeset() -> None:
@@ -116,8 +119,9 @@ def test_rule_uses_proc_modules_users_and_drm_holding_modeset() -> None:
 
 def test_rule_refuses_builtin_and_dependant_refs() -> None:
     assert not unload_is_safe({"nvidia": _mod("nvidia", None, builtin=True)})[0]
-    safe, message = unload_is_safe({"nvidia": _mod("nvidia", 1, ("nvidia_peermem",)),
-                                    "nvidia_peermem": _mod("nvidia_peermem", 2)})
+    safe, message = unload_is_safe(
+        {"nvidia": _mod("nvidia", 1, ("nvidia_peermem",)), "nvidia_peermem": _mod("nvidia_peermem", 2)}
+    )
     assert not safe and message == "driver in use by 2 references to nvidia_peermem from open files of nvidia_peermem"
     assert unload_is_safe({}) == (True, "no NVIDIA module loaded")
 

@@ -71,9 +71,22 @@ def test_read_only_sysfs_names_selinux_and_the_kernel_argument(node_host: Callab
     require(os.geteuid() == 0 and shutil.which("unshare"), "root and unshare (util-linux)", how="run as root")
     paths = node_host("fw-empty")
     module = paths.sysfs_root / "module"
-    script = f"mount --bind {module} {module} && mount -o remount,bind,ro {module} && exec \"$@\""
-    argv = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh",
-            sys.executable, "-c", _RUN, str(paths.sysfs_root), str(paths.run_dir)]
+    script = f'mount --bind {module} {module} && mount -o remount,bind,ro {module} && exec "$@"'
+    argv = [
+        "unshare",
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        script,
+        "sh",
+        sys.executable,
+        "-c",
+        _RUN,
+        str(paths.sysfs_root),
+        str(paths.run_dir),
+    ]
     done = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=60)
     assert done.stdout.strip() == "read-only"
     assert "EROFS: SELinux enforcing on Talos" in done.stderr

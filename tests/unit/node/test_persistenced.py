@@ -25,12 +25,14 @@ def _runner(tmp_path: Path, mode: str = "normal", *, with_binary: bool = True) -
         tool = bindir / "nvidia-persistenced"
         tool.write_text(f"#!{sys.executable}\n" + FAKE.read_text())
         tool.chmod(0o755)
-    return Runner(env={
-        "PATH": str(bindir),
-        "FAKE_LOG": str(tmp_path / "calls.log"),
-        "FAKE_PERSISTENCED_DIR": str(tmp_path / "container/var/run/nvidia-persistenced"),
-        "FAKE_PERSISTENCED_MODE": mode,
-    })
+    return Runner(
+        env={
+            "PATH": str(bindir),
+            "FAKE_LOG": str(tmp_path / "calls.log"),
+            "FAKE_PERSISTENCED_DIR": str(tmp_path / "container/var/run/nvidia-persistenced"),
+            "FAKE_PERSISTENCED_MODE": mode,
+        }
+    )
 
 
 def test_mode_false_never_starts(node_host: Callable[[str], HostPaths], tmp_path: Path) -> None:

@@ -23,8 +23,14 @@ PATTERNS = [
 
 
 def _sources() -> list[Path]:
-    return sorted([REPO / "README.md", *(REPO / "docs").glob("*.md"), *DEPLOY.glob("*.yaml"),
-                   *(REPO / "driver_container").rglob("*.py")])  # fmt: skip
+    return sorted(
+        [
+            REPO / "README.md",
+            *(REPO / "docs").glob("*.md"),
+            *DEPLOY.glob("*.yaml"),
+            *(REPO / "driver_container").rglob("*.py"),
+        ]
+    )
 
 
 def references(text: str) -> set[str]:
@@ -59,6 +65,5 @@ def test_every_referenced_deploy_file_exists() -> None:
 
 
 def test_every_deploy_file_is_referenced_from_the_docs() -> None:
-    documented = {name for name, where in _all_references().items()
-                  if any(w.endswith(".md") for w in where)}  # fmt: skip
+    documented = {name for name, where in _all_references().items() if any(w.endswith(".md") for w in where)}
     assert sorted(p.name for p in DEPLOY.glob("*.yaml") if p.name not in documented) == []

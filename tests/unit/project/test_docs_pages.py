@@ -24,10 +24,26 @@ DOCS = REPO / "docs"
 PACKAGE = Path(driver_container.__file__).parent
 # The operator route keeps the walk-through and its Talos settings; these moved to pages of their own.
 REFERENCE_PAGES = ("upgrades.md", "manager.md", "mig.md", "mps.md", "imex.md", "dra.md", "migration.md")
-SOURCED_PAGES = ("operator.md", "talos.md", "troubleshooting.md", "fabric.md", "publish.md", "image.md",
-                 "configuration.md", *REFERENCE_PAGES)
-MOVED_SECTIONS = ("## MIG", "## MPS", "## IMEX", "## Upgrades", "## GPUCluster", "### Deliberate differences",
-                  "## What `driver-manager uninstall_driver` does", "## NVIDIA's DRA driver")  # fmt: skip
+SOURCED_PAGES = (
+    "operator.md",
+    "talos.md",
+    "troubleshooting.md",
+    "fabric.md",
+    "publish.md",
+    "image.md",
+    "configuration.md",
+    *REFERENCE_PAGES,
+)
+MOVED_SECTIONS = (
+    "## MIG",
+    "## MPS",
+    "## IMEX",
+    "## Upgrades",
+    "## GPUCluster",
+    "### Deliberate differences",
+    "## What `driver-manager uninstall_driver` does",
+    "## NVIDIA's DRA driver",
+)
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 # A commit cited in running text ("@ a22dbf67", "at 7a84d742"): such citations belong in the Sources list.
 _INLINE_COMMIT = re.compile(r"(?:@ ?|\bat )[0-9a-f]{7,40}\b")
@@ -75,8 +91,12 @@ def test_every_relative_link_and_anchor_in_the_docs_lands() -> None:
 
 def test_operator_route_keeps_the_route_and_links_every_reference_page() -> None:
     route = _text("operator.md")
-    for heading in ("## 1. Prepare the Talos nodes", "## 3. Install gpu-operator", "## 4. Check the result",
-                    "## Settings on Talos"):  # fmt: skip
+    for heading in (
+        "## 1. Prepare the Talos nodes",
+        "## 3. Install gpu-operator",
+        "## 4. Check the result",
+        "## Settings on Talos",
+    ):
         assert f"\n{heading}\n" in route
     assert [h for h in MOVED_SECTIONS if f"\n{h}" in route] == []
     assert [p for p in REFERENCE_PAGES if f"]({p}" not in route] == []
@@ -121,10 +141,19 @@ def test_troubleshooting_opens_with_what_kubectl_shows() -> None:
     rows = _symptom_rows()
     assert all(len(r) == 3 for r in rows)
     shown = " ".join(r[0] for r in rows)
-    for symptom in ("Init:CrashLoopBackOff", "Init:0/1", "ImagePullBackOff", "manifest unknown",
-                    "read-only file system", "stat /sbin/ldconfig", f"{DRIVER_DEPLOY_LABEL}={PRE_INSTALLED}",
-                    "No devices were found", "NvidiaDriverRefused", "nvidia-driver-container/result=refused",
-                    "anti-affinity"):  # fmt: skip
+    for symptom in (
+        "Init:CrashLoopBackOff",
+        "Init:0/1",
+        "ImagePullBackOff",
+        "manifest unknown",
+        "read-only file system",
+        "stat /sbin/ldconfig",
+        f"{DRIVER_DEPLOY_LABEL}={PRE_INSTALLED}",
+        "No devices were found",
+        "NvidiaDriverRefused",
+        "nvidia-driver-container/result=refused",
+        "anti-affinity",
+    ):
         assert symptom in shown, symptom
     known = _finding_codes()
     for what, _cause, fix in rows:
@@ -139,12 +168,15 @@ def test_migration_page_gives_the_label_fix_and_the_orphan_fix_with_their_source
     assert f"kubectl get nodes -l {DRIVER_DEPLOY_LABEL}={PRE_INSTALLED}" in text
     assert f"kubectl label node <node> {DRIVER_DEPLOY_LABEL}=true --overwrite" in text
     _, sources = _split_sources(text)
-    for fact in ("`controllers/state_manager.go` `addGPUStateLabels` @ v26.7.0",
-                 "`labelNodesWithOrphanedDriverPods` @ v26.7.0", "`reconcileNVIDIADriverUpgrades` @ v26.7.0",
-                 "DeletePropagationOrphan", "requiredDuringSchedulingIgnoredDuringExecution"):  # fmt: skip
+    for fact in (
+        "`controllers/state_manager.go` `addGPUStateLabels` @ v26.7.0",
+        "`labelNodesWithOrphanedDriverPods` @ v26.7.0",
+        "`reconcileNVIDIADriverUpgrades` @ v26.7.0",
+        "DeletePropagationOrphan",
+        "requiredDuringSchedulingIgnoredDuringExecution",
+    ):
         assert fact in sources, fact
-    for heading in ("From Talos's own route", "From a ClusterPolicy driver to NVIDIADriver",
-                    "Between Talos releases"):  # fmt: skip
+    for heading in ("From Talos's own route", "From a ClusterPolicy driver to NVIDIADriver", "Between Talos releases"):
         assert f"\n## {heading}" in text
     assert "](image.md" in text and "kubectl -n gpu-operator delete pod" in text
 

@@ -20,8 +20,12 @@ def test_a_hanging_test_fails(tmp_path: Path) -> None:
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "timeout=2", str(tmp_path)],
-        capture_output=True, text=True, timeout=50, check=False, cwd=tmp_path,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+        cwd=tmp_path,
+    )
     assert done.returncode == 1, done.stdout
     assert "Timeout" in done.stdout
     assert time.monotonic() - started < 40

@@ -20,17 +20,61 @@ FORMATS = Path(driver_container.__file__).parent / "formats"
 # Standard-library modules whose use is I/O, processes or the network. ``io`` is allowed for its in-memory
 # streams only (below); ``mmap`` only for a type annotation (under TYPE_CHECKING).
 IO_MODULES = frozenset(
-    {"os", "subprocess", "shutil", "socket", "tempfile", "glob", "fcntl", "mmap", "ctypes", "select",
-     "signal", "multiprocessing", "urllib", "http", "requests", "ssl", "pty", "resource"}
-)  # fmt: skip
+    {
+        "os",
+        "subprocess",
+        "shutil",
+        "socket",
+        "tempfile",
+        "glob",
+        "fcntl",
+        "mmap",
+        "ctypes",
+        "select",
+        "signal",
+        "multiprocessing",
+        "urllib",
+        "http",
+        "requests",
+        "ssl",
+        "pty",
+        "resource",
+    }
+)
 IN_MEMORY_IO = frozenset({"BytesIO", "StringIO"})
 PURE_PATHS = frozenset({"PurePosixPath", "PurePath"})
 # Calls that read or change a file system whatever object they are called on.
 FILE_METHODS = frozenset(
-    {"open", "read_bytes", "read_text", "write_bytes", "write_text", "iterdir", "glob", "rglob", "stat",
-     "lstat", "exists", "is_file", "is_dir", "is_symlink", "unlink", "mkdir", "rmdir", "readlink",
-     "resolve", "touch", "chmod", "rename", "replace", "samefile", "walk", "scandir", "listdir"}
-)  # fmt: skip
+    {
+        "open",
+        "read_bytes",
+        "read_text",
+        "write_bytes",
+        "write_text",
+        "iterdir",
+        "glob",
+        "rglob",
+        "stat",
+        "lstat",
+        "exists",
+        "is_file",
+        "is_dir",
+        "is_symlink",
+        "unlink",
+        "mkdir",
+        "rmdir",
+        "readlink",
+        "resolve",
+        "touch",
+        "chmod",
+        "rename",
+        "replace",
+        "samefile",
+        "walk",
+        "scandir",
+        "listdir",
+    }
+)
 
 
 def _type_checking_only(tree: ast.Module) -> set[int]:

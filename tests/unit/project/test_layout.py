@@ -49,8 +49,14 @@ CACHE_FLAGS_64 = {0x0303, 0x0A03}  # glibc dl-cache.h FLAG_X8664_LIB64, FLAG_AAR
 LOCAL_IMPORTS = {
     "beneath.py": {"_openat2"},  # ctypes: never on a restart
     "cli/__init__.py": {  # the probe's floor is a bare interpreter: typer, logging, signal only when needed
-        "_console_entry", "_probe_fast_path", "_register_commands", "die_of_sigint", "main", "report_error",
-        "report_unexpected", "sigint_as_sigterm",
+        "_console_entry",
+        "_probe_fast_path",
+        "_register_commands",
+        "die_of_sigint",
+        "main",
+        "report_error",
+        "report_unexpected",
+        "sigint_as_sigterm",
     },
     "cli/init_cmd.py": {"load", "unload"},  # the module loader (modprobe/): never on Talos
     "fileread.py": {"open_below"},  # beneath (pathlib): the peermem probe reads by path only
@@ -62,25 +68,57 @@ LOCAL_IMPORTS = {
     "inspect/modfiles.py": {"read_module_file"},  # the module reader: not for status without module files
     "kube/endpoint.py": {"kubeconfig_endpoint"},  # yaml: never for the service account of init's report
     "kube/nodereport.py": {"_client", "_namespace"},  # the Kubernetes client and requests: in a cluster only
-    "lifecycle/init.py": {"_check_alive", "_init_stages", "_start_daemons", "_start_fabric", "_stop_fabric",
-                          "run_init"},  # persistenced, Fabric Manager, modprobe/: not on an unchanged restart
+    "lifecycle/init.py": {
+        "_check_alive",
+        "_init_stages",
+        "_start_daemons",
+        "_start_fabric",
+        "_stop_fabric",
+        "run_init",
+    },  # persistenced, Fabric Manager, modprobe/: not on an unchanged restart
     "lifecycle/peermem.py": {"run_reload"},  # the probe's slow path stays without the module wait
     "lifecycle/publishing.py": {"_publish", "check_published_root", "report_ready", "check_and_publish"},
     "runtime/childresult.py": {"decode_result", "encode_result"},  # pickle: an exception from a child only
     "runtime/forkchild.py": {"_die_with_parent"},  # ctypes: in a forked child only
-}  # fmt: skip
+}
 # The modules an unchanged restart, the peermem probe or `status` imports that define NamedRecords (records.py).
 LIGHT_RECORD_MODULES = {
-    "driverroot/journal.py", "driverroot/manifest.py", "driverroot/mount.py", "driverroot/procsys.py",
-    "driverroot/proof.py", "driverroot/publish_status.py", "driverroot/toolkit_features.py",
-    "findings/model.py", "formats/elffacts.py", "formats/gpu_support.py", "formats/kernel/devices.py",
-    "formats/kernel/modules.py", "formats/kernel/mountinfo.py", "formats/kernel/nvidia_proc.py",
-    "formats/kernel/pci.py", "formats/kernel/sysfs.py", "formats/kmod/elf.py", "formats/kmod/model.py",
-    "formats/ldcache.py", "inspect/firmware.py", "inspect/hoststate.py", "inspect/modfiles.py",
-    "inspect/pcigpus.py", "inspect/platform.py", "inspect/userspace.py", "inspect/verdict.py",
-    "kube/nodereport.py", "lifecycle/init.py", "lifecycle/publishing.py", "node/devices.py", "node/firmware.py",
-    "paths.py", "resolver.py", "runtime/runner.py", "settings.py",
-}  # fmt: skip
+    "driverroot/journal.py",
+    "driverroot/manifest.py",
+    "driverroot/mount.py",
+    "driverroot/procsys.py",
+    "driverroot/proof.py",
+    "driverroot/publish_status.py",
+    "driverroot/toolkit_features.py",
+    "findings/model.py",
+    "formats/elffacts.py",
+    "formats/gpu_support.py",
+    "formats/kernel/devices.py",
+    "formats/kernel/modules.py",
+    "formats/kernel/mountinfo.py",
+    "formats/kernel/nvidia_proc.py",
+    "formats/kernel/pci.py",
+    "formats/kernel/sysfs.py",
+    "formats/kmod/elf.py",
+    "formats/kmod/model.py",
+    "formats/ldcache.py",
+    "inspect/firmware.py",
+    "inspect/hoststate.py",
+    "inspect/modfiles.py",
+    "inspect/pcigpus.py",
+    "inspect/platform.py",
+    "inspect/userspace.py",
+    "inspect/verdict.py",
+    "kube/nodereport.py",
+    "lifecycle/init.py",
+    "lifecycle/publishing.py",
+    "node/devices.py",
+    "node/firmware.py",
+    "paths.py",
+    "resolver.py",
+    "runtime/runner.py",
+    "settings.py",
+}
 
 
 def _modules() -> list[tuple[str, str]]:
@@ -94,10 +132,13 @@ def _code_strings(source: str) -> list[str]:
         id(node.body[0].value)
         for node in ast.walk(tree)
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-        and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
     }
     return [
-        n.value for n in ast.walk(tree)
+        n.value
+        for n in ast.walk(tree)
         if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings
     ]
 
@@ -114,9 +155,10 @@ def test_search_dirs_cache_path_manifest_and_kernel_release_are_defined_once() -
 def test_cache_flags_are_defined_once() -> None:
     strays = [
         f"{name}:{n.lineno}"
-        for name, source in _modules() if name != "formats/ldcache.py"
-        for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Constant) and n.value in CACHE_FLAGS_64
-        and type(n.value) is int
+        for name, source in _modules()
+        if name != "formats/ldcache.py"
+        for n in ast.walk(ast.parse(source))
+        if isinstance(n, ast.Constant) and n.value in CACHE_FLAGS_64 and type(n.value) is int
     ]
     assert not strays, f"64-bit ld.so.cache flags outside formats/ldcache.py: {strays}"
 
@@ -273,7 +315,8 @@ def test_driver_version_libraries_are_named_once() -> None:
     """The version finder and the publisher's "found versions" read versions by one rule."""
     assert version_finder.VERSION_LIBS is userspace_layout.VERSION_LIBS
     assert userspace_layout.driver_versions(["libcuda.so.1", f"libcuda.so.{VERSION}", "libnvidia-ml.so.550.1"]) == [
-        "550.1", VERSION
+        "550.1",
+        VERSION,
     ]
 
 
@@ -312,11 +355,16 @@ def test_other_fixed_choices_are_literal_types() -> None:
     from driver_container.settings import ModuleTypeChoice
 
     fields = [
-        (PlannedEntry, "kind", EntryKind), (Record, "type", RecordType), (Step, "action", JournalAction),
-        (RootMountDecision, "action", RootMountAction), (FabricInfo, "kind", FabricKind),
-        (NvidiaProcVersion, "flavour", ModuleFlavour), (ModuleFile, "flavour", ModuleFlavour | None),
-        (UserspaceVersion, "source", VersionSource), (NodeVerdict, "result", VerdictResult),
-    ]  # fmt: skip
+        (PlannedEntry, "kind", EntryKind),
+        (Record, "type", RecordType),
+        (Step, "action", JournalAction),
+        (RootMountDecision, "action", RootMountAction),
+        (FabricInfo, "kind", FabricKind),
+        (NvidiaProcVersion, "flavour", ModuleFlavour),
+        (ModuleFile, "flavour", ModuleFlavour | None),
+        (UserspaceVersion, "source", VersionSource),
+        (NodeVerdict, "result", VerdictResult),
+    ]
     names = {"ModuleFlavour": ModuleFlavour}  # nodereport names it for type checking only (init's hot path)
     for cls, field, hint in fields:
         assert get_type_hints(cls, localns=names)[field] == hint, f"{cls.__name__}.{field}"

@@ -42,21 +42,30 @@ HELM_VALUES = {"gpu-operator-values.yaml"}
 # values.yaml at a22dbf67): helm merges the values file over them.
 CHART_DEFAULTS: dict[str, Any] = {
     "driver": {
-        "enabled": True, "nvidiaDriverCRD": {"enabled": False}, "usePrecompiled": False,
+        "enabled": True,
+        "nvidiaDriverCRD": {"enabled": False},
+        "usePrecompiled": False,
         "rdma": {"enabled": False, "useHostMofed": False},
         "upgradePolicy": {
-            "autoUpgrade": True, "maxParallelUpgrades": 1, "maxUnavailable": "25%",
+            "autoUpgrade": True,
+            "maxParallelUpgrades": 1,
+            "maxUnavailable": "25%",
             "waitForCompletion": {"timeoutSeconds": 0, "podSelector": ""},
             "gpuPodDeletion": {"force": False, "timeoutSeconds": 300, "deleteEmptyDir": False},
-            "drain": {"enable": False, "force": False, "podSelector": "", "timeoutSeconds": 300,
-                      "deleteEmptyDir": False},
+            "drain": {
+                "enable": False,
+                "force": False,
+                "podSelector": "",
+                "timeoutSeconds": 300,
+                "deleteEmptyDir": False,
+            },
         },
     },
     "toolkit": {"enabled": True},
     "cdi": {"enabled": True, "nriPluginEnabled": False},
     "psa": {"enabled": False},
     "hostPaths": {"rootFS": "/", "driverInstallDir": "/run/nvidia/driver"},
-}  # fmt: skip
+}
 
 
 def _merged(defaults: Any, values: Any) -> Any:
@@ -71,14 +80,29 @@ def render_cluster_policy(values: dict[str, Any]) -> dict[str, Any]:
     d, up = v["driver"], v["driver"]["upgradePolicy"]
     driver: dict[str, Any] = {"enabled": d["enabled"], "useNvidiaDriverCRD": d["nvidiaDriverCRD"]["enabled"]}
     if not d["nvidiaDriverCRD"]["enabled"]:
-        driver |= {k: d[k] for k in ("kernelModuleType", "usePrecompiled", "repository", "image", "version",
-                                     "startupProbe", "rdma", "manager", "env") if k in d}  # fmt: skip
+        driver |= {
+            k: d[k]
+            for k in (
+                "kernelModuleType",
+                "usePrecompiled",
+                "repository",
+                "image",
+                "version",
+                "startupProbe",
+                "rdma",
+                "manager",
+                "env",
+            )
+            if k in d
+        }
     driver["upgradePolicy"] = {
-        "autoUpgrade": up["autoUpgrade"], "maxParallelUpgrades": up["maxParallelUpgrades"],
+        "autoUpgrade": up["autoUpgrade"],
+        "maxParallelUpgrades": up["maxParallelUpgrades"],
         "maxUnavailable": up["maxUnavailable"],
         "waitForCompletion": {"timeoutSeconds": up["waitForCompletion"]["timeoutSeconds"]},
-        "podDeletion": up["gpuPodDeletion"], "drain": {k: v for k, v in up["drain"].items() if k != "podSelector"},
-    }  # fmt: skip
+        "podDeletion": up["gpuPodDeletion"],
+        "drain": {k: v for k, v in up["drain"].items() if k != "podSelector"},
+    }
     cdi = {"enabled": v["cdi"]["enabled"]}
     if v["cdi"]["enabled"] and v["cdi"]["nriPluginEnabled"]:
         cdi["nriPluginEnabled"] = v["cdi"]["nriPluginEnabled"]
@@ -92,8 +116,11 @@ def _docs(name: str) -> list[Any]:
 
 def _values_errors(values: dict[str, Any]) -> list[str]:
     rendered = render_cluster_policy(values)
-    return [e for section, value in rendered.items()
-            for e in custom_resource_section_errors(CLUSTERPOLICY_CRD, "v1", section, value)]  # fmt: skip
+    return [
+        e
+        for section, value in rendered.items()
+        for e in custom_resource_section_errors(CLUSTERPOLICY_CRD, "v1", section, value)
+    ]
 
 
 def _doc_snippets() -> list[Any]:
@@ -164,7 +191,7 @@ def _set(path: str, value: object) -> Breaker:
         ("ConfigMap", _set("data", ["not", "a", "map"])),
         ("ClusterRoleBinding", _set("roleRef.name", None)),
     ],
-)  # fmt: skip
+)
 def test_a_broken_kubernetes_manifest_is_rejected(kind: str, breaker: Breaker) -> None:
     doc = copy.deepcopy(next(d for d in _docs("standalone-daemonset.yaml") if d["kind"] == kind))
     assert kubernetes_errors(doc) == []
@@ -220,7 +247,7 @@ def test_broken_helm_values_render_an_invalid_cluster_policy(breaker: Breaker) -
         ("talos-nri-1.14.yaml", "name: nvidia-nri", "name: nvidia nri"),
         ("talos-nri-1.14.yaml", "content: |", "contents: |"),
     ],
-)  # fmt: skip
+)
 def test_a_broken_talos_patch_is_rejected(name: str, old: str, new: str) -> None:
     text = (DEPLOY / name).read_text()
     assert old in text
@@ -233,19 +260,24 @@ def test_legacy_module_list_is_not_in_the_talos_114_schema() -> None:
 
 
 def test_structural_schema_reading() -> None:
-    schema = structural_to_json_schema({
-        "type": "object",
-        "required": ["kind", "size"],
-        "properties": {
-            "kind": {"type": "string", "default": "gpu"},
-            "size": {"type": "integer"},
-            "port": {"x-kubernetes-int-or-string": True},
-            "name": {"type": "string", "nullable": True},
-            "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
-                     "properties": {"a": {"type": "string"}}},
-            "map": {"type": "object", "additionalProperties": {"type": "string"}},
-        },
-    })  # fmt: skip
+    schema = structural_to_json_schema(
+        {
+            "type": "object",
+            "required": ["kind", "size"],
+            "properties": {
+                "kind": {"type": "string", "default": "gpu"},
+                "size": {"type": "integer"},
+                "port": {"x-kubernetes-int-or-string": True},
+                "name": {"type": "string", "nullable": True},
+                "free": {
+                    "type": "object",
+                    "x-kubernetes-preserve-unknown-fields": True,
+                    "properties": {"a": {"type": "string"}},
+                },
+                "map": {"type": "object", "additionalProperties": {"type": "string"}},
+            },
+        }
+    )
     from jsonschema import Draft202012Validator
 
     ok = Draft202012Validator(schema)

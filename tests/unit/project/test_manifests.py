@@ -171,8 +171,11 @@ def _probe_script() -> str:
 def test_pre_stop_removes_both_status_files() -> None:
     command = _driver_container()["lifecycle"]["preStop"]["exec"]["command"]
     assert command == [
-        "rm", "-f", "/run/nvidia/validations/.driver-ctr-ready", "/run/nvidia/validations/.driver-daemons-status"
-    ]  # fmt: skip
+        "rm",
+        "-f",
+        "/run/nvidia/validations/.driver-ctr-ready",
+        "/run/nvidia/validations/.driver-daemons-status",
+    ]
 
 
 def _run_probe(tmp_path: Path, *, loaded: bool, status: str | None, smi_rc: int) -> tuple[int, Path]:
@@ -197,9 +200,14 @@ def _run_probe(tmp_path: Path, *, loaded: bool, status: str | None, smi_rc: int)
 
 @pytest.mark.parametrize(
     ("loaded", "status", "smi_rc", "ok"),
-    [(True, None, 0, True), (True, "Ready", 0, True), (True, "NotReady", 0, False), (False, None, 0, False),
-     (True, None, 9, False)],
-)  # fmt: skip
+    [
+        (True, None, 0, True),
+        (True, "Ready", 0, True),
+        (True, "NotReady", 0, False),
+        (False, None, 0, False),
+        (True, None, 9, False),
+    ],
+)
 def test_startup_probe_script_behaves_like_the_operators(
     tmp_path: Path, loaded: bool, status: str | None, smi_rc: int, ok: bool
 ) -> None:
@@ -207,8 +215,10 @@ def test_startup_probe_script_behaves_like_the_operators(
     assert (rc == 0) == ok and ready.exists() == ok
     if ok:
         assert yaml.safe_load(ready.read_text()) == {
-            "GDRCOPY_ENABLED": False, "GDS_ENABLED": True, "GPU_DIRECT_RDMA_ENABLED": False
-        }  # fmt: skip
+            "GDRCOPY_ENABLED": False,
+            "GDS_ENABLED": True,
+            "GPU_DIRECT_RDMA_ENABLED": False,
+        }
 
 
 def test_talos_module_lists_agree_in_both_forms() -> None:
@@ -227,33 +237,98 @@ def test_talos_module_lists_agree_in_both_forms() -> None:
 # deployments/gpu-operator/values.yaml (chart keys) and crds/nvidia.com_nvidiadrivers.yaml (v1alpha1
 # spec properties). Only the keys these manifests may use; every one also exists in v26.3.3 (b0a49c0e).
 OPERATOR_COMMIT = "a22dbf671f2e26f9a1e342f8eea28e196235e110"
-CHART_KEYS = frozenset({
-    "psa.enabled", "cdi.enabled", "cdi.nriPluginEnabled", "hostPaths.rootFS", "hostPaths.driverInstallDir",
-    "driver.enabled", "driver.nvidiaDriverCRD.enabled", "driver.nvidiaDriverCRD.deployDefaultCR",
-    "driver.nvidiaDriverCRD.driverType", "driver.nvidiaDriverCRD.nodeSelector", "driver.kernelModuleType",
-    "driver.usePrecompiled", "driver.repository", "driver.image", "driver.version", "driver.imagePullPolicy",
-    "driver.imagePullSecrets", "driver.startupProbe.initialDelaySeconds", "driver.startupProbe.periodSeconds",
-    "driver.startupProbe.timeoutSeconds", "driver.startupProbe.failureThreshold", "driver.rdma.enabled",
-    "driver.rdma.useHostMofed", "driver.upgradePolicy.autoUpgrade", "driver.upgradePolicy.maxParallelUpgrades",
-    "driver.upgradePolicy.maxUnavailable", "driver.manager.repository", "driver.manager.image",
-    "driver.manager.version", "driver.manager.imagePullPolicy", "driver.manager.env", "driver.env",
-    "driver.resources", "driver.kernelModuleConfig.name", "driver.secretEnv", "driver.hostNetwork",
-    "toolkit.enabled", "toolkit.repository", "toolkit.image", "toolkit.version", "toolkit.env",
-    "toolkit.installDir", "toolkit.resources", "mig.strategy", "migManager.enabled", "migManager.env",
-    "migManager.version", "migManager.config.name", "migManager.config.default", "migManager.config.create",
-})  # fmt: skip
-NVIDIADRIVER_SPEC_KEYS = frozenset({
-    "driverType", "repository", "image", "version", "usePrecompiled", "kernelModuleType", "nodeSelector",
-    "manager.repository", "manager.image", "manager.version", "manager.env", "manager.imagePullPolicy", "env",
-    "args", "startupProbe.initialDelaySeconds", "startupProbe.periodSeconds", "startupProbe.timeoutSeconds",
-    "startupProbe.successThreshold", "startupProbe.failureThreshold", "tolerations", "priorityClassName",
-    "kernelModuleConfig.name", "rdma.enabled", "rdma.useHostMofed", "resources", "upgradePolicy.autoUpgrade",
-})  # fmt: skip
+CHART_KEYS = frozenset(
+    {
+        "psa.enabled",
+        "cdi.enabled",
+        "cdi.nriPluginEnabled",
+        "hostPaths.rootFS",
+        "hostPaths.driverInstallDir",
+        "driver.enabled",
+        "driver.nvidiaDriverCRD.enabled",
+        "driver.nvidiaDriverCRD.deployDefaultCR",
+        "driver.nvidiaDriverCRD.driverType",
+        "driver.nvidiaDriverCRD.nodeSelector",
+        "driver.kernelModuleType",
+        "driver.usePrecompiled",
+        "driver.repository",
+        "driver.image",
+        "driver.version",
+        "driver.imagePullPolicy",
+        "driver.imagePullSecrets",
+        "driver.startupProbe.initialDelaySeconds",
+        "driver.startupProbe.periodSeconds",
+        "driver.startupProbe.timeoutSeconds",
+        "driver.startupProbe.failureThreshold",
+        "driver.rdma.enabled",
+        "driver.rdma.useHostMofed",
+        "driver.upgradePolicy.autoUpgrade",
+        "driver.upgradePolicy.maxParallelUpgrades",
+        "driver.upgradePolicy.maxUnavailable",
+        "driver.manager.repository",
+        "driver.manager.image",
+        "driver.manager.version",
+        "driver.manager.imagePullPolicy",
+        "driver.manager.env",
+        "driver.env",
+        "driver.resources",
+        "driver.kernelModuleConfig.name",
+        "driver.secretEnv",
+        "driver.hostNetwork",
+        "toolkit.enabled",
+        "toolkit.repository",
+        "toolkit.image",
+        "toolkit.version",
+        "toolkit.env",
+        "toolkit.installDir",
+        "toolkit.resources",
+        "mig.strategy",
+        "migManager.enabled",
+        "migManager.env",
+        "migManager.version",
+        "migManager.config.name",
+        "migManager.config.default",
+        "migManager.config.create",
+    }
+)
+NVIDIADRIVER_SPEC_KEYS = frozenset(
+    {
+        "driverType",
+        "repository",
+        "image",
+        "version",
+        "usePrecompiled",
+        "kernelModuleType",
+        "nodeSelector",
+        "manager.repository",
+        "manager.image",
+        "manager.version",
+        "manager.env",
+        "manager.imagePullPolicy",
+        "env",
+        "args",
+        "startupProbe.initialDelaySeconds",
+        "startupProbe.periodSeconds",
+        "startupProbe.timeoutSeconds",
+        "startupProbe.successThreshold",
+        "startupProbe.failureThreshold",
+        "tolerations",
+        "priorityClassName",
+        "kernelModuleConfig.name",
+        "rdma.enabled",
+        "rdma.useHostMofed",
+        "resources",
+        "upgradePolicy.autoUpgrade",
+    }
+)
 MAP_KEYS = {"nodeSelector", "driver.nvidiaDriverCRD.nodeSelector", "resources", "driver.resources"}  # free-form
 # The driver ClusterRole the operator binds to the driver pod's service account (assets/state-driver/
 # 0210_clusterrole.yaml = manifests/state-driver/0210_clusterrole.yaml at a22dbf67), core group only.
-OPERATOR_DRIVER_RBAC = {"nodes": {"get", "list", "patch", "update", "watch"}, "pods": {"get", "list", "watch"},
-                        "pods/eviction": {"create"}}  # fmt: skip
+OPERATOR_DRIVER_RBAC = {
+    "nodes": {"get", "list", "patch", "update", "watch"},
+    "pods": {"get", "list", "watch"},
+    "pods/eviction": {"create"},
+}
 # What this image calls: driver-manager (kube.KubeClient) and init's node report (nodereport.py).
 MANAGER_NEEDS = {"nodes": {"get", "patch"}, "pods": {"list"}, "pods/eviction": {"create"}}
 NODE_REPORT_NEEDS = {"nodes": {"patch"}, "events": {"create"}}
@@ -292,8 +367,10 @@ def test_nvidiadriver_states_its_upgrade_policy() -> None:
 
 def test_the_leaf_walker_sees_nested_keys() -> None:
     assert _leaves({"a": {"b": 1, "nodeSelector": {"x.y/z": "1"}}, "nodeSelector": {"k": "v"}}) == {
-        "a.b", "a.nodeSelector.x.y/z", "nodeSelector"
-    }  # fmt: skip
+        "a.b",
+        "a.nodeSelector.x.y/z",
+        "nodeSelector",
+    }
 
 
 def test_values_wire_the_toolkit_for_talos() -> None:

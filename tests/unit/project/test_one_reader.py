@@ -62,9 +62,10 @@ def regular_checks(source: str) -> list[int]:
     if not calls_fstat:
         return []
     return [
-        n.lineno for n in ast.walk(tree)
+        n.lineno
+        for n in ast.walk(tree)
         if (isinstance(n, ast.Attribute) and n.attr == "S_ISREG") or (isinstance(n, ast.Name) and n.id == "S_ISREG")
-    ]  # fmt: skip
+    ]
 
 
 def _modules() -> list[tuple[str, str]]:
@@ -72,53 +73,50 @@ def _modules() -> list[tuple[str, str]]:
 
 
 def test_no_module_opens_a_file_for_reading_with_its_own_flags() -> None:
-    strays = [
-        f"{name}:{line}"
-        for name, source in _modules() if name not in OPENERS
-        for line in read_flag_sets(source)
-    ]  # fmt: skip
+    strays = [f"{name}:{line}" for name, source in _modules() if name not in OPENERS for line in read_flag_sets(source)]
     assert not strays, f"open for reading through fileread.py (open_nofollow, open_below): {strays}"
 
 
 def test_no_module_checks_fstat_for_a_regular_file_itself() -> None:
     strays = [
         f"{name}:{line}"
-        for name, source in _modules() if name not in OPENERS | WRITERS
+        for name, source in _modules()
+        if name not in OPENERS | WRITERS
         for line in regular_checks(source)
-    ]  # fmt: skip
+    ]
     assert not strays, f"check the descriptor through fileread.py (regular_stat, refuse_irregular): {strays}"
 
 
 # The hand-written copies this test replaced, as they were: each must be caught.
-PLANTED_OPEN = '''
+PLANTED_OPEN = """
 import os
 def read(path):
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-'''
-PLANTED_FLAGS = '''
+"""
+PLANTED_FLAGS = """
 import os
 _FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
-'''
-PLANTED_BENEATH = '''
+"""
+PLANTED_BENEATH = """
 import os
 from driver_container.beneath import open_beneath
 def read(root, inner):
     return open_beneath(root, inner, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-'''
-PLANTED_RESOLVED = '''
+"""
+PLANTED_RESOLVED = """
 import os
 def read(root, inner):
     fd, real = root.open_resolved(inner, os.O_RDONLY | os.O_NONBLOCK)
-'''
-PLANTED_CHECK = '''
+"""
+PLANTED_CHECK = """
 import os
 import stat
 def check(fd):
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         raise OSError("not a regular file")
-'''
+"""
 # What stays allowed: a directory walk, a write, an O_PATH check, a pipe, an lstat's type.
-ALLOWED = '''
+ALLOWED = """
 import os
 import stat
 pipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -126,7 +124,7 @@ DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 fd = os.open("x", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
 node = os.open("n", os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
 regular = stat.S_ISREG(os.lstat("y").st_mode)
-'''
+"""
 
 
 def test_the_detectors_catch_the_copies_they_replaced() -> None:

@@ -22,8 +22,6 @@ PUBLISHED = "ghcr.io/OWNER/talos-nvidia-driver"  # docs/image.md, "Published ima
 DOCKER_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
-
-
 rm = release_matrix()
 
 
@@ -58,8 +56,12 @@ def test_talos_doc_table_agrees_with_the_release_data() -> None:
 
 
 def _git(repo: Path, *args: str) -> None:
-    env = os.environ | {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                        "GIT_COMMITTER_EMAIL": "t@t"}  # fmt: skip
+    env = os.environ | {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, env=env, timeout=60)
 
 
@@ -82,8 +84,9 @@ def _extensions_repo(tmp_path: Path, production: str, lts_var: str = "NVIDIA_DRI
 
 
 def _head(repo: Path) -> str:
-    return subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True,
-                          check=True, timeout=60).stdout.strip()  # fmt: skip
+    return subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.strip()
 
 
 def test_verify_accepts_the_vars_it_was_read_from_and_names_each_difference(tmp_path: Path) -> None:
@@ -119,16 +122,21 @@ def test_workflow_builds_each_driver_multi_arch_with_the_local_script() -> None:
     assert set(image["env"]["PLATFORMS"].split(",")) == {"linux/amd64", "linux/arm64"}
     assert image["env"]["USERSPACE_SOURCE"] == "run"
     uses = [s["uses"].split("@")[0] for s in _steps(image) if "uses" in s]
-    for action in ("docker/setup-qemu-action", "docker/setup-buildx-action", "docker/login-action",
-                   "sigstore/cosign-installer"):  # fmt: skip
+    for action in (
+        "docker/setup-qemu-action",
+        "docker/setup-buildx-action",
+        "docker/login-action",
+        "sigstore/cosign-installer",
+    ):
         assert action in uses
     runs = [s for s in _steps(image) if "scripts/release-build.sh" in s.get("run", "")]
     assert [r["run"].split('"${{ matrix.driver }}"')[1].split() for r in runs] == [["build", "test"], ["push"]]
     assert runs[1]["env"]["PUSH"] == "1" and "if" in runs[1]  # pushes on a release tag only
     assert image["permissions"] == {"contents": "read", "packages": "write", "id-token": "write"}
     # Every step runs bash scripts; nothing but the set-up actions lives in the workflow itself.
-    assert all(s.get("run", "").startswith(("bash scripts/", "echo ", "python -m venv")) for s in _steps(image)
-               if "run" in s)  # fmt: skip
+    assert all(
+        s.get("run", "").startswith(("bash scripts/", "echo ", "python -m venv")) for s in _steps(image) if "run" in s
+    )
 
 
 def test_ci_builds_and_tests_the_image_through_the_release_script() -> None:
@@ -144,8 +152,9 @@ def test_ci_builds_and_tests_the_image_through_the_release_script() -> None:
 
 def test_push_phase_without_push_says_what_it_would_push() -> None:
     env = {k: v for k, v in os.environ.items() if k != "PUSH"} | {"IMAGE_REPO": PUBLISHED}
-    done = subprocess.run(["bash", str(SCRIPT), "595.91.07", "push"], capture_output=True, text=True, env=env,
-                          timeout=60, check=False)  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(SCRIPT), "595.91.07", "push"], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
     assert done.returncode == 0, done.stderr
     assert "push skipped" in done.stderr and f"{PUBLISHED}:595.91.07-talosv1.13.9" in done.stderr
     bad = subprocess.run(["bash", str(SCRIPT), "latest"], capture_output=True, text=True, timeout=60, check=False)

@@ -22,8 +22,6 @@ LS_REMOTE = (FIXTURES / "extensions-ls-remote.txt").read_text()
 NEW_COMMIT = "1" * 40
 
 
-
-
 rm = release_matrix()
 PROJECT = rm.project_version()  # pyproject.toml's; the immutable tags carry it
 
@@ -55,11 +53,17 @@ def test_a_new_talos_release_with_an_old_driver_is_only_tagged_by_digest() -> No
     done = rm.plan(current, remote, _vars("v1.13.10"), _everything_published(current), PROJECT)
     assert done.added == ["v1.13.10"] and done.dropped == [] and done.build == []
     assert done.tag == {
-        f"580.178.04-{PROJECT}": ["580.178.04-talosv1.13.10", f"580.178.04-{PROJECT}-talosv1.13.10",
-                                  "lts-talosv1.13.10"],
-        f"595.91.07-{PROJECT}": ["595.91.07-talosv1.13.10", f"595.91.07-{PROJECT}-talosv1.13.10",
-                            "production-talosv1.13.10"],
-    }  # fmt: skip
+        f"580.178.04-{PROJECT}": [
+            "580.178.04-talosv1.13.10",
+            f"580.178.04-{PROJECT}-talosv1.13.10",
+            "lts-talosv1.13.10",
+        ],
+        f"595.91.07-{PROJECT}": [
+            "595.91.07-talosv1.13.10",
+            f"595.91.07-{PROJECT}-talosv1.13.10",
+            "production-talosv1.13.10",
+        ],
+    }
     (row,) = [r for r in done.rows if r.release == "v1.13.10"]
     assert row == rm.TalosRelease("v1.13.10", NEW_COMMIT, "595.91.07", "580.178.04")  # the peeled commit
     assert [r.release for r in done.rows][-3:] == ["v1.13.9", "v1.13.10", "v1.14.0-rc.1"]
@@ -71,8 +75,9 @@ def test_a_new_driver_is_built_and_the_final_supersedes_its_rc() -> None:
     done = rm.plan(current, remote, _vars("v1.14.0"), _everything_published(current), PROJECT)
     assert done.added == ["v1.14.0"] and done.dropped == ["v1.14.0-rc.1"]
     assert done.build == ["595.99.02"]  # its push carries all its tags, the manager's too
-    assert done.tag == {f"580.178.04-{PROJECT}": ["580.178.04-talosv1.14.0", f"580.178.04-{PROJECT}-talosv1.14.0",
-                                             "lts-talosv1.14.0"]}  # fmt: skip
+    assert done.tag == {
+        f"580.178.04-{PROJECT}": ["580.178.04-talosv1.14.0", f"580.178.04-{PROJECT}-talosv1.14.0", "lts-talosv1.14.0"]
+    }
     assert rm.manager_driver(done.rows) == "595.99.02"
     assert ":production-talosv1.14.0" in rm.tags(done.rows, "595.99.02", "", PROJECT)
 
@@ -115,8 +120,15 @@ def test_the_plan_command_writes_the_data_file(tmp_path: Path, capsys: pytest.Ca
     data.write_text(rm.DATA.read_text())
     (tmp_path / "tags").write_text(_with_tag("v1.13.10"))
     (tmp_path / "published").write_text("\n".join(sorted(_everything_published(rm.load()))) + "\n")
-    args = ["plan", "--tags", str(tmp_path / "tags"), "--vars-dir", str(FIXTURES / "vars"),
-            "--published", str(tmp_path / "published")]  # fmt: skip
+    args = [
+        "plan",
+        "--tags",
+        str(tmp_path / "tags"),
+        "--vars-dir",
+        str(FIXTURES / "vars"),
+        "--published",
+        str(tmp_path / "published"),
+    ]
     assert rm.main(args, data) == 0
     assert json.loads(capsys.readouterr().out)["added"] == ["v1.13.10"]
     assert data.read_text() == rm.DATA.read_text()  # without --write, nothing changes
@@ -225,11 +237,21 @@ def _follow(tmp_path: Path, tags: str, published: set[str]) -> tuple[subprocess.
     if not data.exists():
         data.write_text(rm.DATA.read_text())
     env = {k: v for k, v in os.environ.items() if k != "PUSH"} | {
-        "RELEASE_DATA": str(data), "FOLLOW_DIR": str(tmp_path / "follow"), "EXTENSIONS_TAGS": str(tmp_path / "tags"),
-        "VARS_DIR": str(FIXTURES / "vars"), "PUBLISHED": str(tmp_path / "published"), "IMAGE_REPO": "ghcr.io/o/t",
-    }  # fmt: skip
-    done = subprocess.run(["bash", str(REPO / "scripts/release-follow.sh"), "plan", "build", "tag"], env=env,
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+        "RELEASE_DATA": str(data),
+        "FOLLOW_DIR": str(tmp_path / "follow"),
+        "EXTENSIONS_TAGS": str(tmp_path / "tags"),
+        "VARS_DIR": str(FIXTURES / "vars"),
+        "PUBLISHED": str(tmp_path / "published"),
+        "IMAGE_REPO": "ghcr.io/o/t",
+    }
+    done = subprocess.run(
+        ["bash", str(REPO / "scripts/release-follow.sh"), "plan", "build", "tag"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     return done, tmp_path / "follow"
 
 
@@ -256,7 +278,10 @@ def test_image_doc_states_the_tags_and_the_schedule_the_code_uses() -> None:
     for tag in (*(f"`{c}-talos<R>`" for c in rm.CHANNELS), f"`{rm.MANAGER}`", "`<driver>-<project version>`"):
         assert tag in text, tag
     releases = rm.load()
-    for release, channel, driver in (("v1.13.9", "production", "595.91.07"), ("v1.13.9", "lts", "580.178.04"),
-                                     ("v1.12.11", "production", "570.211.01")):  # fmt: skip
+    for release, channel, driver in (
+        ("v1.13.9", "production", "595.91.07"),
+        ("v1.13.9", "lts", "580.178.04"),
+        ("v1.12.11", "production", "570.211.01"),
+    ):
         assert f"`{channel}-talos{release}` ({driver})" in text
         assert f"R:{channel}-talos{release}" in rm.tags(releases, driver, "R")

@@ -25,6 +25,7 @@ FINDINGS = Path(driver_container.__file__).parent / "findings"  # the package: e
 def _findings_source() -> str:
     return "\n".join(p.read_text(encoding="utf-8") for p in sorted(FINDINGS.glob("*.py")))
 
+
 # A findings-table row starts with the code; an error class has its own heading.
 _ROW = re.compile(r"^\| `([A-Z][A-Z0-9_]+)` \|", re.MULTILINE)
 _HEADING = re.compile(r"^#{2,3} `(\w+)`", re.MULTILINE)

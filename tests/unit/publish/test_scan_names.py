@@ -43,8 +43,12 @@ def test_links_leaving_the_directory_take_the_full_resolution(tmp_path: Path) ->
     (lib / "libgone.so.1").symlink_to("libgone.so.1.0")
     root = Root(tmp_path)
     dirs: dict[PurePosixPath, Path] = {}
-    expected = {"libc.so": "libc.so.6.0", "libabs.so.1": "libreal.so.9.1", "libup.so.1": "libreal.so.9.1",
-                "libgone.so.1": "libgone.so.1.0"}  # fmt: skip
+    expected = {
+        "libc.so": "libc.so.6.0",
+        "libabs.so.1": "libreal.so.9.1",
+        "libup.so.1": "libreal.so.9.1",
+        "libgone.so.1": "libgone.so.1.0",
+    }
     for name, final in expected.items():
         inner = PurePosixPath("/lib", name)
         assert _final_name(root, inner, dirs) == root.resolve(inner).name == final

@@ -72,8 +72,10 @@ def test_nvswitch_without_fm_in_image_is_an_error(tmp_path: Path) -> None:
     codes = _codes(_copy(tmp_path, H100))
     assert codes["FABRIC_MANAGER_MISSING"] == "error"
     assert "NVLSM_MISSING" not in codes
-    assert _codes(_copy(tmp_path / "ok", H100, image=True)) == {"FABRIC_SYSTEM": "info",
-                                                              "DRIVER_ROOT_NOT_PUBLISHED": "info"}
+    assert _codes(_copy(tmp_path / "ok", H100, image=True)) == {
+        "FABRIC_SYSTEM": "info",
+        "DRIVER_ROOT_NOT_PUBLISHED": "info",
+    }
 
 
 def test_nvlink5_needs_nvlsm_too(tmp_path: Path) -> None:
@@ -132,11 +134,25 @@ def test_status_reports_the_fabric(tmp_path: Path, as_json: bool, capsys: pytest
     from driver_container.cli import main
 
     paths = _copy(tmp_path, B200, image=True)
-    args = ["--host-root-mount", str(paths.host_root), "--procfs-root", str(paths.procfs_root),
-            "--sysfs-root", str(paths.sysfs_root), "--userspace-root", str(paths.userspace_root),
-            "--run-dir", str(tmp_path / "run"), "--drivers-conf-dir", str(paths.drivers_conf_dir),
-            "--host-os-release", str(paths.host_root / "etc/os-release"),
-            "--fabricmanager-run-dir", str(paths.fabric_run_dir), "status"]
+    args = [
+        "--host-root-mount",
+        str(paths.host_root),
+        "--procfs-root",
+        str(paths.procfs_root),
+        "--sysfs-root",
+        str(paths.sysfs_root),
+        "--userspace-root",
+        str(paths.userspace_root),
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--drivers-conf-dir",
+        str(paths.drivers_conf_dir),
+        "--host-os-release",
+        str(paths.host_root / "etc/os-release"),
+        "--fabricmanager-run-dir",
+        str(paths.fabric_run_dir),
+        "status",
+    ]
     with pytest.raises(SystemExit) as exited:
         main(args + (["--json"] if as_json else []))
     out = capsys.readouterr().out

@@ -28,10 +28,15 @@ def report_host(base: Path) -> HostPaths:
     (base / "image").mkdir()
     (base / "kmsg").write_bytes(KMSG)
     return HostPaths(
-        host_root=tree / "host", procfs_root=tree / "proc", sysfs_root=tree / "sys", userspace_root=base / "image",
-        drivers_conf_dir=tree / "drivers", run_dir=base / "run", host_os_release_override=tree / "host/etc/os-release",
+        host_root=tree / "host",
+        procfs_root=tree / "proc",
+        sysfs_root=tree / "sys",
+        userspace_root=base / "image",
+        drivers_conf_dir=tree / "drivers",
+        run_dir=base / "run",
+        host_os_release_override=tree / "host/etc/os-release",
         kmsg_path=base / "kmsg",
-    )  # fmt: skip
+    )
 
 
 def add_script(paths: HostPaths, body: str) -> Path:

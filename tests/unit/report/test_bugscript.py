@@ -31,10 +31,13 @@ def test_its_argv_cwd_and_environment_and_its_gzip_log(tmp_path: Path, monkeypat
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "do-not-pass-me")
     paths = report_host(tmp_path)
     seen = tmp_path / "seen"
-    add_script(paths, f"""printf '%s\\n' "$@" > {seen}/argv; pwd > {seen}/cwd; env > {seen}/env
+    add_script(
+        paths,
+        f"""printf '%s\\n' "$@" > {seen}/argv; pwd > {seen}/cwd; env > {seen}/env
 echo section one | gzip -c >> "$2.gz"; echo section two | gzip -c >> "$2.gz"
 echo 'Running nvidia-bug-report.sh... complete.'
-""")
+""",
+    )
     seen.mkdir()
     log, output = run_bug_report(paths, 30, 1 << 20)
     assert log.data == b"section one\nsection two\n" and log.note == ""
@@ -50,10 +53,13 @@ echo 'Running nvidia-bug-report.sh... complete.'
 def test_a_hanging_script_and_its_children_are_killed_at_the_deadline(tmp_path: Path) -> None:
     paths = report_host(tmp_path)
     pid_file = tmp_path / "child.pid"
-    add_script(paths, f"""echo partial | gzip -c >> "$2.gz"
+    add_script(
+        paths,
+        f"""echo partial | gzip -c >> "$2.gz"
 sleep 600 & echo $! > {pid_file}
 wait
-""")
+""",
+    )
     started = time.monotonic()
     log, _output = run_bug_report(paths, 1.5, 1 << 20)
     assert time.monotonic() - started < 5

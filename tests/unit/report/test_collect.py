@@ -17,8 +17,13 @@ from driver_container.report.collect import ReportOptions, collect_report
 from driver_container.report.environment import environment_member, settings_env_names
 from driver_container.settings import Settings
 
-SECRETS = ("eyJhbGciOiJSUzI1NiJ9.c2VydmljZS1hY2NvdW50.c2lnbmF0dXJl", "omni-join-7f3a9c", "hunter2-password",
-           "kubeconfig-client-key-data", "aws-secret-value")  # fmt: skip
+SECRETS = (
+    "eyJhbGciOiJSUzI1NiJ9.c2VydmljZS1hY2NvdW50.c2lnbmF0dXJl",
+    "omni-join-7f3a9c",
+    "hunter2-password",
+    "kubeconfig-client-key-data",
+    "aws-secret-value",
+)
 STATUS = '{\n  "platform": {"name": "talos"}\n}\n'
 
 
@@ -39,9 +44,14 @@ def _planted(tmp_path: Path) -> tuple[dict[str, str], HostPaths]:
     kubeconfig.write_text(f"users:\n- user:\n    client-key-data: {SECRETS[3]}\n")
     # NVIDIA's script appends /proc/cmdline (the stand-in does it with the fixture's): redacted on the way in.
     add_script(paths, f'cat {paths.procfs_root / "cmdline"} {account / "token"} | gzip -c > "$2.gz"\n')
-    env = {"RUN_DIR": str(paths.run_dir), "KUBECONFIG": str(kubeconfig), "REGISTRY_PASSWORD": SECRETS[2],
-           "AWS_SECRET_ACCESS_KEY": SECRETS[4], "NVFM_CONFIG_TOKEN": SECRETS[4],
-           "DRIVER_VERSION": "535.309.01"}  # fmt: skip
+    env = {
+        "RUN_DIR": str(paths.run_dir),
+        "KUBECONFIG": str(kubeconfig),
+        "REGISTRY_PASSWORD": SECRETS[2],
+        "AWS_SECRET_ACCESS_KEY": SECRETS[4],
+        "NVFM_CONFIG_TOKEN": SECRETS[4],
+        "DRIVER_VERSION": "535.309.01",
+    }
     return env, paths
 
 

@@ -33,8 +33,9 @@ def test_a_known_digest_is_recorded_and_the_bytes_copied_exactly(source: Path, t
 
 
 @pytest.mark.parametrize("chunk", [1 << 30, 4096])
-def test_a_source_longer_than_its_opened_size_is_refused(source: Path, tmp_path: Path, chunk: int,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_a_source_longer_than_its_opened_size_is_refused(
+    source: Path, tmp_path: Path, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(staged, "KERNEL_CHUNK", chunk)
     size = source.stat().st_size
     src = os.open(source, os.O_RDONLY)

@@ -69,9 +69,15 @@ def test_port_guid_and_cap_mask() -> None:
 
 
 def test_overrides_from_env() -> None:
-    env = {"NVFM_CONFIG_FABRIC_MODE": "1", "NVFM_CONFIG_": "x", "NVFM_CONFIG_BAD-NAME": "y", "NVFM_CONFIG_É": "z",
-           "NVFM_CONFIG_1ST": "w",
-           "NVFM_CONFIG_LOG_FILE_NAME": "a\nDAEMONIZE=1", "PATH": "/bin"}
+    env = {
+        "NVFM_CONFIG_FABRIC_MODE": "1",
+        "NVFM_CONFIG_": "x",
+        "NVFM_CONFIG_BAD-NAME": "y",
+        "NVFM_CONFIG_É": "z",
+        "NVFM_CONFIG_1ST": "w",
+        "NVFM_CONFIG_LOG_FILE_NAME": "a\nDAEMONIZE=1",
+        "PATH": "/bin",
+    }
     assert fabric_overrides_from_env(env) == (("FABRIC_MODE", "1"), ("LOG_FILE_NAME", "a DAEMONIZE=1"))
 
 

@@ -28,10 +28,16 @@ HOST_LINES = (
 def test_talos_run_line_in_every_field() -> None:
     run = parse_line(TALOS_POD.splitlines()[2])
     assert run == Mount(
-        mount_id=1030, parent_id=1021, root="/nvidia", mount_point="/run/nvidia",
-        options=("rw", "nosuid", "nodev", "noexec", "relatime"), propagation=("shared:18",),
-        fstype="tmpfs", source="none", super_options=("rw", "seclabel", "mode=755"),
-    )  # fmt: skip
+        mount_id=1030,
+        parent_id=1021,
+        root="/nvidia",
+        mount_point="/run/nvidia",
+        options=("rw", "nosuid", "nodev", "noexec", "relatime"),
+        propagation=("shared:18",),
+        fstype="tmpfs",
+        source="none",
+        super_options=("rw", "seclabel", "mode=755"),
+    )
     assert run.shared and run.has("noexec") and not run.has("exec")
 
 
