@@ -121,7 +121,7 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from helpers.support import ARTEFACTS, REPO, require
-from helpers.tls import answer_json
+from helpers.tls import EC_KEY, answer_json, self_signed
 
 GPU_OPERATOR_VERSION = "v26.7.0"
 GPU_OPERATOR_COMMIT = "10ee5b3638b89e11e949412aafa5ba99279c3721"
@@ -367,43 +367,12 @@ class OperatorApi:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def _self_signed(directory: Path) -> tuple[Path, Path]:
-    require(shutil.which("openssl"), "openssl", how="apt-get install openssl")
-    cert, key = directory / "api.crt", directory / "api.key"
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(key),
-            "-out",
-            str(cert),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=60,
-    )
-    return cert, key
-
-
 @contextmanager
 def operator_api(work: Path, daemonsets: Sequence[Mapping[str, Any]] | None = None) -> Iterator[OperatorApi]:
     """https on 127.0.0.1 serving ``daemonsets`` (default: one driver DaemonSet owned by the ClusterPolicy) to
     the DaemonSet list; 401 without the token, 404 for any other request; every request is recorded."""
     work.mkdir(parents=True, exist_ok=True)
-    cert, key = _self_signed(work)
+    cert, key = self_signed(work, "api", EC_KEY)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     context.set_alpn_protocols(["http/1.1"])

@@ -12,9 +12,13 @@ from pathlib import Path
 
 from helpers.support import require
 
+RSA_KEY = ("-newkey", "rsa:2048")
+EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1")
 
-def self_signed(directory: Path, name: str = "server") -> tuple[Path, Path]:
-    """(certificate, key) of a one-day RSA certificate for 127.0.0.1, written into ``directory``."""
+
+def self_signed(directory: Path, name: str = "server", key_type: tuple[str, ...] = RSA_KEY) -> tuple[Path, Path]:
+    """(certificate, key) of a one-day certificate for 127.0.0.1 (RSA unless ``key_type`` says otherwise),
+    written into ``directory``."""
     require(shutil.which("openssl"), "openssl", how="apt-get install openssl")
     cert, key = directory / f"{name}.crt", directory / f"{name}.key"
     subprocess.run(
@@ -22,8 +26,7 @@ def self_signed(directory: Path, name: str = "server") -> tuple[Path, Path]:
             "openssl",
             "req",
             "-x509",
-            "-newkey",
-            "rsa:2048",
+            *key_type,
             "-nodes",
             "-days",
             "1",
