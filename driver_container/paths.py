@@ -34,6 +34,7 @@ HOST_ROOTS: tuple[HostRootOption, ...] = (
     HostRootOption("DRIVER_ROOT", "driver_root_override", "published root (default RUN_DIR/driver)"),
     HostRootOption("HOST_DRIVER_ROOT", "host_driver_root_override", "DRIVER_ROOT as the host sees it"),
     HostRootOption("USERSPACE_ROOT", "userspace_root", "image root holding the NVIDIA userspace (/)"),
+    HostRootOption("SUPPORTED_GPUS_FILE", "supported_gpus_file", "NVIDIA's supported-gpus.json, inside USERSPACE_ROOT"),
     HostRootOption("HOST_OS_RELEASE", "host_os_release_override", "(/host-etc/os-release, else <host>/etc/...)"),
     HostRootOption("DRIVERS_CONF_DIR", "drivers_conf_dir", "module parameter files (default /drivers)"),
     HostRootOption("FABRICMANAGER_RUN_DIR", "fabric_run_dir", "FM pid files, sockets (/run/nvidia-fabricmanager)"),
@@ -58,6 +59,9 @@ class HostPaths(NamedRecord):
     driver_root_override: Path | None = None
     host_driver_root_override: Path | None = None
     userspace_root: Path = Path("/")
+    # Inside USERSPACE_ROOT: where NVIDIA's own driver container keeps the driver archive's list
+    # (NVIDIA/gpu-driver-container gpu-driver-util/main.go DefaultSupportedGpusJsonPath @ 35a18d94bc97).
+    supported_gpus_file: Path = Path("/usr/share/nvidia-driver-assistant/supported-gpus/supported-gpus.json")
     host_os_release_override: Path | None = None
     drivers_conf_dir: Path = Path("/drivers")
     # gpu-operator mounts the host's /run/nvidia-fabricmanager here (assets/state-driver/0500_daemonset.yaml,

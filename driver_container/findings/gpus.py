@@ -1,7 +1,9 @@
 """The GPUs on the PCI bus against the loaded module's flavour and branch (pure: state in, findings out).
 
-The rules are ``formats/gpu_support.py``'s, each with its source; an id they do not know gives nothing. A GPU
-the loaded module cannot drive is an error when it leaves the node no GPU at all (``init`` refuses: the
+What a GPU needs comes from the image's own supported-gpus.json where it lists the id (the exact driver's
+word: formats/supported_gpus.py), else from the table of ``formats/gpu_support.py``, each rule with its
+source; an id neither knows gives nothing. A GPU the loaded module cannot drive (wrong flavour, a branch
+before its first or after its last) is an error when it leaves the node no GPU at all (``init`` refuses: the
 operator's validator would otherwise wait forever on "No devices were found"), a warning when other GPUs
 still work. ``FLAVOUR_MISMATCH`` (KERNEL_MODULE_TYPE against the loaded flavour) is folded in here so that
 one finding, not two, says which flavour to install.
@@ -12,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from driver_container.findings.model import Finding, Severity
-from driver_container.formats.gpu_support import BLACKWELL_FIRST_BRANCH, GpuSupport, gpu_support
+from driver_container.formats.gpu_support import BLACKWELL_FIRST_BRANCH, GpuSupport
 
 if TYPE_CHECKING:
     from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
@@ -27,17 +29,34 @@ TALOS_EXTENSIONS: dict[ModuleFlavour, str] = {
     "proprietary": "nonfree-kmod-nvidia",
 }
 SHOWN = 4  # GPUs named in one message; the rest are counted
+# Talos's LTS tier is the 580 branch from v1.12 on, and its production tier 595 from v1.13 (siderolabs/extensions
+# nvidia-gpu/vars.yaml NVIDIA_DRIVER_{LTS,PRODUCTION}_VERSION: 580.178.04 / 595.91.07 @ v1.13.9 ec9d5f68fcfb;
+# docs/talos.md): the last branch of Maxwell, Pascal and Volta is the LTS one.
+TALOS_LTS_BRANCH = 580
+DEPRECATION_NOTICE = (
+    "NVIDIA: 'the Release 580 series will be the last to support GPUs based on the Maxwell, Pascal, and Volta "
+    "architectures' (Unix Graphics Feature Deprecation Schedule)"
+)
 
 
 def _known(state: HostState) -> list[tuple[PciFunction, GpuSupport]]:
-    return [(g, s) for g in state.pci_gpus if (s := gpu_support(g.device)) is not None]
+    return [(g, s) for g in state.pci_gpus if (s := state.support_of(g.device)) is not None]
+
+
+def _lts_only(known: list[tuple[PciFunction, GpuSupport]]) -> bool:
+    """Whether a GPU present is last driven by the LTS branch, so the production tier would not drive it."""
+    return any(s.last_branch == TALOS_LTS_BRANCH for _, s in known)
+
+
+def _tiers(known: list[tuple[PciFunction, GpuSupport]]) -> str:
+    return "-lts" if _lts_only(known) else "-production or -lts"
 
 
 def _describe(gpus: list[tuple[PciFunction, GpuSupport]]) -> str:
     """``10de:2901 (Blackwell) at 0000:18:00.0, 0000:2a:00.0 and 6 more``, one group per device id."""
     groups: dict[str, list[str]] = {}
     for g, s in gpus:
-        groups.setdefault(f"{g.pci_id} ({s.generation})", []).append(g.address)
+        groups.setdefault(f"{g.pci_id} ({s.label})", []).append(g.address)
     parts = []
     for name, addresses in groups.items():
         more = f" and {len(addresses) - SHOWN} more" if len(addresses) > SHOWN else ""
@@ -66,7 +85,9 @@ def extension_hint(state: HostState) -> str:
     needed, known = needed_flavours(state), _known(state)
     if len(needed) != 1 or not known:
         return f"{TALOS_EXTENSIONS['open']} or {TALOS_EXTENSIONS['proprietary']}"
-    return f"{TALOS_EXTENSIONS[needed[0]]}-production or -lts: {_describe(known)} need(s) the {needed[0]} modules"
+    tiers = _tiers(known)
+    why = f" of the {TALOS_LTS_BRANCH} branch (the production tier no longer drives them)" if tiers == "-lts" else ""
+    return f"{TALOS_EXTENSIONS[needed[0]]}{tiers}: {_describe(known)} need(s) the {needed[0]} modules{why}"
 
 
 def _flavour_fix(state: HostState, flavour: ModuleFlavour, version: str) -> str:
@@ -77,7 +98,7 @@ def _flavour_fix(state: HostState, flavour: ModuleFlavour, version: str) -> str:
     other = needed[0]
     if state.platform.name == "talos":
         fix = (
-            f"install the {TALOS_EXTENSIONS[other]}-production or -lts extension instead of "
+            f"install the {TALOS_EXTENSIONS[other]}{_tiers(_known(state))} extension instead of "
             f"{TALOS_EXTENSIONS[flavour]}-* (take the same tier: same driver version, so this image still "
             "matches), then reboot the node"
         )
@@ -98,22 +119,72 @@ def _branch_fix(state: HostState) -> str:
     return f"install a driver of the {BLACKWELL_FIRST_BRANCH} branch or later with NVIDIA's open kernel modules"
 
 
+def _dropped_fix(state: HostState, dropped: list[tuple[PciFunction, GpuSupport]], flavour: ModuleFlavour) -> str:
+    """Per last branch: the Talos tier that still ships it, else NVIDIA's legacy driver of that branch."""
+    needed: ModuleFlavour = "proprietary" if any(s.open == "no" for _, s in dropped) else flavour
+    others = [(g, s) for g, s in _known(state) if (g, s) not in dropped and s.drives(needed) == "no"]
+    if others:  # e.g. a Pascal GPU beside Blackwell ones: the legacy driver's flavour cannot drive those
+        return (
+            f"no one flavour drives every GPU of this node ({_describe(others)} cannot use the {needed} modules "
+            f"that {_describe(dropped)} need): move the GPUs of one kind to another node"
+        )
+    fixes = []
+    for last in sorted({s.last_branch for _, s in dropped if s.last_branch is not None}, reverse=True):
+        if state.platform.name != "talos":
+            fixes.append(
+                f"install NVIDIA's {last} branch driver ({needed} kernel modules) and this image of its version"
+            )
+        elif last == TALOS_LTS_BRANCH:
+            fixes.append(
+                f"install the {TALOS_EXTENSIONS[needed]}-lts extension (the LTS tier: the {last} branch on Talos "
+                f"v1.12 and later, 580.178.04 on v1.13.9; production is 595.x from v1.13) instead of "
+                f"{TALOS_EXTENSIONS[flavour]}-production, use the driver image of its version "
+                f"(<version>-talosv<Talos version>, docs/talos.md), then reboot the node"
+            )
+        else:
+            fixes.append(
+                f"no Talos extension ships the {last} branch: move these GPUs to a host with NVIDIA's {last} driver"
+            )
+    return "; ".join(fixes)
+
+
+def _dropped_message(dropped: list[tuple[PciFunction, GpuSupport]], version: str, of_all: str) -> str:
+    by_branch: dict[int | None, list[tuple[PciFunction, GpuSupport]]] = {}
+    for g, s in dropped:
+        by_branch.setdefault(s.last_branch, []).append((g, s))
+    groups = "; ".join(f"{_describe(group)}: last driven by the {b} branch" for b, group in by_branch.items())
+    sources = dict.fromkeys(
+        DEPRECATION_NOTICE if s.source == "table" else f"{s.source} lists it with legacybranch {s.last_branch}.xx"
+        for _, s in dropped
+    )
+    return (
+        f"the loaded nvidia module {version} cannot drive {len(dropped)} of the {of_all}: NVIDIA moved them to a "
+        f"legacy branch ({groups}); {'; '.join(sources)}"
+    )
+
+
 def gpu_flavour(state: HostState) -> list[Finding]:
-    """FLAVOUR_CANNOT_DRIVE_GPU and DRIVER_TOO_OLD_FOR_GPU for the GPUs on the PCI bus."""
+    """DRIVER_DROPPED_GPU, FLAVOUR_CANNOT_DRIVE_GPU and DRIVER_TOO_OLD_FOR_GPU for the GPUs on the PCI bus."""
     flavour = loaded_flavour(state)
     version = (state.nvidia_version.version if state.nvidia_version else state.modules["nvidia"].version) or "?"
     if flavour is None or not state.pci_gpus:
         return []
-    too_old = [(g, s) for g, s in _known(state) if s.branch_too_old(version)]
-    refused = [(g, s) for g, s in _known(state) if s.drives(flavour) == "no" and (g, s) not in too_old]
-    severity: Severity = "error" if len(too_old) + len(refused) == len(state.pci_gpus) else "warning"
+    known = _known(state)
+    dropped = [(g, s) for g, s in known if s.dropped(version)]
+    too_old = [(g, s) for g, s in known if s.branch_too_old(version) and (g, s) not in dropped]
+    refused = [(g, s) for g, s in known if s.drives(flavour) == "no" and (g, s) not in too_old + dropped]
+    severity: Severity = "error" if len(dropped + too_old + refused) == len(state.pci_gpus) else "warning"
+    none_left = " (nvidia-smi: 'No devices were found')" if severity == "error" else ""
+    of_all = f"{len(state.pci_gpus)} NVIDIA GPU(s) on the PCI bus{none_left}"
     out: list[Finding] = []
+    if dropped:
+        message = _dropped_message(dropped, version, of_all)
+        out.append(Finding(severity, "DRIVER_DROPPED_GPU", message, _dropped_fix(state, dropped, flavour)))
     if refused:
         sources = "; ".join(dict.fromkeys(s.refusal_source(flavour) for _, s in refused))
-        none_left = " (nvidia-smi: 'No devices were found')" if severity == "error" else ""
         message = (
             f"the loaded nvidia module is {flavour} ({version}) and cannot drive {len(refused)} of the "
-            f"{len(state.pci_gpus)} NVIDIA GPU(s) on the PCI bus{none_left}: {_describe(refused)}; {sources}"
+            f"{of_all}: {_describe(refused)}; {sources}"
         )
         out.append(Finding(severity, "FLAVOUR_CANNOT_DRIVE_GPU", message, _flavour_fix(state, flavour, version)))
     if too_old:

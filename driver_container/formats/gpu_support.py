@@ -23,6 +23,12 @@ they come from:
 - No driver before the 570 branch knows a Blackwell GPU: the open modules' README lists none before
   570.86.15 (its "Compatible GPUs" table at every tag of NVIDIA/open-gpu-kernel-modules), so a 535 or 550
   module of either flavour cannot drive one.
+- No driver after the 580 branch drives a Maxwell, Pascal or Volta GPU: "the Release 580 series will be
+  the last to support GPUs based on the Maxwell, Pascal, and Volta architectures" (NVIDIA, "Unix Graphics
+  Feature Deprecation Schedule", NVIDIA Developer Forums,
+  https://forums.developer.nvidia.com/t/unix-graphics-feature-deprecation-schedule/60588, updated 2025-06);
+  NVIDIA's supported-gpus.json of the 590 and later branches gives their ids ``"legacybranch": "580.xx"``.
+  Their ``last_branch`` is 580: a newer driver of either flavour cannot drive them (``dropped``).
 - Everything else is ``unknown``: an id in none of the lists (a GPU newer than the lists, or one of a
   legacy branch), the proprietary modules on the few ids only the README lists (T4 10de:1eb8, H20 ...).
 """
@@ -38,6 +44,8 @@ from driver_container.records import NamedRecord
 
 Support = Literal["yes", "no", "unknown"]
 BLACKWELL_FIRST_BRANCH = 570
+# The last branch that drives each generation NVIDIA has moved to a legacy branch (the deprecation notice above).
+LAST_BRANCHES: dict[str, int] = {"Maxwell": 580, "Pascal": 580, "Volta": 580}
 
 # The source of each "no", as the findings cite it.
 REFUSAL_SOURCES: dict[tuple[ModuleFlavour, str], str] = {
@@ -58,14 +66,25 @@ REFUSAL_SOURCES: dict[tuple[ModuleFlavour, str], str] = {
 
 class GpuSupport(NamedRecord):
     device: int
-    generation: str  # Maxwell ... Blackwell (pci.ids' chip code name of the id)
+    generation: str  # Maxwell ... Blackwell (pci.ids' chip code name of the id); "" when not known
     open: Support
     proprietary: Support
+    last_branch: int | None = None  # the newest branch that drives it, where NVIDIA moved it to a legacy branch
+    name: str = ""  # NVIDIA's name of the id (supported-gpus.json); "" from the table
+    source: str = "table"  # "table" (gpu_ids.py) or the supported-gpus.json it was read from
+
+    @property
+    def label(self) -> str:
+        """``Volta``, ``Volta, Tesla V100-PCIE-16GB`` or ``Tesla V100-PCIE-16GB``: what a message names."""
+        return ", ".join(part for part in (self.generation, self.name) if part) or "unknown generation"
 
     def drives(self, flavour: ModuleFlavour) -> Support:
         return self.open if flavour == "open" else self.proprietary
 
     def refusal_source(self, flavour: ModuleFlavour) -> str:
+        if self.source != "table":
+            features = "with 'kernelopen' only" if flavour == "proprietary" else "without 'kernelopen'"
+            return f"{self.source} lists 10de:{self.device:04x} {features}"
         key = "pre-Turing" if flavour == "open" else self.generation
         return REFUSAL_SOURCES.get((flavour, key), "")
 
@@ -78,6 +97,11 @@ class GpuSupport(NamedRecord):
         """Whether ``driver_version``'s branch predates every release that knows this GPU's generation."""
         branch = driver_branch(driver_version)
         return self.generation == "Blackwell" and branch is not None and branch < BLACKWELL_FIRST_BRANCH
+
+    def dropped(self, driver_version: str | None) -> bool:
+        """Whether ``driver_version``'s branch is newer than the last branch that drives this GPU."""
+        branch = driver_branch(driver_version)
+        return self.last_branch is not None and branch is not None and branch > self.last_branch
 
 
 def _support(text: str) -> Support:
@@ -93,5 +117,6 @@ def gpu_support(device: int) -> GpuSupport | None:
         while at > 0 and ids[at - 1] != " ":
             at = ids.find(wanted, at + 1)
         if at >= 0:
-            return GpuSupport(device, generation, _support(open_), _support(proprietary))
+            last = LAST_BRANCHES.get(generation)
+            return GpuSupport(device, generation, _support(open_), _support(proprietary), last)
     return None

@@ -16,6 +16,7 @@ from driver_container.driverroot.mount import RootFlags, read_root_flags
 from driver_container.driverroot.procsys import ProcSys, read_root_mounts
 from driver_container.driverroot.publish_status import read_publish_status
 from driver_container.errors import HostReadError
+from driver_container.formats.gpu_support import GpuSupport, gpu_support
 from driver_container.formats.kernel.modules import (
     ProcModule,
     parse_proc_modules,
@@ -35,6 +36,7 @@ from driver_container.inspect.firmware import locate_firmware
 from driver_container.inspect.modfiles import read_module_files
 from driver_container.inspect.pcigpus import read_pci_gpus
 from driver_container.inspect.platform import PlatformInfo, detect_platform
+from driver_container.inspect.supportedgpus import read_listed_gpus
 from driver_container.inspect.userspace import UserspaceVersion, find_userspace
 from driver_container.paths import HostPaths
 from driver_container.problems import Problem, noted
@@ -147,6 +149,8 @@ class HostState(NamedRecord):
     publish_failure: tuple[str, str] | None = None  # (version, error) of the last publish, when it failed
     publish_interrupted: bool = False  # a journal is left: the next start rolls that publish back
     pci_gpus: tuple[PciFunction, ...] = ()  # every NVIDIA GPU on the PCI bus, bound or not (pcigpus.py)
+    # What the image's supported-gpus.json says of those GPUs' ids (None: no usable list; supportedgpus.py)
+    listed_gpus: dict[int, GpuSupport] | None = None
     companions_loaded: frozenset[str] = frozenset()  # nvidia_fs / gdrdrv loaded (findings/operator.py)
     firmware_search_path: str | None = None  # the kernel's firmware_class.path (None: unreadable or absent)
     firmware_kernel_sees: frozenset[str] = frozenset()  # firmware names in the kernel's own search
@@ -154,6 +158,12 @@ class HostState(NamedRecord):
     @property
     def kernel_release(self) -> str | None:
         return self.platform.kernel_release
+
+    def support_of(self, device: int) -> GpuSupport | None:
+        """What the image's supported-gpus.json says of the GPU id ``device``, else the table; None where
+        neither knows it."""
+        listed = self.listed_gpus
+        return listed[device] if listed is not None and device in listed else gpu_support(device)
 
 
 def read_nvidia_version(paths: HostPaths) -> NvidiaProcVersion | None:
@@ -213,6 +223,8 @@ def inspect_host(
     version = noted(problems, lambda: read_nvidia_version(paths), None) if nvidia_loaded else None
     gpus, pci = read_gpus(paths.proc) if nvidia_loaded else GpuList(()), read_pci_gpus(paths)
     problems.extend(gpus.problems + pci.problems)
+    listed = read_listed_gpus(paths, pci.gpus)  # nothing read on a node without NVIDIA GPUs
+    problems.extend(listed.problems)
     kver = platform.kernel_release
     files: dict[str, ModuleFile] = noted(problems, lambda: read_module_files(paths.host, kver), {}) if kver else {}
     requested = read_requested_params(paths)
@@ -247,6 +259,7 @@ def inspect_host(
         publish_failure=publish.failure,
         publish_interrupted=publish.interrupted,
         pci_gpus=pci.gpus,
+        listed_gpus=listed.listed,
         companions_loaded=loaded.companions,
         firmware_search_path=firmware.search_path,
         firmware_kernel_sees=firmware.kernel_sees,

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from driver_container.driverroot.mount import is_ours
-from driver_container.formats.gpu_support import gpu_support
 
 if TYPE_CHECKING:
     from driver_container.driverroot.procsys import ProcSys
@@ -38,7 +37,7 @@ def status_json(state: HostState, findings: list[Finding], absent: tuple[Toolkit
                 for g in state.gpus
             ],
         },
-        "pci_gpus": [_pci_gpu_json(g) for g in state.pci_gpus],
+        "pci_gpus": [_pci_gpu_json(state, g) for g in state.pci_gpus],
         "userspace": {
             "version": state.userspace.version,
             "root": str(state.userspace.root),
@@ -84,9 +83,10 @@ def _proc_sys_json(found: ProcSys | None) -> dict[str, Any] | None:
     return {"shell": found.shell} | {k: None if m is None else _mount_keys(m) for k, m in mounts.items()}
 
 
-def _pci_gpu_json(gpu: PciFunction) -> dict[str, Any]:
-    """A GPU on the PCI bus and what each module flavour does with it (formats/gpu_support.py)."""
-    support = gpu_support(gpu.device)
+def _pci_gpu_json(state: HostState, gpu: PciFunction) -> dict[str, Any]:
+    """A GPU on the PCI bus, what each module flavour does with it and the last branch that drives it, from
+    the image's supported-gpus.json where it lists the id, else the table (formats/gpu_support.py)."""
+    support = state.support_of(gpu.device)
     return {
         "address": gpu.address,
         "pci_id": gpu.pci_id,
@@ -95,7 +95,14 @@ def _pci_gpu_json(gpu: PciFunction) -> dict[str, Any]:
         "generation": support.generation if support else None,
         "open": support.open if support else "unknown",
         "proprietary": support.proprietary if support else "unknown",
+        "last_branch": support.last_branch if support else None,
+        "name": support.name if support else "",
+        "rules": support.source if support else None,
     }
+
+
+def _last_branch(gpu: dict[str, Any]) -> str:
+    return "" if gpu["last_branch"] is None else f", last branch {gpu['last_branch']}"
 
 
 def _module_json(state: HostState, module: LoadedModule) -> dict[str, Any]:
@@ -165,7 +172,7 @@ def render_text(state: HostState, findings: list[Finding], absent: tuple[Toolkit
         ]
     lines += [
         f"PCI GPU {g['address']} {g['pci_id']} {g['generation'] or 'unknown generation'}: open modules "
-        f"{g['open']}, proprietary {g['proprietary']} (driver {g['driver'] or 'none'})"
+        f"{g['open']}, proprietary {g['proprietary']}{_last_branch(g)} (driver {g['driver'] or 'none'})"
         for g in doc["pci_gpus"]
     ]
     lines.append(f"userspace: {us['version'] or 'not found'} (root {us['root']}, {us['libcuda'] or us['source']})")

@@ -10,6 +10,8 @@ puts tests/ on sys.path, and no conftest or test changes sys.path.
   a process (``make_host``).
 - ``trees``: ``snapshot``, the one tree snapshot (mode, content, link counts, mtimes, inodes as asked).
 - ``rootcmp``: two published driver roots compared; what a killed publish may leave.
+- ``gpuswap``: the 595 fixture host with its H100 swapped for another GPU (``swap_h100``), and the image's
+  supported-gpus.json put in place (``put_gpu_list``).
 - ``waits``: ``wait_until``, the bounded poll. ``opened``: the files a block (or a child) opens.
 - ``nvidia_sandbox``: NVIDIA's real binaries in a private mount namespace with a throw-away /dev.
 - ``toolkit``: NVIDIA's real container toolkit (nvidia-ctk, nvidia-container-runtime) reading a root, and the

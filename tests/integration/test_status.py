@@ -87,8 +87,9 @@ EXPECTED: dict[str, tuple[int, set[str], set[str]]] = {
     "talos-1.13-hgx-h100-nvswitch": (1, {"FABRIC_MANAGER_MISSING"}, set()),  # the image lacks FM
     "talos-1.13-hgx-b200-nvlink5": (1, {"FABRIC_MANAGER_MISSING", "NVLSM_MISSING"}, set()),
     # Which flavour drives which GPU (tests/integration/test_gpu_flavour.py has the details).
-    "talos-1.13-tesla-p40-open": (1, {"FLAVOUR_CANNOT_DRIVE_GPU"}, set()),
-    "talos-1.13-l4-v100-open": (0, set(), {"FLAVOUR_CANNOT_DRIVE_GPU"}),
+    # A 595 driver: the P40 and V100 are last driven by the 580 branch.
+    "talos-1.13-tesla-p40-open": (1, {"DRIVER_DROPPED_GPU"}, set()),
+    "talos-1.13-l4-v100-open": (0, set(), {"DRIVER_DROPPED_GPU"}),
     "talos-1.13-b200-proprietary": (1, {"FLAVOUR_CANNOT_DRIVE_GPU"}, set()),
     "talos-1.13-h100-proprietary": (0, set(), set()),
 }

@@ -27,24 +27,49 @@ def _state(tree: str, tmp_path: Path, **settings: str) -> HostState:
 
 
 def _gpu_findings(state: HostState) -> list[Finding]:
-    return [f for f in check(state) if f.code in ("FLAVOUR_CANNOT_DRIVE_GPU", "DRIVER_TOO_OLD_FOR_GPU")]
+    codes = ("DRIVER_DROPPED_GPU", "FLAVOUR_CANNOT_DRIVE_GPU", "DRIVER_TOO_OLD_FOR_GPU")
+    return [f for f in check(state) if f.code in codes]
 
 
-def test_open_modules_with_only_a_pascal_gpu_is_an_error(tmp_path: Path) -> None:
-    found = check(_state("talos-1.13-tesla-p40-open", tmp_path))
+def _at_580(state: HostState) -> HostState:
+    """``state`` with the LTS driver of Talos 1.13 loaded (580.178.04), the last branch of pre-Turing GPUs."""
+    return state._replace(nvidia_version=state.nvidia_version._replace(version="580.178.04"))  # type: ignore[union-attr]
+
+
+def test_open_modules_of_580_with_only_a_pascal_gpu_is_an_error(tmp_path: Path) -> None:
+    found = check(_at_580(_state("talos-1.13-tesla-p40-open", tmp_path)))
     (gpu,) = [f for f in found if f.code == "FLAVOUR_CANNOT_DRIVE_GPU"]
     assert gpu.severity == "error"
-    assert "open (595.91.07)" in gpu.message and "10de:1b38 (Pascal) at 0000:3b:00.0" in gpu.message
+    assert "open (580.178.04)" in gpu.message and "10de:1b38 (Pascal) at 0000:3b:00.0" in gpu.message
     assert "rm_is_supported_device" in gpu.message  # the rule's source
-    assert gpu.fix.startswith("install the nonfree-kmod-nvidia-production or -lts extension instead of")
+    # Only the LTS tier still drives a Pascal GPU: the production one (595 on Talos 1.13) does not.
+    assert gpu.fix.startswith("install the nonfree-kmod-nvidia-lts extension instead of")
+    assert "production" not in gpu.fix
     assert "NO_GPUS" not in {f.code for f in found}  # the GPU finding says why nothing is bound
 
 
+def test_a_595_driver_refuses_a_node_of_only_a_pascal_gpu(tmp_path: Path) -> None:
+    (gpu,) = _gpu_findings(_state("talos-1.13-tesla-p40-open", tmp_path))
+    assert (gpu.code, gpu.severity) == ("DRIVER_DROPPED_GPU", "error")
+    assert (
+        "595.91.07" in gpu.message
+        and "10de:1b38 (Pascal) at 0000:3b:00.0: last driven by the 580 branch" in gpu.message
+    )
+    assert "the Release 580 series will be the last" in gpu.message
+    assert gpu.fix.startswith("install the nonfree-kmod-nvidia-lts extension")
+
+
 def test_a_mixed_node_keeps_its_turing_and_later_gpus_and_warns(tmp_path: Path) -> None:
-    (gpu,) = _gpu_findings(_state("talos-1.13-l4-v100-open", tmp_path))
+    (gpu,) = _gpu_findings(_at_580(_state("talos-1.13-l4-v100-open", tmp_path)))
     assert gpu.severity == "warning" and "1 of the 2 NVIDIA GPU(s)" in gpu.message
     assert "10de:1db4 (Volta)" in gpu.message and "27b8" not in gpu.message
     assert gpu.fix.endswith("; set KERNEL_MODULE_TYPE=proprietary (driver.kernelModuleType in the ClusterPolicy)")
+
+
+def test_a_595_driver_on_a_mixed_node_warns_of_the_volta_gpu(tmp_path: Path) -> None:
+    (gpu,) = _gpu_findings(_state("talos-1.13-l4-v100-open", tmp_path))
+    assert (gpu.code, gpu.severity) == ("DRIVER_DROPPED_GPU", "warning")
+    assert "1 of the 2 NVIDIA GPU(s)" in gpu.message and "10de:1db4 (Volta) at 0000:81:00.0" in gpu.message
 
 
 def test_proprietary_modules_on_blackwell_is_an_error(tmp_path: Path) -> None:
@@ -98,8 +123,11 @@ def test_a_535_driver_cannot_drive_blackwell_in_either_flavour(tmp_path: Path) -
 
 def test_pascal_and_blackwell_on_one_node_have_no_common_flavour(tmp_path: Path) -> None:
     state = _state("talos-1.13-open-595", tmp_path)._replace(pci_gpus=(P40, *B200))
-    (gpu,) = _gpu_findings(state)
+    (gpu,) = _gpu_findings(_at_580(state))
     assert gpu.severity == "warning" and gpu.fix.startswith("no one flavour drives every GPU of this node")
+    (gpu,) = _gpu_findings(state)  # 595: the P40 is dropped, and its LTS driver's flavour cannot drive a B200
+    assert gpu.code == "DRIVER_DROPPED_GPU" and gpu.severity == "warning"
+    assert gpu.fix.startswith("no one flavour drives every GPU of this node") and "nonfree" not in gpu.fix
 
 
 def test_unknown_ids_give_nothing(tmp_path: Path) -> None:
@@ -109,7 +137,7 @@ def test_unknown_ids_give_nothing(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("gpus", "extension"),
-    [((P40,), "nonfree-kmod-nvidia-production or -lts"), (B200, "nvidia-open-gpu-kernel-modules-production or -lts")],
+    [((P40,), "nonfree-kmod-nvidia-lts"), (B200, "nvidia-open-gpu-kernel-modules-production or -lts")],
 )
 def test_not_loaded_names_the_extension_the_gpus_need(
     tmp_path: Path, gpus: tuple[PciFunction, ...], extension: str

@@ -107,6 +107,7 @@ LIGHT_RECORD_MODULES = {
     "inspect/modfiles.py",
     "inspect/pcigpus.py",
     "inspect/platform.py",
+    "inspect/supportedgpus.py",
     "inspect/userspace.py",
     "inspect/verdict.py",
     "kube/nodereport.py",
