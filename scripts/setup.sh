@@ -5,8 +5,9 @@
 #   1. apt packages: kmod (the modinfo oracle), compressors, debootstrap, kbuild prerequisites, docker.io
 #   2. .venv with `pip install -e .[test,fuzz]` (Python >= 3.11)
 #   3. artefacts: real kernel modules (scripts/fetch-kernel-modules.sh), the Debian NVIDIA 535
-#      userspace chroot (scripts/make-nvidia-userspace.sh) and the graphics userspaces 535 (amd64, arm64),
-#      550 and 555 (scripts/make-nvidia-debs-userspace.sh)
+#      userspace chroot (scripts/make-nvidia-userspace.sh), the graphics userspaces 535 (amd64, arm64),
+#      550 and 555 (scripts/make-nvidia-debs-userspace.sh) and NVIDIA's nvidia-bug-report.sh
+#      (scripts/fetch-nvidia-bug-report.sh)
 #   4. container tests: a Docker engine (scripts/dockerd.sh start; left running, stop it with
 #      `scripts/dockerd.sh stop`), the local base image, host-built wheels and the test image, and
 #      containerd 2.x unpacked from Debian sid for the CDI tests (scripts/fetch-containerd.sh)
@@ -79,6 +80,10 @@ bash scripts/make-nvidia-debs-userspace.sh debian-nvidia-535-graphics bookworm a
 bash scripts/make-nvidia-debs-userspace.sh debian-nvidia-550-graphics trixie amd64 550.163.01
 bash scripts/make-nvidia-debs-userspace.sh debian-nvidia-555-graphics experimental amd64 555.58.02
 bash scripts/make-nvidia-debs-userspace.sh debian-nvidia-535-arm64 bookworm arm64 535.309.01
+# NVIDIA's nvidia-bug-report.sh alone (nvidia-driver-bin, which no image route installs), for the test
+# that runs its own section writer and redacts what it wrote (a 220 kB .deb, a few seconds).
+step "artefacts: NVIDIA's nvidia-bug-report.sh"
+bash scripts/fetch-nvidia-bug-report.sh
 # The arm64 userspace's binaries run by path in its tests (init's proof executes the root's static ldconfig):
 # qemu-aarch64 registered with binfmt_misc, as on a machine set up by docker/setup-qemu-action.
 step "binfmt_misc: qemu-user for arm64"

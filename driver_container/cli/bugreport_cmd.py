@@ -22,6 +22,8 @@ from driver_container.lifecycle.status import collect_status
 from driver_container.lifecycle.status_render import status_json
 from driver_container.report.archive import write_archive
 from driver_container.report.collect import ReportOptions, collect_report
+from driver_container.runtime.fsutil import sweep_temporaries
+from driver_container.runtime.signalcleanup import SignalCleanup
 from driver_container.settings import Settings
 
 MIN_SIZE = 64 << 10  # room for the index, status.json and the manifest's start
@@ -63,7 +65,15 @@ def bug_report(
         return json.dumps(status_json(*collect_status(paths, Settings.from_env(), verify=False)), indent=2) + "\n"
 
     options = ReportOptions(total_cap=max_size, deadline_s=timeout, run_bug_script=nvidia_bug_report)
-    data = collect_report(paths, options, status_document, os.environ)
     target = None if to_stdout else Path(output) if output else default_output()
-    write_archive(data, target, sys.stdout.buffer)
+    # Until the archive is written, a termination signal ends what the report started and removes what
+    # it wrote (runtime/signalcleanup.py), then ends this process as that signal does.
+    cleanup = SignalCleanup().install()
+    try:
+        data = collect_report(paths, options, status_document, os.environ, cleanup)
+        if target is not None:
+            cleanup.add(f"removed the temporaries of {target}", lambda: sweep_temporaries(target))
+        write_archive(data, target, sys.stdout.buffer)
+    finally:
+        cleanup.restore()
     typer.echo(f"bug report: {len(data)} bytes written to {'stdout' if target is None else target}", err=True)

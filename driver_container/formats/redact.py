@@ -5,14 +5,21 @@ arguments beyond the few NVIDIA support asks for.
 allow-list; this is the second line: every byte of the archive passes ``redact`` before it is written,
 so a secret that reached a file or a kernel record it copies is replaced, and counted in the index.
 
-The kernel prints its whole command line at boot ("Kernel command line: ...", and on x86 "Command line:
-...", torvalds/linux init/main.c and arch/x86/kernel/setup.c), and nvidia-bug-report.sh appends
-/proc/cmdline; on Talos that line carries the machine config's source with its credentials
-(siderolabs/talos pkg/machinery/constants/constants.go @ ad8823176e75b9cd07647ddde13c34f2ab77c663:
-``talos.config`` (a URL), ``talos.config.inline``/``talos.config.early`` (the config itself, zstd and
-base64: tokens, CA keys), ``talos.config.oauth.client_secret`` and the other ``talos.config.auth.*``
-arguments, ``talos.environment`` (proxy URLs), ``siderolink.api`` (Omni's ``jointoken``)). So a command
-line keeps only the arguments ``command_line_facts`` names; every other argument is dropped and counted.
+The kernel command line's copies are reduced to the arguments NVIDIA support needs, in every shape
+they arrive in (formats/cmdline_redact.py): on Talos that line carries the machine config's source with
+its credentials (siderolabs/talos pkg/machinery/constants/constants.go @
+ad8823176e75b9cd07647ddde13c34f2ab77c663: ``talos.config`` (a URL), ``talos.config.inline``/
+``talos.config.early`` (the config itself, zstd and base64: tokens, CA keys),
+``talos.config.oauth.client_secret`` and the other ``talos.config.auth.*`` arguments,
+``talos.environment`` (proxy URLs), ``siderolink.api`` (Omni's ``jointoken``)).
+
+A signed URL carries its credential in its query: AWS S3 presigned URLs ``X-Amz-Signature`` (and
+``X-Amz-Credential``, ``X-Amz-Security-Token``), Google Cloud Storage ``X-Goog-Signature`` (and
+``X-Goog-Credential``), Azure SAS ``sig``, CloudFront and older S3 ``Signature``. Talos logs the URL it
+fetches its machine config from to the kernel log ("fetching machine config from: %q",
+siderolabs/talos internal/app/machined/pkg/runtime/v1alpha1/platform/metal/metal.go @
+ad8823176e75b9cd07647ddde13c34f2ab77c663), where nvidia-bug-report.sh's dmesg copies it from: a query
+parameter named ``sig`` or ``...signature`` has its value replaced wherever it appears.
 
 Every pattern is linear in its input: each can start only where a run of its characters starts (a
 look-behind excludes the middle of one) and is tried once there, so a crafted member of a few MiB is
@@ -25,9 +32,15 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from driver_container.formats.cmdline_redact import (
+    KERNEL_RECORD,
+    REDACTED,
+    reduce_kernel_record,
+    reduce_script_sections,
+)
+
 # An environment variable whose name says it holds a secret.
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|CREDENTIAL|KEY|AUTH|CERT|COOKIE|SESSION|PRIVATE", re.IGNORECASE)
-REDACTED = b"<redacted>"
 # A name (of a key=value, key: value, JSON "key": "value", --key value) whose value is secret ("session"
 # only as a session id: nvidia-smi's "Active Sessions : 0" is a fact).
 _SECRET_WORD = re.compile(
@@ -52,6 +65,11 @@ _UNCLOSED = re.compile(rb"\\?[\"'](?P<a>[^\r\n]*)")
 _BARE = re.compile(rb"[^\s&\"',;<>\\]+")
 _REST_OF_LINE = re.compile(rb"(?:[^\r\n\"\\]|\\[^nr\"\\\n])*[^\s\"\\]")
 _BLOB_LEN = 40
+# A signed URL's query signature: "?sig=", "&X-Amz-Signature=", "&Signature=", also URL-encoded
+# (%26, %3F, %3D), HTML-escaped (&amp;) or JSON-escaped (\u0026) where a URL sits inside another.
+_QUERY_SIGNATURE = re.compile(
+    rb"(?i)(?:[?&;]|%26|%3f|\\u0026)(?:sig|[\w.\-]*signature)(?:=|%3d)(?P<value>[^\s&#\"'<>\\]+)"
+)
 _VALUE_PATTERNS: tuple[re.Pattern[bytes], ...] = (
     # URL userinfo: scheme://user:password@host.
     re.compile(rb"(?<![A-Za-z0-9+.\-])[A-Za-z][A-Za-z0-9+.\-]*://(?P<value>[^\s/?#@\"'<>]+)@"),
@@ -63,6 +81,7 @@ _VALUE_PATTERNS: tuple[re.Pattern[bytes], ...] = (
     re.compile(rb"(?<![\w.])(?P<value>v[1-4]\.(?:local|public)\.[A-Za-z0-9_-]{16,}(?:\.[A-Za-z0-9_-]+)?)"),
     # A PEM private key's body (its BEGIN line is kept: what kind of key was there).
     re.compile(rb"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----(?P<value>[A-Za-z0-9+/=\s:,]*)"),
+    _QUERY_SIGNATURE,
 )
 # A base64 blob's neighbouring characters change class (upper, lower, digit, + or /) about 64% of the
 # time; of random 40-character blobs, a few in a thousand have fewer than 40% (or lack a digit).
@@ -70,19 +89,6 @@ BLOB_MIN_CHANGES = 0.4
 _CHAR_CLASS = re.compile(rb"[A-Z]+|[a-z]+|[0-9]+|[^A-Za-z0-9]+")
 _UPPER, _LOWER, _DIGIT = re.compile(rb"[A-Z]"), re.compile(rb"[a-z]"), re.compile(rb"[0-9]")
 _BLOB = re.compile(rb"(?<![A-Za-z0-9+/])(?P<value>[A-Za-z0-9+/]{%d,}=*)" % _BLOB_LEN)
-# The kernel's and nvidia-bug-report.sh's copies of the command line: the arguments run to the line's end.
-_COMMAND_LINE = re.compile(
-    rb"(?P<keep>\b(?:Kernel command line: |Command line: |Unknown kernel command line parameters \")"
-    rb"|^/proc/cmdline\r?\n)(?P<value>[^\r\n]*)",
-    re.MULTILINE,
-)
-_UNKNOWN_TAIL = b'", will be passed to user space.'
-# Arguments NVIDIA support needs: the NVIDIA modules' parameters (nvidia.NVreg_*, nvidia-drm.modeset,
-# nvidia_uvm.*), a bare NVreg_* (passed on to init), the firmware loader's search path (GSP firmware),
-# and nouveau's and the blacklists' (a nouveau bound to the GPU keeps nvidia.ko from loading).
-_KEPT_ARGUMENT = re.compile(
-    rb"(?:nvidia|nouveau|NVreg)[\w.\-]*(?:=|$)|firmware_class\.[\w\-]+=|(?:module_blacklist|modprobe\.blacklist)="
-)
 
 
 def looks_secret(name: str) -> bool:
@@ -93,7 +99,9 @@ def redact(data: bytes) -> tuple[bytes, int]:
     """``data`` with every secret-looking value replaced by ``<redacted>``, every command line reduced
     to ``command_line_facts``, and how many values and arguments were."""
     total = 0
-    data, count = _sub(_COMMAND_LINE, data, _command_line)
+    data, count = reduce_script_sections(data)
+    total += count
+    data, count = _sub(KERNEL_RECORD, data, reduce_kernel_record)
     total += count
     for pattern in (_ASSIGNED, _LABELLED, _OPTION):
         data, count = _named_values(pattern, data)
@@ -103,25 +111,6 @@ def redact(data: bytes) -> tuple[bytes, int]:
         total += count
     data, count = _sub(_BLOB, data, _blob)
     return data, total + count
-
-
-def command_line_facts(arguments: bytes) -> tuple[bytes, int]:
-    """The arguments of a kernel command line NVIDIA support needs, the others replaced by one count."""
-    kept: list[bytes] = []
-    dropped = 0
-    for argument in _split_arguments(arguments):
-        if _KEPT_ARGUMENT.match(argument.lstrip(b'"')):
-            kept.append(argument)
-        else:
-            dropped += 1
-    if dropped:
-        kept.append(b"<%d other arguments left out>" % dropped)
-    return b" ".join(kept), dropped
-
-
-def _split_arguments(arguments: bytes) -> list[bytes]:
-    """Words as the kernel splits them (lib/cmdline.c ``next_arg``): spaces, except inside double quotes."""
-    return [m.group(0) for m in re.finditer(rb'(?:"[^"]*"?|[^\s"])+', arguments)]
 
 
 Replacer = Callable[[re.Match[bytes]], tuple[bytes, int]]
@@ -167,13 +156,6 @@ def _blob(match: re.Match[bytes]) -> tuple[bytes, int]:
     if changes < BLOB_MIN_CHANGES * pairs:
         return value, 0
     return REDACTED, 1
-
-
-def _command_line(match: re.Match[bytes]) -> tuple[bytes, int]:
-    arguments = match.group("value")
-    tail = _UNKNOWN_TAIL if arguments.endswith(_UNKNOWN_TAIL) else b""
-    facts, dropped = command_line_facts(arguments[: len(arguments) - len(tail)])
-    return match.group("keep") + facts + tail, dropped
 
 
 def _named_values(pattern: re.Pattern[bytes], data: bytes) -> tuple[bytes, int]:

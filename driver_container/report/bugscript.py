@@ -10,15 +10,20 @@ root, writes temporary files (``nvidia-nvml-temp$$.log``) in its working directo
 /proc/cmdline among many other files (the report reduces that line to the NVIDIA arguments and redacts
 secret-looking values of what it copies: formats/redact.py).
 
-It runs through the runner in a private temporary directory, in its own session with a minimal
-environment (no variable of this process reaches it), for at most the time the report has left; then
-its whole process group is killed and the member says so.
+It runs through the runner in a private temporary directory (also its ``TMPDIR``), in its own session
+with a minimal environment (no variable of this process reaches it), for at most the time the report has
+left; then its whole process group is killed and the member says so. A termination signal to
+``bug-report`` kills that group and removes the directory before ``bug-report`` ends
+(runtime/signalcleanup.py): its own session never gets the signal.
 """
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import tempfile
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 from driver_container.errors import CommandError, CommandTimeout
@@ -27,6 +32,7 @@ from driver_container.report.model import ABSENT, Member, missing
 from driver_container.report.reading import read_capped, source_of
 from driver_container.resolver import Root
 from driver_container.runtime.runner import Runner
+from driver_container.runtime.signalcleanup import SignalCleanup
 
 SCRIPT = "usr/bin/nvidia-bug-report.sh"  # in USERSPACE_ROOT
 LOG_NAME = "nvidia-bug-report.log"
@@ -45,18 +51,24 @@ def skip_reason(paths: HostPaths) -> str | None:
     return None
 
 
-def run_bug_report(paths: HostPaths, timeout: float, cap: int, runner: Runner | None = None) -> list[Member]:
+def run_bug_report(
+    paths: HostPaths, timeout: float, cap: int, runner: Runner | None = None, cleanup: SignalCleanup | None = None
+) -> list[Member]:
     """The script's log (decompressed: the archive compresses it and redacts it) and its own output."""
     why = skip_reason(paths)
     if why is not None:
         return [missing(MEMBER, source_of(paths.userspace, SCRIPT), why)]
     script = str(paths.userspace.resolve(SCRIPT))
     argv_shown = f"{script} --output-file <tmp>/{LOG_NAME}"
-    with tempfile.TemporaryDirectory(prefix="nvidia-bug-report.") as work:
-        base = Path(work)
+    with _work_dir(cleanup or SignalCleanup()) as base:
+        env = SCRIPT_ENV | {"TMPDIR": str(base)}  # what it or its tools put in a temporary file goes too
         try:
-            code = (runner or Runner(env=SCRIPT_ENV)).run_in_dir(
-                (script, "--output-file", str(base / LOG_NAME)), cwd=base, output=base / "output.txt", timeout=timeout
+            code = (runner or Runner(env=env)).run_in_dir(
+                (script, "--output-file", str(base / LOG_NAME)),
+                cwd=base,
+                output=base / "output.txt",
+                timeout=timeout,
+                cleanup=cleanup,
             )
             ended = f"exit status {code}" if code else ""
         except CommandTimeout as exc:
@@ -70,6 +82,19 @@ def run_bug_report(paths: HostPaths, timeout: float, cap: int, runner: Runner | 
         Member(MEMBER, argv_shown, log, note),
         Member(OUTPUT_MEMBER, f"{script}: stdout and stderr", output, output_note),
     ]
+
+
+@contextlib.contextmanager
+def _work_dir(cleanup: SignalCleanup) -> Iterator[Path]:
+    """A private temporary directory, removed at the end and, registered with ``cleanup``, at a signal."""
+    with cleanup.held():
+        work = Path(tempfile.mkdtemp(prefix="nvidia-bug-report."))
+        key = cleanup.add(f"removed {work}", lambda: shutil.rmtree(work))
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        cleanup.discard(key)
 
 
 def _read_log(base: Root, cap: int) -> tuple[bytes | None, str]:

@@ -4,7 +4,9 @@ The steps that may take long on a broken node (``status``'s host inspection, has
 against its manifest, reading module files) run in a forked child killed at the deadline
 (runtime/timedchild.py); nvidia-bug-report.sh runs as a process group killed at it; the kernel log
 reader checks it between records; the rest are bounded single reads. A step that fails or runs out of
-time leaves a member that says so: a report of a broken node must still be written.
+time leaves a member that says so: a report of a broken node must still be written. Each process group
+started is registered with the CLI's ``SignalCleanup``: a SIGTERM or SIGINT ends every one of them (and
+removes the script's directory) before ``bug-report`` ends.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from driver_container.report.kernel_log import read_kernel_log
 from driver_container.report.model import DEFAULT_DEADLINE_S, DEFAULT_TOTAL_CAP, Budget, Member, missing
 from driver_container.report.modfacts import modinfo_text
 from driver_container.runtime.logfile import LOG_CAP
+from driver_container.runtime.signalcleanup import SignalCleanup
 from driver_container.runtime.timedchild import ERROR, OK, TIMED_OUT, run_until
 
 log = logging.getLogger(__name__)
@@ -43,9 +46,15 @@ class ReportOptions:
 
 
 def collect_report(
-    paths: HostPaths, options: ReportOptions, status_json: Callable[[], str], env: Mapping[str, str]
+    paths: HostPaths,
+    options: ReportOptions,
+    status_json: Callable[[], str],
+    env: Mapping[str, str],
+    cleanup: SignalCleanup | None = None,
 ) -> bytes:
-    """The archive's bytes. ``status_json``: what ``status --json`` prints (the CLI's own code), run in a child."""
+    """The archive's bytes. ``status_json``: what ``status --json`` prints (the CLI's own code), run in a child.
+    ``cleanup``: where each process group started and the script's directory are registered, so that a
+    termination signal ends and removes them (the CLI's)."""
     started = time.time()
     budget = Budget(options.total_cap, options.deadline_s)
     members: list[Member] = []
@@ -55,7 +64,7 @@ def collect_report(
         if member.note:
             log.debug("%s: %s", member.name, member.note)
 
-    add(_timed("status.json", "nvidia-driver status --json", lambda: status_json().encode(), budget))
+    add(_timed("status.json", "nvidia-driver status --json", lambda: status_json().encode(), budget, cleanup))
     add(hostfacts.manifest_member(paths.driver_root), BIG_MEMBER_CAP)
     add(
         _timed(
@@ -63,6 +72,7 @@ def collect_report(
             f"a fresh check of {paths.driver_root} against its manifest",
             lambda: _verification(paths.driver_root),
             budget,
+            cleanup,
         )
     )
     for member in hostfacts.run_dir_members(paths.run):
@@ -79,13 +89,15 @@ def collect_report(
             f"modinfo of the module files under {paths.host_root}",
             lambda: modinfo_text(paths),
             budget,
+            cleanup,
         ),
         BIG_MEMBER_CAP,
     )
     add(read_kernel_log(paths.kmsg_path, budget.end), KMSG_CAP, keep_end=True)
     add(environment_member(env))
     if options.run_bug_script:
-        for member in bugscript.run_bug_report(paths, budget.time_left() - BUG_SCRIPT_RESERVE_S, BIG_MEMBER_CAP):
+        left = budget.time_left() - BUG_SCRIPT_RESERVE_S
+        for member in bugscript.run_bug_report(paths, left, BIG_MEMBER_CAP, cleanup=cleanup):
             add(member, BIG_MEMBER_CAP)
     else:
         add(missing(bugscript.MEMBER, bugscript.SCRIPT, "skipped: --no-nvidia-bug-report"))
@@ -98,12 +110,14 @@ def _verification(driver_root: Path) -> bytes:
     return (json.dumps(body, indent=2) + "\n").encode()
 
 
-def _timed(name: str, source: str, produce: Callable[[], bytes], budget: Budget) -> Member:
+def _timed(
+    name: str, source: str, produce: Callable[[], bytes], budget: Budget, cleanup: SignalCleanup | None
+) -> Member:
     """``produce()`` in a child with the time left; its bytes, or a member saying why there are none."""
     if budget.expired:
         return missing(name, source, "skipped: the report's deadline had passed")
     left = budget.time_left()
-    kind, value = run_until(produce, left)
+    kind, value = run_until(produce, left, cleanup)
     if kind == OK and isinstance(value, bytes):
         return Member(name, source, value)
     if kind == TIMED_OUT:

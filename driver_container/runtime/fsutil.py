@@ -200,6 +200,19 @@ def atomic_write(target: Path, data: bytes, *, mode: int = 0o644, root: Path | N
             raise PublishError(f"{target}: cannot write: {exc.strerror}", path=target) from exc
 
 
+def sweep_temporaries(target: Path) -> int:
+    """Remove the temporaries an interrupted ``atomic_write`` of ``target`` (no ``root``) left beside it."""
+    prefix = f".{target.name}."
+    try:
+        fd = os.open(target.parent, DIR_FLAGS)
+    except FileNotFoundError:
+        return 0
+    try:
+        return sweep_at(fd, lambda n: n.startswith(prefix) and n.endswith(".tmp"), target.parent)
+    finally:
+        os.close(fd)
+
+
 def atomic_write_text(target: Path, text: str, *, mode: int = 0o644, root: Path | None = None) -> None:
     atomic_write(target, text.encode(), mode=mode, root=root)
 

@@ -26,6 +26,7 @@ from driver_container.errors import CommandError, CommandStopped, CommandTimeout
 from driver_container.records import NamedRecord
 
 if TYPE_CHECKING:
+    from driver_container.runtime.signalcleanup import SignalCleanup
     from driver_container.runtime.supervise import Shutdown
 
 log = logging.getLogger(__name__)
@@ -210,10 +211,14 @@ class Runner:
                 os.close(pidfd)
         raise self._stopped(proc, argv)
 
-    def run_in_dir(self, argv: Sequence[str], *, cwd: Path, output: Path, timeout: float) -> int:
+    def run_in_dir(
+        self, argv: Sequence[str], *, cwd: Path, output: Path, timeout: float, cleanup: SignalCleanup | None = None
+    ) -> int:
         """Run in ``cwd`` with stdout and stderr written to ``output`` (a new file, never through a link);
         its exit status. The command gets its own session: at ``timeout`` the whole process group is
-        killed (a script's children too, e.g. a hung nvidia-smi) and ``CommandTimeout`` raised."""
+        killed (a script's children too, e.g. a hung nvidia-smi) and ``CommandTimeout`` raised; when it
+        ends, what it left running in its group is killed too. A termination signal never reaches that
+        session: with ``cleanup`` the signal kills the group (registered before a signal is acted on)."""
         args = (self.which(argv[0]), *argv[1:])
         log.debug("running %s in %s", " ".join(argv), cwd)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -221,27 +226,33 @@ class Runner:
             fd = os.open(output, flags, 0o600)
         except OSError as exc:
             raise CommandError(f"{output}: cannot create: {exc.strerror}", argv=tuple(argv)) from exc
-        try:
-            proc = subprocess.Popen(
-                args,
-                cwd=cwd,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=fd,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise CommandError(f"{argv[0]}: cannot run: {exc.strerror}", argv=tuple(argv)) from exc
-        finally:
-            os.close(fd)
+        with cleanup.held() if cleanup is not None else contextlib.nullcontext():
+            try:
+                proc = subprocess.Popen(
+                    args,
+                    cwd=cwd,
+                    env=self.env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=fd,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise CommandError(f"{argv[0]}: cannot run: {exc.strerror}", argv=tuple(argv)) from exc
+            finally:
+                os.close(fd)
+            what = f"killed {argv[0]} and its process group {proc.pid}"
+            key = cleanup.kill_group_on_signal(proc.pid, what) if cleanup is not None else 0
         try:
             return proc.wait(timeout=max(timeout, 0.0))
         except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)  # its session's group: pgid == its pid
+            _kill_session_group(proc.pid)
             proc.wait()
             raise CommandTimeout(f"{argv[0]}: timed out after {timeout:.3g} s; killed", argv=tuple(argv)) from None
+        finally:
+            _kill_session_group(proc.pid)  # what it left behind: nothing of it outlives the run
+            if cleanup is not None:
+                cleanup.discard(key)
 
     def spawn(self, argv: Sequence[str], *, output: Path | None = None) -> subprocess.Popen[bytes]:
         """Start a long-running daemon; the caller owns its lifetime. ``output``: a file its stdout and
@@ -260,3 +271,9 @@ class Runner:
         finally:
             if fd >= 0:
                 os.close(fd)
+
+
+def _kill_session_group(pgid: int) -> None:
+    """SIGKILL the process group a ``start_new_session`` child leads (pgid == its pid)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)

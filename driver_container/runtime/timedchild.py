@@ -9,22 +9,30 @@ the deadline it is killed with its process group: what it started goes too.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from driver_container.runtime.childresult import decode_result
 from driver_container.runtime.forkchild import await_group_exit, fork_child, kill_group
 
+if TYPE_CHECKING:
+    from driver_container.runtime.signalcleanup import SignalCleanup
+
 OK, ERROR, TIMED_OUT, DIED = "ok", "error", "timed out", "died"
 
 
-def run_until(func: Callable[[], object], timeout: float) -> tuple[str, Any]:
+def run_until(func: Callable[[], object], timeout: float, cleanup: SignalCleanup | None = None) -> tuple[str, Any]:
     """``(OK, value)``, ``(ERROR, the DriverContainerError)``, ``(TIMED_OUT, None)`` after the kill, or
-    ``(DIED, None)`` when the child ended without a result."""
-    pid, read_fd = fork_child(func)
+    ``(DIED, None)`` when the child ended without a result. With ``cleanup`` a termination signal kills
+    the child's group (the child itself dies with its parent, but not what it started)."""
+    with cleanup.held() if cleanup is not None else contextlib.nullcontext():
+        pid, read_fd = fork_child(func)
+        key = cleanup.kill_group_on_signal(pid, f"killed the collecting process group {pid}") if cleanup else 0
+    data: bytes | None = None
     try:
         data = _read_until(read_fd, time.monotonic() + max(timeout, 0.0))
     finally:
@@ -34,6 +42,8 @@ def run_until(func: Callable[[], object], timeout: float) -> tuple[str, Any]:
         os.waitpid(pid, 0)
         if data is None:
             await_group_exit(pid)
+        if cleanup is not None:
+            cleanup.discard(key)
     if data is None:
         return TIMED_OUT, None
     kind, value = decode_result(data)

@@ -33,6 +33,7 @@ MODULE = "host/usr/lib/modules/6.18.44-talos/kernel/drivers/video/nvidia.ko"
 DESCRIPTION = b"Fixture standing for an NVIDIA kernel module (tests only)"
 FIRMWARE_ARG = "firmware_class.path=/var/lib/nvidia-firmware"
 NVIDIA_ARGS = f"nvidia.NVreg_EnableGpuFirmware=0 nvidia-drm.modeset=1 {FIRMWARE_ARG}"
+SCRIPT_LS = "-r--r--r-- 1 root root 0 2026-01-01 00:00:00.000000000 +0000 /proc/cmdline"
 
 
 def _secret(source: str) -> str:
@@ -69,6 +70,8 @@ def _kmsg() -> bytes:
         f"5,1,0,-;Kernel command line: {line}",
         f'5,2,0,-;Unknown kernel command line parameters "{line}", will be passed to user space.',
         f"4,1300,5690800,-;NVRM: GPU at PCI:0000:01:00: token={_secret('kmsg')}",
+        # /dev/kmsg escapes a tab (kernel/printk/printk.c): the argument after it is one of its own.
+        f"5,3,0,-;Kernel command line: nvidia.NVreg_X=1\\x09talos.config=https://c.example/{_secret('kmsgtab')}",
     )
     return "".join(f"{r}\n" for r in records).encode()
 
@@ -140,14 +143,27 @@ def _plant_run_dir(h: Host) -> None:
 
 
 def _plant_script(h: Host) -> None:
-    """An nvidia-bug-report.sh stand-in that appends /proc/cmdline (as NVIDIA's does) and prints a cookie."""
+    """An nvidia-bug-report.sh stand-in that appends /proc/cmdline as NVIDIA's does (a section: a line of
+    underscores, ``*** /proc/cmdline``, ``*** ls: ...``, the file, an empty line), then a section with a
+    header in it, and prints a cookie."""
     script = h.userspace / "usr/bin/nvidia-bug-report.sh"
-    script.write_text(
-        "#!/bin/sh\n"
-        f"printf '%s\\n' '/proc/cmdline' '{_talos_command_line()}' 'X-Auth-Token: {_secret('scriptlog')}' > \"$2\"\n"
-        f"echo 'Set-Cookie: {_secret('scriptout')}'\n"
-    )
+    rule = "_" * 44
+    lines = (rule, "", "*** /proc/cmdline", f"*** ls: {SCRIPT_LS}", _talos_command_line(), "", rule, "")
+    lines += ("*** /var/log/some.log", "*** ls: -rw-r--r-- 1 root root 1 2026-01-01 /var/log/some.log")
+    lines += (f"X-Auth-Token: {_secret('scriptlog')}", "", rule, "", "dmesg:")
+    lines += (f"[    3.104702] [talos] fetching machine config from: {json.dumps(_signed_config_url())}", "")
+    quoted = " ".join(f"'{line}'" for line in lines)
+    script.write_text(f"#!/bin/sh\nprintf '%s\\n' {quoted} > \"$2\"\necho 'Set-Cookie: {_secret('scriptout')}'\n")
     script.chmod(0o755)
+
+
+def _signed_config_url() -> str:
+    """A presigned S3 URL as ``talos.config`` (Talos logs it: "fetching machine config from: %q")."""
+    return (
+        "https://cfg.s3.amazonaws.com/node.yaml?X-Amz-Algorithm=AWS4-HMAC-SHA256"
+        f"&X-Amz-Credential={_secret('amzcred')}%2F20260101%2Fus-east-1%2Fs3%2Faws4_request"
+        f"&X-Amz-Date=20260101T000000Z&X-Amz-SignedHeaders=host&X-Amz-Signature={_secret('amzsig')}"
+    )
 
 
 def _secrets() -> list[str]:
@@ -160,6 +176,9 @@ def _secrets() -> list[str]:
         "proxy",
         "jointoken",
         "kmsg",
+        "kmsgtab",
+        "amzcred",
+        "amzsig",
         "paseto",
         "procversion",
         "osrelease",
@@ -247,8 +266,13 @@ def _assert_useful_facts_kept(files: dict[str, bytes]) -> None:
     assert f"Kernel command line: {NVIDIA_ARGS} <9 other arguments left out>" in kernel
     assert f"Command line: {NVIDIA_ARGS} <9 other arguments left out>" in kernel
     assert "NVRM: GPU at PCI:0000:01:00: token=<redacted>" in kernel
+    assert "Kernel command line: nvidia.NVreg_X=1 <1 other arguments left out>\n" in kernel
     script_log = files["nvidia-bug-report/nvidia-bug-report.log"].decode()
-    assert f"/proc/cmdline\n{NVIDIA_ARGS} <9 other arguments left out>\n" in script_log
+    section = f"*** /proc/cmdline\n*** ls: {SCRIPT_LS}\n{NVIDIA_ARGS} <9 other arguments left out>\n\n{'_' * 44}\n"
+    assert section in script_log
+    assert "X-Auth-Token: <redacted>" in script_log  # the next section is its own
+    assert 'fetching machine config from: "https://cfg.s3.amazonaws.com/node.yaml?' in script_log
+    assert '&X-Amz-Signature=<redacted>"' in script_log
     assert "version:        595.91.07" in files["modules/modinfo.txt"].decode()
     manifest = json.loads(files["driver-root/manifest.json"])  # still JSON, digests untouched
     assert all(re.fullmatch(r"[0-9a-f]{64}", f["sha256"]) for f in manifest["files"] if f.get("sha256"))

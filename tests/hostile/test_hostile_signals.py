@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -358,3 +359,67 @@ def test_a_killed_child_takes_the_tools_it_started_with_it(tmp_path: Path, child
     writes = _lines(mark.with_suffix(".writes"))
     time.sleep(0.2)  # 10 of its writes
     assert _lines(mark.with_suffix(".writes")) == writes, "the child's tool still writes"
+
+
+# An nvidia-bug-report.sh stand-in that never ends: it records its pid, working directory and a child's
+# pid, writes its log, a temporary directory of its own under TMPDIR and a file there, then waits.
+ENDLESS_BUG_SCRIPT = """#!/bin/sh
+echo $$ >"{mark}.pid"
+pwd >"{mark}.cwd"
+echo partial | gzip -c >>"$2.gz"
+mkdir "${{TMPDIR:-.}}/own-temp" && echo x >"${{TMPDIR:-.}}/own-temp/file"
+sleep 600 &
+echo $! >"{mark}.child"
+wait
+"""
+
+
+def _gone_within(pid: int, within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while not _gone(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("output", ["file", "stdout"])
+def test_a_signal_to_bug_report_ends_nvidia_bug_report_sh_and_removes_its_directory(
+    tmp_path: Path, signum: signal.Signals, output: str
+) -> None:
+    """nvidia-bug-report.sh runs in a session of its own: the signal that ends bug-report never reaches
+    it. bug-report must kill its group and remove its directory, and write no archive, before it ends."""
+    h = make_host(tmp_path / "h")
+    (tmp_path / "kmsg").write_bytes(b"6,1,1,-;NVRM: loading\n")
+    h.env["KMSG_PATH"] = str(tmp_path / "kmsg")
+    mark = tmp_path / "script"
+    script = h.userspace / "usr/bin/nvidia-bug-report.sh"
+    script.write_text(ENDLESS_BUG_SCRIPT.format(mark=mark))
+    script.chmod(0o755)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    target = ["-o", str(out_dir / "report.tar.gz")] if output == "file" else ["-o", "-"]
+    temp = tmp_path / "tmp"  # bug-report's TMPDIR: its script's directory is made there
+    temp.mkdir()
+    proc = h.start("bug-report", "--timeout", "60", *target, TMPDIR=str(temp))
+    _wait_for(mark.with_suffix(".child"), proc)
+    pids = [int(mark.with_suffix(suffix).read_text()) for suffix in (".pid", ".child")]
+    try:
+        work = Path(mark.with_suffix(".cwd").read_text().strip())
+        assert work.parent == temp and (work / "own-temp/file").exists()  # it runs, and wrote
+        assert all(not _gone(pid) for pid in pids)
+        sent = time.monotonic()
+        proc.send_signal(signum)
+        _out, err = proc.communicate(timeout=30)
+        took = time.monotonic() - sent
+        assert proc.returncode == -signum, err  # ended by the signal it got: the signal landed
+        assert took < 2.0, f"{signum.name} answered after {took:.2f} s"
+        assert "Traceback" not in err, err
+        assert [pid for pid in pids if not _gone_within(pid)] == [], "nvidia-bug-report.sh or its child outlived it"
+        assert list(temp.iterdir()) == [], "its directory was left behind"
+        assert list(out_dir.iterdir()) == []  # no archive, no temporary of one
+    finally:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pids[0], signal.SIGKILL)  # the test's own stand-in, when bug-report left it running

@@ -3,9 +3,11 @@ when it runs, with which argv and environment, its gzip output read back, and a 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -46,8 +48,9 @@ echo 'Running nvidia-bug-report.sh... complete.'
     work = (seen / "cwd").read_text().strip()
     assert argv == ["--output-file", f"{work}/nvidia-bug-report.log"]
     assert Path(work).name.startswith("nvidia-bug-report.") and not Path(work).exists()  # removed after
-    names = {line.partition("=")[0] for line in (seen / "env").read_text().splitlines()}
-    assert names <= {"PATH", "LANG", "PWD", "SHLVL", "_", "OLDPWD"}, names
+    variables = dict(line.partition("=")[::2] for line in (seen / "env").read_text().splitlines())
+    assert set(variables) <= {"PATH", "LANG", "TMPDIR", "PWD", "SHLVL", "_", "OLDPWD"}, variables
+    assert variables["TMPDIR"] == work  # its temporary files are in the directory removed after it
 
 
 def test_a_hanging_script_and_its_children_are_killed_at_the_deadline(tmp_path: Path) -> None:
@@ -91,3 +94,20 @@ def _gone(pid: int) -> bool:
             return True
         time.sleep(0.05)
     return not os.path.exists(f"/proc/{pid}")
+
+
+def test_what_the_script_leaves_running_when_it_ends_is_killed_before_its_directory_goes(tmp_path: Path) -> None:
+    """A child still writing into the directory would outlive the report (and could fill it again)."""
+    paths = report_host(tmp_path)
+    pid_file, cwd_file = tmp_path / "child.pid", tmp_path / "cwd"
+    add_script(
+        paths, f"pwd > {cwd_file}\n(while :; do echo x >> late; sleep 0.05; done) & echo $! > {pid_file}\nexit 0\n"
+    )
+    try:
+        log, _output = run_bug_report(paths, 30, 1 << 20)
+        assert log.note == "no log written"
+        assert _gone(int(pid_file.read_text())), "the script's background child outlived the report"
+        assert not Path(cwd_file.read_text().strip()).exists()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
