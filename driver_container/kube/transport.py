@@ -9,15 +9,25 @@ adapter (urllib3's ``ConnectionCls`` extension point), for new and reused connec
 look-up cannot be interrupted; the in-cluster server is an IP address.
 
 The body is read in chunks up to ``MAX_BODY`` and not decompressed (``Accept-Encoding: identity``): a
-compressed answer cannot grow past the cap after it was counted.
+compressed answer cannot grow past the cap after it was counted. No redirect is followed: requests reads
+(and decompresses, whole) the body of a 3xx in ``resolve_redirects`` (``resp.content``), and runs it even
+with ``allow_redirects=False``, to fill ``Response.next`` (psf/requests issue 4123, requests/sessions.py
+``Session.send``); ``ApiSession`` finds no redirect target, so that code never starts. An API server does
+not redirect these calls: a 3xx is an error naming its target, its body unread. Whatever else the stack
+raises on a malformed answer (ValueError, RuntimeError, an http.client error) is an ``ApiAnswerError`` too.
+
+TLS comes from the one ``ssl.SSLContext`` the adapter is given (tlscontext.py): requests' ``verify`` and
+``cert`` (file names, which OpenSSL would open, blocking, for every new connection) never reach urllib3.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import http.client
 import signal
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -110,7 +120,9 @@ class Watchdog:
             return _stopped()
         if self.fired == "deadline" or time.monotonic() >= self.deadline:
             return ApiAnswerError(f"no complete answer within {self.seconds:g} s", retry=True)
-        return ApiAnswerError(_describe(cause), retry=not isinstance(cause, requests.exceptions.SSLError))
+        # A certificate that does not verify, or an answer the stack cannot parse, will not be better next time.
+        settled = isinstance(cause, requests.exceptions.SSLError) or _malformed(cause)
+        return ApiAnswerError(_describe(cause), retry=not settled)
 
 
 def _shut(sock: socket.socket) -> None:
@@ -162,8 +174,31 @@ class _TlsPool(HTTPSConnectionPool):
 _POOLS: dict[str, type[HTTPConnectionPool]] = {"http": _Pool, "https": _TlsPool}
 
 
+class ApiSession(requests.Session):
+    """A session that never sees a redirect: ``resolve_redirects`` loops while this returns a target."""
+
+    def get_redirect_target(self, resp: requests.Response) -> str | None:
+        return None
+
+
 class DeadlineAdapter(HTTPAdapter):
-    """requests' adapter with pools whose connections register their sockets with the active watchdog."""
+    """requests' adapter with pools whose connections register their sockets with the active watchdog,
+    and whose TLS is ``ssl_context`` alone."""
+
+    def __init__(self, ssl_context: ssl.SSLContext | None = None, **kwargs: Any) -> None:
+        self._ssl_context = ssl_context
+        super().__init__(**kwargs)
+
+    def build_connection_pool_key_attributes(
+        self, request: requests.PreparedRequest, verify: Any, cert: Any = None
+    ) -> Any:
+        # The pool key's TLS part is this context alone; cert_reqs None: urllib3 takes the context's mode.
+        host, _ = super().build_connection_pool_key_attributes(request, True, None)
+        return host, {"ssl_context": self._ssl_context, "cert_reqs": None}
+
+    def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
+        # requests' version puts CA and key file names on the pool, for OpenSSL to open: none here.
+        conn.ca_certs = conn.ca_cert_dir = conn.cert_file = conn.key_file = None
 
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
         super().init_poolmanager(*args, **kwargs)
@@ -205,10 +240,13 @@ def exchange(
     headers = {**(kwargs.pop("headers", None) or {}), "Accept-Encoding": "identity"}
     with Watchdog(seconds, stop) as watchdog:
         try:
-            response = session.request(method, url, headers=headers, stream=True, timeout=(seconds, seconds), **kwargs)
-        except requests.RequestException as exc:
+            response = session.request(
+                method, url, headers=headers, stream=True, timeout=(seconds, seconds), allow_redirects=False, **kwargs
+            )
+        except _ANSWER_FAILURES as exc:
             raise watchdog.failure(exc) from exc
         with response:
+            _refuse_redirect(response)
             body = _read_body(response, watchdog, max_body)
         if watchdog.fired is not None:
             raise watchdog.failure()
@@ -229,9 +267,35 @@ def _read_body(response: requests.Response, watchdog: Watchdog, max_body: int) -
             chunks.append(chunk)
             if watchdog.fired is not None:
                 raise watchdog.failure()
-    except (urllib3.exceptions.HTTPError, requests.RequestException, OSError) as exc:
+    except _ANSWER_FAILURES as exc:
         raise watchdog.failure(exc) from exc
     return b"".join(chunks)
+
+
+def _refuse_redirect(response: requests.Response) -> None:
+    """A 3xx is refused before a byte of its body is read (``with response`` closes the connection)."""
+    if not 300 <= response.status_code < 400:
+        return
+    location = response.headers.get("Location", "")
+    shown = repr(location if len(location) <= 256 else location[:256] + "...")
+    raise ApiAnswerError(
+        f"the server answered {response.status_code} {response.reason or ''} redirecting to {shown}; "
+        "a Kubernetes API server does not redirect, so no redirect is followed",
+        retry=False,
+        fix="point the server URL at the API server itself, not at a proxy or load balancer that redirects",
+    )
+
+
+# What a broken connection or a malformed answer raises from requests, urllib3, http.client or ssl:
+# ValueError and RuntimeError included (urllib3 raises both on some malformed bodies), never a traceback.
+_ANSWER_FAILURES = (
+    requests.RequestException,
+    urllib3.exceptions.HTTPError,
+    http.client.HTTPException,
+    OSError,
+    ValueError,
+    RuntimeError,
+)
 
 
 def _describe(exc: BaseException | None) -> str:
@@ -239,4 +303,11 @@ def _describe(exc: BaseException | None) -> str:
         return "timed out"
     if isinstance(exc, requests.exceptions.SSLError):
         return "TLS verification failed"
+    if _malformed(exc):
+        return f"malformed answer ({type(exc).__name__})"
     return f"connection failed ({type(exc).__name__})"
+
+
+def _malformed(exc: BaseException | None) -> bool:
+    """A ValueError or RuntimeError from the stack (a header, URL or body it cannot parse)."""
+    return isinstance(exc, ValueError | RuntimeError) and not isinstance(exc, requests.RequestException)
