@@ -27,14 +27,10 @@ import requests
 
 from driver_container.errors import ApiAnswerError, KubernetesError
 from driver_container.formats.numbers import parse_uint
-from driver_container.kube.endpoint import (
-    Endpoint,
-    KubeConfig,
-    in_cluster_endpoint,
-    kubeconfig_endpoint,
-)
+from driver_container.kube.endpoint import Endpoint, KubeConfig, in_cluster_endpoint, kubeconfig_endpoint
+from driver_container.kube.session import ApiSession, DeadlineAdapter
 from driver_container.kube.tlscontext import tls_context
-from driver_container.kube.transport import Answer, ApiSession, DeadlineAdapter, exchange
+from driver_container.kube.transport import Answer, exchange
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +60,7 @@ class KubeClient:
         self._stop = stop  # true once a termination signal arrived: the request in flight ends within 50 ms
         # TLS from bytes read by the bounded reader (tlscontext.py): nothing opens a CA or key file by name.
         context = tls_context(endpoint) if endpoint.server.lower().startswith("https://") else None
-        self._session: requests.Session = ApiSession()  # no redirect followed, nor its body read (transport.py)
+        self._session: requests.Session = ApiSession()  # no redirect followed, nor its body read (session.py)
         self._session.max_redirects = 0
         # Retries are this client's (below), not urllib3's; the session's verify and cert stay unset.
         adapter = DeadlineAdapter(context, max_retries=0)

@@ -16,6 +16,8 @@ import ssl
 import tempfile
 from pathlib import Path
 
+from requests.utils import DEFAULT_CA_BUNDLE_PATH
+
 from driver_container.errors import KubernetesError
 from driver_container.kube.endpoint import Endpoint
 from driver_container.kube.secretfile import read_small_bytes
@@ -42,8 +44,6 @@ def tls_context(endpoint: Endpoint) -> ssl.SSLContext:
 def _ca_file(verify: str | bool) -> Path:
     if isinstance(verify, str):
         return Path(verify)
-    from requests.utils import DEFAULT_CA_BUNDLE_PATH  # lazy: requests is imported only with a client
-
     return Path(DEFAULT_CA_BUNDLE_PATH)
 
 

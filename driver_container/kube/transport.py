@@ -4,20 +4,15 @@
 as long as it likes (and a SIGTERM with it: the signal handler only sets a flag). Here every request runs
 under a ``Watchdog``: a thread that shuts the request's sockets down when the deadline passes (connect,
 TLS handshake, headers and the whole body together) or when ``stop()`` turns true (init's ``Shutdown``), so
-the blocked read returns at once. The sockets are registered by the connection classes of this module's
+the blocked read returns at once. The sockets are registered by the connection classes of session.py's
 adapter (urllib3's ``ConnectionCls`` extension point), for new and reused connections alike. Only a DNS
 look-up cannot be interrupted; the in-cluster server is an IP address.
 
 The body is read in chunks up to ``MAX_BODY`` and not decompressed (``Accept-Encoding: identity``): a
-compressed answer cannot grow past the cap after it was counted. No redirect is followed: requests reads
-(and decompresses, whole) the body of a 3xx in ``resolve_redirects`` (``resp.content``), and runs it even
-with ``allow_redirects=False``, to fill ``Response.next`` (psf/requests issue 4123, requests/sessions.py
-``Session.send``); ``ApiSession`` finds no redirect target, so that code never starts. An API server does
-not redirect these calls: a 3xx is an error naming its target, its body unread. Whatever else the stack
-raises on a malformed answer (ValueError, RuntimeError, an http.client error) is an ``ApiAnswerError`` too.
-
-TLS comes from the one ``ssl.SSLContext`` the adapter is given (tlscontext.py): requests' ``verify`` and
-``cert`` (file names, which OpenSSL would open, blocking, for every new connection) never reach urllib3.
+compressed answer cannot grow past the cap after it was counted. No redirect is followed (session.py's
+``ApiSession``, and ``allow_redirects=False``): an API server does not redirect these calls, so a 3xx is an
+error naming its target, its body unread. Whatever else the stack raises on a malformed answer
+(ValueError, RuntimeError, an http.client error) is an ``ApiAnswerError`` too.
 """
 
 from __future__ import annotations
@@ -27,7 +22,6 @@ import contextvars
 import http.client
 import signal
 import socket
-import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -35,9 +29,6 @@ from typing import Any
 
 import requests
 import urllib3
-from requests.adapters import HTTPAdapter
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from driver_container.errors import ApiAnswerError, JsonFormatError
 from driver_container.formats.boundedjson import decode_json
@@ -135,79 +126,11 @@ def _shut(sock: socket.socket) -> None:
 _ACTIVE: contextvars.ContextVar[Watchdog | None] = contextvars.ContextVar("kube_request_watchdog", default=None)
 
 
-def _register(sock: socket.socket | None) -> None:
+def register_socket(sock: socket.socket | None) -> None:
+    """Hand ``sock`` to the watchdog of the request in progress (session.py's connections call this)."""
     watchdog = _ACTIVE.get()
     if watchdog is not None and sock is not None:
         watchdog.register(sock)
-
-
-class _Connection(HTTPConnection):
-    def _new_conn(self) -> socket.socket:
-        sock = super()._new_conn()
-        _register(sock)  # before the TLS handshake: a dribbled handshake is cut off too
-        return sock
-
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        _register(self.sock)  # a connection reused from the pool
-        super().request(*args, **kwargs)
-
-
-class _TlsConnection(HTTPSConnection):
-    def _new_conn(self) -> socket.socket:
-        sock = super()._new_conn()
-        _register(sock)
-        return sock
-
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        _register(self.sock)
-        super().request(*args, **kwargs)
-
-
-class _Pool(HTTPConnectionPool):
-    ConnectionCls = _Connection
-
-
-class _TlsPool(HTTPSConnectionPool):
-    ConnectionCls = _TlsConnection
-
-
-_POOLS: dict[str, type[HTTPConnectionPool]] = {"http": _Pool, "https": _TlsPool}
-
-
-class ApiSession(requests.Session):
-    """A session that never sees a redirect: ``resolve_redirects`` loops while this returns a target."""
-
-    def get_redirect_target(self, resp: requests.Response) -> str | None:
-        return None
-
-
-class DeadlineAdapter(HTTPAdapter):
-    """requests' adapter with pools whose connections register their sockets with the active watchdog,
-    and whose TLS is ``ssl_context`` alone."""
-
-    def __init__(self, ssl_context: ssl.SSLContext | None = None, **kwargs: Any) -> None:
-        self._ssl_context = ssl_context
-        super().__init__(**kwargs)
-
-    def build_connection_pool_key_attributes(
-        self, request: requests.PreparedRequest, verify: Any, cert: Any = None
-    ) -> Any:
-        # The pool key's TLS part is this context alone; cert_reqs None: urllib3 takes the context's mode.
-        host, _ = super().build_connection_pool_key_attributes(request, True, None)
-        return host, {"ssl_context": self._ssl_context, "cert_reqs": None}
-
-    def cert_verify(self, conn: Any, url: str, verify: Any, cert: Any) -> None:
-        # requests' version puts CA and key file names on the pool, for OpenSSL to open: none here.
-        conn.ca_certs = conn.ca_cert_dir = conn.cert_file = conn.key_file = None
-
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = _POOLS
-
-    def proxy_manager_for(self, proxy: str, **kwargs: Any) -> Any:
-        manager = super().proxy_manager_for(proxy, **kwargs)
-        manager.pool_classes_by_scheme = _POOLS
-        return manager
 
 
 class Answer:
@@ -286,8 +209,8 @@ def _refuse_redirect(response: requests.Response) -> None:
     )
 
 
-# What a broken connection or a malformed answer raises from requests, urllib3, http.client or ssl:
-# ValueError and RuntimeError included (urllib3 raises both on some malformed bodies), never a traceback.
+# What a broken connection or a malformed answer raises from requests, urllib3, http.client or ssl
+# (ValueError and RuntimeError too: urllib3 raises both on some malformed bodies), never a traceback.
 _ANSWER_FAILURES = (
     requests.RequestException,
     urllib3.exceptions.HTTPError,

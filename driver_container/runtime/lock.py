@@ -23,12 +23,15 @@ import os
 import stat
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from driver_container.errors import LockError
 from driver_container.formats.numbers import parse_uint
 from driver_container.resolver import Root
-from driver_container.runtime.lockholder import PROGRAM, Holder, lock_holders
 from driver_container.runtime.statusfiles import make_room
+
+if TYPE_CHECKING:
+    from driver_container.runtime.lockholder import Holder
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +72,9 @@ class PidLock:
         raise LockError(f"{self.path}: keeps being replaced; cannot lock it", path=self.path)
 
     def _held_elsewhere(self, fd: int) -> None:
+        # Lazy, hot path: an unchanged restart finds the lock free; /proc/locks is read only when it is not.
+        from driver_container.runtime.lockholder import PROGRAM, lock_holders
+
         holders = lock_holders(self._proc, fd) if self._proc is not None else ()
         if holders and all(holder.ours is False for holder in holders):
             log.warning(

@@ -1,4 +1,5 @@
 """Who holds the pid-file lock: the locker's pid from ``/proc/locks``, its program from ``/proc/PID/cmdline``.
+Imported only when the lock is held (lock.py): never on an unchanged restart.
 
 Both are read under the host's procfs root (``HostPaths.proc``, ``PROCFS_ROOT``): the driver pod runs with
 hostPID (NVIDIA/gpu-operator manifests/state-driver/0500_daemonset.yaml), so every locker is visible there.
@@ -11,10 +12,10 @@ from __future__ import annotations
 
 import itertools
 import os
+from dataclasses import dataclass
 
 from driver_container.errors import HostReadError
 from driver_container.formats.kernel.locks import FileLock, parse_locks
-from driver_container.records import NamedRecord
 from driver_container.resolver import Root
 
 PROGRAM = "nvidia-driver"  # the console script (pyproject.toml [project.scripts]); ``-m driver_container`` too
@@ -24,7 +25,8 @@ CMDLINE_LIMIT = 4 << 20  # longer than any argv the kernel starts (ARG_MAX is a 
 SHOWN = 160  # characters of a command line in a message
 
 
-class Holder(NamedRecord):
+@dataclass(frozen=True, slots=True)
+class Holder:
     """A process holding the lock: ``ours`` True (this program), False (another), None (cannot tell)."""
 
     pid: int | None

@@ -10,11 +10,13 @@ Text in, frozen data out; lines that do not match are skipped, never guessed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from driver_container.formats.numbers import parse_int, parse_uint
-from driver_container.records import NamedRecord
 
 
-class FileLock(NamedRecord):
+@dataclass(frozen=True, slots=True)
+class FileLock:
     """One granted lock: its class (``FLOCK``, ``POSIX``, ``OFDLCK``...), the locker's pid (None when the
     kernel shows none: 0 or -1) and the file's device numbers and inode."""
 
