@@ -418,6 +418,20 @@ def test_a_kubeconfig_file_that_is_a_fifo_is_refused_at_once(
     assert api.seen == [], "a request went out without the configured credentials"
 
 
+def test_an_in_cluster_ca_that_is_a_fifo_is_refused(api: Api, tmp_path: Path) -> None:
+    """The service account's ca.crt as a FIFO was skipped (is_file) for the public trust bundle; it is
+    read by the bounded reader like every credential file, so it is refused."""
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text(TOKEN)
+    os.mkfifo(account / "ca.crt")
+    env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": api.url.rsplit(":", 1)[1]}
+    config = KubeConfig(service_account_dir=account, timeout=2, attempts=1)
+    with pytest.raises(KubernetesError, match="certificate-authority is not a regular file"):
+        KubeClient.from_env(env, config).get_node(NODE)
+    assert api.seen == []
+
+
 # -- credentials only over TLS ----------------------------------------------------------------------
 
 
