@@ -97,10 +97,17 @@ class PidLock:
         )
 
     def _unlink_and_close(self, fd: int) -> None:
-        with contextlib.suppress(FileNotFoundError):
+        try:
             if _same_file(fd, self.path):
                 self.path.unlink()
-        os.close(fd)
+        except FileNotFoundError:
+            pass  # gone already: the next open creates it
+        except OSError as exc:
+            raise LockError(
+                f"{self.path}: cannot replace it: {exc.strerror}", path=self.path, fix=f"remove {self.path}"
+            ) from exc
+        finally:
+            os.close(fd)
 
     def _open(self) -> int:
         """The pid file, opened without following a link or blocking on a FIFO. A directory, link or special
