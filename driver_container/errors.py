@@ -231,8 +231,8 @@ class KubernetesError(PathError):
 class ApiAnswerError(KubernetesError):
     """No usable answer to one API request (kube/transport.py); ``retry``: another attempt may get one."""
 
-    def __init__(self, message: str, *, retry: bool, stopped: bool = False) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, retry: bool, stopped: bool = False, fix: str | None = None) -> None:
+        super().__init__(message, fix=fix)
         self.retry, self.stopped = retry, stopped
 
 

@@ -3,7 +3,8 @@
 Credentials come from the pod's service account (in-cluster) or from KUBECONFIG, and are only ever sent
 over TLS (an ``http://`` server with a token or client certificate is refused before any request). Every
 request has one wall-clock deadline over connect and the whole answer, a body cap and a stop hook
-(transport.py); 409, 429 and 5xx answers and connection failures are retried with capped exponential
+(transport.py), no redirect followed, and TLS from files read by the bounded reader (tlscontext.py);
+409, 429 and 5xx answers and connection failures are retried with capped exponential
 backoff (honouring ``Retry-After``); every other failure, a malformed answer included (not JSON, nested
 too deeply, a list where an object belongs), is a ``KubernetesError`` that names the request and a fix.
 Tokens and keys never reach a log line or a repr. ``requests`` is imported only when a client is built,
@@ -26,13 +27,10 @@ import requests
 
 from driver_container.errors import ApiAnswerError, KubernetesError
 from driver_container.formats.numbers import parse_uint
-from driver_container.kube.endpoint import (
-    Endpoint,
-    KubeConfig,
-    in_cluster_endpoint,
-    kubeconfig_endpoint,
-)
-from driver_container.kube.transport import Answer, DeadlineAdapter, exchange
+from driver_container.kube.endpoint import Endpoint, KubeConfig, in_cluster_endpoint, kubeconfig_endpoint
+from driver_container.kube.session import ApiSession, DeadlineAdapter
+from driver_container.kube.tlscontext import tls_context
+from driver_container.kube.transport import Answer, exchange
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +58,14 @@ class KubeClient:
         self._clock = clock
         self._workdir = workdir
         self._stop = stop  # true once a termination signal arrived: the request in flight ends within 50 ms
-        self._session: requests.Session = requests.Session()
-        adapter = DeadlineAdapter(max_retries=0)  # retries are this client's (below), not urllib3's
+        # TLS from bytes read by the bounded reader (tlscontext.py): nothing opens a CA or key file by name.
+        context = tls_context(endpoint) if endpoint.server.lower().startswith("https://") else None
+        self._session: requests.Session = ApiSession()  # no redirect followed, nor its body read (session.py)
+        self._session.max_redirects = 0
+        # Retries are this client's (below), not urllib3's; the session's verify and cert stay unset.
+        adapter = DeadlineAdapter(context, max_retries=0)
         self._session.mount("https://", adapter)
         self._session.mount("http://", adapter)
-        self._session.verify = endpoint.verify
-        if endpoint.client_cert is not None:
-            self._session.cert = endpoint.client_cert
         if endpoint.token:
             self._session.headers["Authorization"] = f"Bearer {endpoint.token}"
         self._session.headers["Accept"] = "application/json"
@@ -210,8 +209,6 @@ class KubeClient:
                     params=params,
                     json=body,
                     headers={"Content-Type": content_type} if body is not None else None,
-                    # Explicit per request: requests lets REQUESTS_CA_BUNDLE override a session's CA otherwise.
-                    verify=self.endpoint.verify,
                 )
             except ApiAnswerError as exc:
                 # A certificate that does not verify will not verify on a retry either; nor will a stop.
@@ -220,7 +217,7 @@ class KubeClient:
                         f"{method} {path} on {self.endpoint.server}: {exc.message} ({attempt} attempt(s))",
                         method=method,
                         resource=path,
-                        fix="check that the API server is reachable from the pod (network policy, DNS, CA)",
+                        fix=exc.fix or "check that the API server is reachable from the pod (network policy, DNS, CA)",
                     ) from exc
                 log.warning("%s %s: %s; retry %d/%d in %.1f s", method, path, exc.message, attempt, cfg.attempts, delay)
             else:

@@ -58,7 +58,8 @@ def in_cluster_endpoint(env: Mapping[str, str], config: KubeConfig) -> Endpoint:
         host = f"[{host}]"  # IPv6 service address
     return Endpoint(
         server=f"https://{host}:{port}",
-        verify=str(ca) if ca.is_file() else True,
+        # Present in any form (a FIFO too): tlscontext.py reads it, or refuses it, through the bounded reader.
+        verify=str(ca) if ca.exists() else True,
         token=token,
         description=f"in-cluster service account ({sa})",
     )

@@ -1,4 +1,5 @@
-"""Bounded, non-blocking reads of a token, namespace or kubeconfig (never a FIFO or /dev/zero)."""
+"""Bounded, non-blocking reads of a token, namespace, kubeconfig, CA bundle, client certificate or key
+(never a FIFO or /dev/zero)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,12 @@ SECRET_LIMIT = 1 << 20  # a kubeconfig with embedded certificates is a few KiB; 
 
 
 def read_small_file(path: Path, what: str, *, limit: int = SECRET_LIMIT, fix: str | None = None) -> str:
-    """A token, namespace or kubeconfig: opened non-blocking, a regular file, at most ``limit`` bytes.
+    """``read_small_bytes`` as text (a token, namespace or kubeconfig)."""
+    return read_small_bytes(path, what, limit=limit, fix=fix).decode("utf-8", errors="replace")
+
+
+def read_small_bytes(path: Path, what: str, *, limit: int = SECRET_LIMIT, fix: str | None = None) -> bytes:
+    """A credential or configuration file: opened non-blocking, a regular file, at most ``limit`` bytes.
     Links are followed on purpose: service-account files are links into ``..data`` (kubelet's atomic
     writer), and a kubeconfig is often a link; what matters is that a FIFO or /dev/zero cannot hang or
     exhaust the manager."""
@@ -29,5 +35,4 @@ def read_small_file(path: Path, what: str, *, limit: int = SECRET_LIMIT, fix: st
             data = read_up_to(fd, limit + 1)
     finally:
         os.close(fd)
-    refuse_larger(data, limit, path, error=KubernetesError, what=what, fix=fix)
-    return data.decode("utf-8", errors="replace")
+    return refuse_larger(data, limit, path, error=KubernetesError, what=what, fix=fix)

@@ -4,18 +4,22 @@
 as long as it likes (and a SIGTERM with it: the signal handler only sets a flag). Here every request runs
 under a ``Watchdog``: a thread that shuts the request's sockets down when the deadline passes (connect,
 TLS handshake, headers and the whole body together) or when ``stop()`` turns true (init's ``Shutdown``), so
-the blocked read returns at once. The sockets are registered by the connection classes of this module's
+the blocked read returns at once. The sockets are registered by the connection classes of session.py's
 adapter (urllib3's ``ConnectionCls`` extension point), for new and reused connections alike. Only a DNS
 look-up cannot be interrupted; the in-cluster server is an IP address.
 
 The body is read in chunks up to ``MAX_BODY`` and not decompressed (``Accept-Encoding: identity``): a
-compressed answer cannot grow past the cap after it was counted.
+compressed answer cannot grow past the cap after it was counted. No redirect is followed (session.py's
+``ApiSession``, and ``allow_redirects=False``): an API server does not redirect these calls, so a 3xx is an
+error naming its target, its body unread. Whatever else the stack raises on a malformed answer
+(ValueError, RuntimeError, an http.client error) is an ``ApiAnswerError`` too.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import http.client
 import signal
 import socket
 import threading
@@ -25,9 +29,6 @@ from typing import Any
 
 import requests
 import urllib3
-from requests.adapters import HTTPAdapter
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
 from driver_container.errors import ApiAnswerError, JsonFormatError
 from driver_container.formats.boundedjson import decode_json
@@ -110,7 +111,9 @@ class Watchdog:
             return _stopped()
         if self.fired == "deadline" or time.monotonic() >= self.deadline:
             return ApiAnswerError(f"no complete answer within {self.seconds:g} s", retry=True)
-        return ApiAnswerError(_describe(cause), retry=not isinstance(cause, requests.exceptions.SSLError))
+        # A certificate that does not verify, or an answer the stack cannot parse, will not be better next time.
+        settled = isinstance(cause, requests.exceptions.SSLError) or _malformed(cause)
+        return ApiAnswerError(_describe(cause), retry=not settled)
 
 
 def _shut(sock: socket.socket) -> None:
@@ -123,56 +126,11 @@ def _shut(sock: socket.socket) -> None:
 _ACTIVE: contextvars.ContextVar[Watchdog | None] = contextvars.ContextVar("kube_request_watchdog", default=None)
 
 
-def _register(sock: socket.socket | None) -> None:
+def register_socket(sock: socket.socket | None) -> None:
+    """Hand ``sock`` to the watchdog of the request in progress (session.py's connections call this)."""
     watchdog = _ACTIVE.get()
     if watchdog is not None and sock is not None:
         watchdog.register(sock)
-
-
-class _Connection(HTTPConnection):
-    def _new_conn(self) -> socket.socket:
-        sock = super()._new_conn()
-        _register(sock)  # before the TLS handshake: a dribbled handshake is cut off too
-        return sock
-
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        _register(self.sock)  # a connection reused from the pool
-        super().request(*args, **kwargs)
-
-
-class _TlsConnection(HTTPSConnection):
-    def _new_conn(self) -> socket.socket:
-        sock = super()._new_conn()
-        _register(sock)
-        return sock
-
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        _register(self.sock)
-        super().request(*args, **kwargs)
-
-
-class _Pool(HTTPConnectionPool):
-    ConnectionCls = _Connection
-
-
-class _TlsPool(HTTPSConnectionPool):
-    ConnectionCls = _TlsConnection
-
-
-_POOLS: dict[str, type[HTTPConnectionPool]] = {"http": _Pool, "https": _TlsPool}
-
-
-class DeadlineAdapter(HTTPAdapter):
-    """requests' adapter with pools whose connections register their sockets with the active watchdog."""
-
-    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = _POOLS
-
-    def proxy_manager_for(self, proxy: str, **kwargs: Any) -> Any:
-        manager = super().proxy_manager_for(proxy, **kwargs)
-        manager.pool_classes_by_scheme = _POOLS
-        return manager
 
 
 class Answer:
@@ -205,10 +163,13 @@ def exchange(
     headers = {**(kwargs.pop("headers", None) or {}), "Accept-Encoding": "identity"}
     with Watchdog(seconds, stop) as watchdog:
         try:
-            response = session.request(method, url, headers=headers, stream=True, timeout=(seconds, seconds), **kwargs)
-        except requests.RequestException as exc:
+            response = session.request(
+                method, url, headers=headers, stream=True, timeout=(seconds, seconds), allow_redirects=False, **kwargs
+            )
+        except _ANSWER_FAILURES as exc:
             raise watchdog.failure(exc) from exc
         with response:
+            _refuse_redirect(response)
             body = _read_body(response, watchdog, max_body)
         if watchdog.fired is not None:
             raise watchdog.failure()
@@ -229,9 +190,35 @@ def _read_body(response: requests.Response, watchdog: Watchdog, max_body: int) -
             chunks.append(chunk)
             if watchdog.fired is not None:
                 raise watchdog.failure()
-    except (urllib3.exceptions.HTTPError, requests.RequestException, OSError) as exc:
+    except _ANSWER_FAILURES as exc:
         raise watchdog.failure(exc) from exc
     return b"".join(chunks)
+
+
+def _refuse_redirect(response: requests.Response) -> None:
+    """A 3xx is refused before a byte of its body is read (``with response`` closes the connection)."""
+    if not 300 <= response.status_code < 400:
+        return
+    location = response.headers.get("Location", "")
+    shown = repr(location if len(location) <= 256 else location[:256] + "...")
+    raise ApiAnswerError(
+        f"the server answered {response.status_code} {response.reason or ''} redirecting to {shown}; "
+        "a Kubernetes API server does not redirect, so no redirect is followed",
+        retry=False,
+        fix="point the server URL at the API server itself, not at a proxy or load balancer that redirects",
+    )
+
+
+# What a broken connection or a malformed answer raises from requests, urllib3, http.client or ssl
+# (ValueError and RuntimeError too: urllib3 raises both on some malformed bodies), never a traceback.
+_ANSWER_FAILURES = (
+    requests.RequestException,
+    urllib3.exceptions.HTTPError,
+    http.client.HTTPException,
+    OSError,
+    ValueError,
+    RuntimeError,
+)
 
 
 def _describe(exc: BaseException | None) -> str:
@@ -239,4 +226,11 @@ def _describe(exc: BaseException | None) -> str:
         return "timed out"
     if isinstance(exc, requests.exceptions.SSLError):
         return "TLS verification failed"
+    if _malformed(exc):
+        return f"malformed answer ({type(exc).__name__})"
     return f"connection failed ({type(exc).__name__})"
+
+
+def _malformed(exc: BaseException | None) -> bool:
+    """A ValueError or RuntimeError from the stack (a header, URL or body it cannot parse)."""
+    return isinstance(exc, ValueError | RuntimeError) and not isinstance(exc, requests.RequestException)

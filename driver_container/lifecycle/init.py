@@ -87,7 +87,7 @@ def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: Init
     """The whole ``init``. Returns normally on success and on a termination signal; raises on failure."""
     opts = options or InitOptions()
     shutdown = Shutdown().install()
-    lock = PidLock(paths.pid_file)
+    lock = PidLock(paths.pid_file, paths.proc)
     started = _Started(runner.stoppable(shutdown))  # a command still running at a signal is killed
     try:
         lock.acquire()

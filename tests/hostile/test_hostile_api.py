@@ -1,6 +1,7 @@
 """A hostile or broken Kubernetes API server: answers dribbled a byte at a time, malformed answers (JSON
-nested 100 000 deep, a list where an object belongs, not JSON at all), answers far beyond any Node, and a
-plain-HTTP server that would read the bearer token.
+nested 100 000 deep, a list where an object belongs, not JSON at all), answers far beyond any Node,
+redirects whose bodies are gzip bombs or truncated gzip, a kubeconfig naming a FIFO as its CA, client
+certificate or key, and a plain-HTTP server that would read the bearer token.
 
 The client (kube/client.py, kube/transport.py) must end every request at its wall-clock deadline
 (connect and the whole answer), end it within 50 ms of a stop (init's SIGTERM), read at most 16 MiB,
@@ -11,7 +12,11 @@ Node report must never fail init, hold a SIGTERM past 2 s, or skip the check of 
 from __future__ import annotations
 
 import contextlib
+import functools
+import gzip
 import json
+import os
+import resource
 import signal
 import ssl
 import subprocess
@@ -37,6 +42,14 @@ NODE = "node-1"
 NODE_JSON = {"kind": "Node", "metadata": {"name": NODE, "labels": {"a": "b"}}}
 DRIP_BYTES = 300  # one every 0.1 s: a 30 s answer whose every read arrives well within any read timeout
 HUGE = 64 << 20  # four times the client's 16 MiB cap
+BOMB_MEMBER = 16 << 20  # zeros per gzip member; 64 members: 1 GiB once decompressed, ~1 MiB on the wire
+BOMB_MEMBERS = 64
+
+
+@functools.cache
+def _gzip_bomb() -> bytes:
+    """1 GiB of zeros as 64 concatenated gzip members (one stream to a decoder): made once, ~1 MiB."""
+    return gzip.compress(bytes(BOMB_MEMBER), compresslevel=9) * BOMB_MEMBERS
 
 
 @dataclass
@@ -140,6 +153,26 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _huge_unsized(self) -> None:
         self._huge(length=False)  # HTTP/1.0 and no Content-Length: the body ends when the server closes
+
+    def _gzip_answer(self, status: int, data: bytes, *, declared: int | None = None) -> None:
+        self.send_response(status)
+        if status != 200:
+            self.send_header("Location", "/bomb")
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Length", str(len(data) if declared is None else declared))
+        self.end_headers()
+        self.wfile.write(data)
+        self.api.sent += len(data)
+
+    def _redirect_bomb(self) -> None:
+        """A 302 whose own body is a gzip bomb, to a target that is one too."""
+        self._gzip_answer(200 if self.path == "/bomb" else 302, _gzip_bomb())
+
+    def _redirect_truncated(self) -> None:
+        """A 302 whose gzip body ends halfway through (the connection closes after it: HTTP/1.0)."""
+        whole = gzip.compress(json.dumps(NODE_JSON).encode() * 100)
+        self._gzip_answer(200 if self.path == "/bomb" else 302, whole[: len(whole) // 2], declared=len(whole))
 
 
 def _serve(api: Api, context: ssl.SSLContext | None) -> ThreadingHTTPServer:
@@ -291,6 +324,112 @@ def test_the_node_report_survives_a_malformed_answer(api: Api, mode: str, caplog
     assert report(NodeVerdict(READY, "595.91.07"), env, client_factory=lambda e, *_: _client(api)) is False
     (warning,) = [r for r in caplog.records if r.levelname == "WARNING"]
     assert "init carries on" in warning.getMessage() and "malformed answer" in warning.getMessage()
+
+
+# -- redirects ------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["redirect_bomb", "redirect_truncated"])
+def test_a_redirect_is_refused_with_its_body_unread(api: Api, mode: str) -> None:
+    """requests followed the 302 and decompressed its body whole on the way (1 GiB here: init's Node
+    report reached 533 MB), or ended in a RuntimeError for a truncated one. An API server never
+    redirects these calls: the 3xx is the error, naming its status and target, with nothing decompressed
+    and no second request."""
+    api.mode = mode
+    grown_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB, the process's peak so far
+    started = time.monotonic()
+    with _client(api, timeout=20) as client, pytest.raises(KubernetesError) as caught:
+        client.get_node(NODE)
+    took = time.monotonic() - started
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - grown_before) >> 10  # MiB
+    assert took < 5, f"the refusal took {took:.1f} s"
+    assert grown < 128, f"the peak memory grew by {grown} MiB"
+    assert "302 Found" in caught.value.message and "'/bomb'" in caught.value.message, caught.value.message
+    assert caught.value.fix is not None and "redirect" in caught.value.fix
+    assert [path for _, path, _ in api.seen] == [f"/api/v1/nodes/{NODE}"], "the redirect was followed"
+
+
+def test_the_node_report_survives_a_redirect(api: Api, caplog: pytest.LogCaptureFixture) -> None:
+    api.mode = "redirect_truncated"
+    env = {"NODE_NAME": NODE, "KUBERNETES_SERVICE_HOST": "set"}
+    assert report(NodeVerdict(READY, "595.91.07"), env, client_factory=lambda e, *_: _client(api)) is False
+    (warning,) = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert "init carries on" in warning.getMessage() and "302 Found" in warning.getMessage()
+
+
+# -- kubeconfig files that are FIFOs ----------------------------------------------------------------
+
+
+def _call_within(seconds: float, call: Callable[[], object], unblock: Path) -> BaseException:
+    """What ``call`` raised, run in a thread for at most ``seconds``; a call still blocked then (in the
+    open of the FIFO ``unblock``) is released by opening the FIFO for writing, and the test fails."""
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # handed to the test
+            raised.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        with contextlib.suppress(OSError):  # a writer's open and close: the blocked reader sees EOF
+            os.close(os.open(unblock, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(5)
+        pytest.fail(f"still blocked on the FIFO after {seconds:g} s")
+    assert raised, "the call succeeded with a FIFO in the kubeconfig"
+    return raised[0]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("field", ["certificate-authority", "client-certificate", "client-key", "tokenFile"])
+def test_a_kubeconfig_file_that_is_a_fifo_is_refused_at_once(
+    api: Api, cert: tuple[Path, Path], tmp_path: Path, field: str
+) -> None:
+    """ssl opens the CA, certificate and key files by name: a FIFO there blocked the open for ever
+    (init after Ready, driver-manager past every deadline). Every such file is read by the bounded
+    reader, which refuses what is not a regular file."""
+    api.mode = "node"
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    user = {"client-certificate": str(cert[0]), "client-key": str(cert[1])}
+    if field == "tokenFile":
+        user = {"tokenFile": str(fifo)}
+    elif field != "certificate-authority":
+        user[field] = str(fifo)
+    kubeconfig = _kubeconfig(tmp_path / "config", api, user)
+    if field == "certificate-authority":
+        doc = json.loads(kubeconfig.read_text())
+        doc["clusters"][0]["cluster"][field] = str(fifo)
+        kubeconfig.write_text(json.dumps(doc))
+
+    def call() -> None:
+        with KubeClient.from_env({"KUBECONFIG": str(kubeconfig)}, KubeConfig(timeout=2, attempts=1)) as client:
+            client.get_node(NODE)
+
+    started = time.monotonic()
+    raised = _call_within(10, call, fifo)
+    assert time.monotonic() - started < 3
+    assert isinstance(raised, KubernetesError), repr(raised)
+    assert f"{fifo}: " in raised.message and "not a regular file" in raised.message, raised.message
+    assert api.seen == [], "a request went out without the configured credentials"
+
+
+def test_an_in_cluster_ca_that_is_a_fifo_is_refused(api: Api, tmp_path: Path) -> None:
+    """The service account's ca.crt as a FIFO was skipped (is_file) for the public trust bundle; it is
+    read by the bounded reader like every credential file, so it is refused."""
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text(TOKEN)
+    os.mkfifo(account / "ca.crt")
+    env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": api.url.rsplit(":", 1)[1]}
+    config = KubeConfig(service_account_dir=account, timeout=2, attempts=1)
+    with pytest.raises(KubernetesError, match="certificate-authority is not a regular file"):
+        KubeClient.from_env(env, config).get_node(NODE)
+    assert api.seen == []
 
 
 # -- credentials only over TLS ----------------------------------------------------------------------

@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -134,6 +135,39 @@ def test_stale_pid_file_does_not_block(host: Callable[..., Host]) -> None:
     (h.run_dir / "nvidia-driver.pid").write_text("999999\n")  # left by a SIGKILLed instance
     done = h.run("init", "--no-wait")
     assert done.returncode == 0, done.stderr
+
+
+def test_a_lock_another_program_holds_does_not_wedge_init(host: Callable[..., Host]) -> None:
+    """A process that is not nvidia-driver holding an flock on a leftover pid file refused every restart
+    ("already running"); now init names it, replaces the file and publishes."""
+    h = host()
+    h.run_dir.mkdir(parents=True)
+    pid_file = h.run_dir / "nvidia-driver.pid"
+    pid_file.write_text("999999\n")
+    pid_file.chmod(0o600)
+    hold = (
+        "import fcntl, os, sys, time\n"
+        "fcntl.flock(os.open(sys.argv[1], os.O_RDONLY), fcntl.LOCK_EX)\n"
+        "print(1, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(pid_file)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "1\n"
+        # The fixture procfs (PROCFS_ROOT) shows that lock and its holder as the kernel would.
+        st, proc = os.stat(pid_file), Path(h.env["PROCFS_ROOT"])
+        dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        (proc / "locks").write_text(f"1: FLOCK  ADVISORY  WRITE {holder.pid} {dev} 0 EOF\n")
+        (proc / str(holder.pid)).mkdir()
+        (proc / str(holder.pid) / "cmdline").write_bytes(b"flock\x00/run/nvidia/nvidia-driver.pid\x00sleep\x00")
+        done = h.run("init", "--no-wait", timeout=60)
+    finally:
+        holder.kill()
+        holder.wait(timeout=10)
+    assert done.returncode == 0, done.stderr
+    assert f"locked by pid {holder.pid} (flock /run/nvidia/nvidia-driver.pid sleep), which is not nvidia-driver" in (
+        done.stderr
+    )
 
 
 def test_waits_with_persistenced_then_stops_it_on_sigterm(host: Callable[..., Host]) -> None:

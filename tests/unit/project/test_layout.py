@@ -80,6 +80,7 @@ LOCAL_IMPORTS = {
     "lifecycle/publishing.py": {"_publish", "check_published_root", "report_ready", "check_and_publish"},
     "runtime/childresult.py": {"decode_result", "encode_result"},  # pickle: an exception from a child only
     "runtime/forkchild.py": {"_die_with_parent"},  # ctypes: in a forked child only
+    "runtime/lock.py": {"_held_elsewhere"},  # /proc/locks and its parser: only when the pid lock is held
 }
 # The modules an unchanged restart, the peermem probe or `status` imports that define NamedRecords (records.py).
 LIGHT_RECORD_MODULES = {
