@@ -48,14 +48,14 @@ import stat
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from driver_container.driverroot.mount import MOUNT_SOURCE, describe, is_ours, read_mounts
+from driver_container.driverroot.mount import MOUNT_SOURCE, describe, descriptor_path, is_ours, read_mounts
+from driver_container.driverroot.rootpath import open_root, root_path, verified_root
 from driver_container.errors import CommandError, HostReadError, PublishError
 from driver_container.formats.kernel.mountinfo import Mount, mount_containing, top_mount_at
 from driver_container.formats.userspace_layout import ROOT_PROC, ROOT_SHELL, ROOT_SYS
 from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
 from driver_container.runtime.dirtree import Tree
-from driver_container.runtime.fsutil import open_dir
 
 if TYPE_CHECKING:  # status reads the mounts through this module too: no subprocess import for it
     from driver_container.runtime.runner import Runner
@@ -138,7 +138,7 @@ def read_root_mounts(paths: HostPaths) -> RootMounts | None:
     mounts = read_mounts(paths.own_proc)
     if mounts is None:
         return None
-    target = str(paths.driver_root.resolve())
+    target = root_path(paths)
     found = [mounted_at(mounts, target, fs) for fs in PSEUDO_FS]
     return RootMounts(mount_containing(mounts, target), ProcSys(has_shell(paths.driver_root), *found))
 
@@ -161,7 +161,11 @@ def ensure_proc_sys(paths: HostPaths, runner: Runner) -> int:
             PROC_SYS_FIX,
         )
         return 0
-    target = str(paths.driver_root.resolve())
+    try:
+        target = verified_root(paths)
+    except PublishError as exc:
+        log.warning("no /proc or /sys mounted in the root: %s", exc.message)
+        return 0
     reason = why_not(mounts, target)
     if reason is not None:
         log.info("no /proc or /sys mounted in the root: %s (MPS through NVIDIA's DRA driver needs them)", reason)
@@ -171,34 +175,48 @@ def ensure_proc_sys(paths: HostPaths, runner: Runner) -> int:
 
 def _ensure_one(paths: HostPaths, target: str, fs: PseudoFs, mounts: list[Mount], runner: Runner) -> int:
     point = f"{target}/{fs.path}"
+    fd = _open_point(paths, fs, point)
+    if fd is None:
+        return 0
     found = mounted_at(mounts, target, fs)
     if found is not None:
-        if fs is not PROC or _shows_this_process(point):
+        if fs is not PROC or _shows_this_process(fd):
+            os.close(fd)
             log.debug("%s: %s is mounted already", point, describe(found))
             return 0
         log.warning("%s (%s) does not show this process (another PID namespace): replacing it", point, describe(found))
+        os.close(fd)  # checked just now; a descriptor held in it would keep it busy
         if not _run(runner, ["umount", point], point):
+            return 0
+        fd = _open_point(paths, fs, point)
+        if fd is None:
             return 0
     # mount(8) runs in the root's own directory, entered through an O_NOFOLLOW descriptor of it (its
     # /proc/self/fd entry; the child still holds it when it changes directory, before exec), and mounts on
     # "." uncanonicalized: a link renamed over the name meanwhile is never followed out of the root.
     try:
-        fd = open_dir(paths.driver_root, fs.path)
-    except PublishError:
-        log.warning("%s is not a directory of the root (a link or a file?): nothing mounted there", point)
-        return 0
-    try:
-        if not _run(runner, mount_argv(fs), point, cwd=f"{paths.own_procfs_root}/self/fd/{fd}"):
+        if not _run(runner, mount_argv(fs), point, cwd=descriptor_path(paths, fd, point)):
             return 0
+    except PublishError as exc:
+        log.warning("%s; %s", exc.message, PROC_SYS_FIX)
+        return 0
     finally:
         os.close(fd)
     log.info("mounted %s %s at %s (%s) for programs run chrooted in the root", fs.fstype, fs.source, point, fs.options)
     return 1
 
 
-def _shows_this_process(point: str) -> bool:
+def _open_point(paths: HostPaths, fs: PseudoFs, point: str) -> int | None:
     try:
-        os.readlink(f"{point}/self")  # the kernel answers ENOENT where this process has no pid in it
+        return open_root(paths, fs.path)
+    except PublishError:
+        log.warning("%s is not a directory of the root (a link or a file?): nothing mounted there", point)
+        return None
+
+
+def _shows_this_process(fd: int) -> bool:
+    try:
+        os.readlink("self", dir_fd=fd)  # the kernel answers ENOENT where this process has no pid in it
     except OSError:
         return False
     return True

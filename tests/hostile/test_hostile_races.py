@@ -284,6 +284,7 @@ def test_a_link_renamed_over_the_proc_mount_point_is_not_mounted_through(tmp_pat
         (root / directory).mkdir(parents=True)
     (root / "bin/sh").write_bytes(b"\x7fELF stand-in for busybox")
     (tmp_path / "own-proc/self").mkdir(parents=True)
+    (tmp_path / "own-proc/self/fd").symlink_to("/proc/self/fd")  # this process's descriptors, for real
     (tmp_path / "own-proc/self/mountinfo").write_text(
         f"30 1 0:26 /nvidia {paths.run_dir} rw,nosuid,nodev,noexec shared:18 - tmpfs none rw\n"
         f"40 30 0:52 / {root} rw,nosuid shared:44 - tmpfs nvidia-driver-root rw\n"

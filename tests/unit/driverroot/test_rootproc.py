@@ -7,17 +7,15 @@ test_procsys_real.py mounts for real)."""
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from helpers.mounts import MountRunner
 
 from driver_container.driverroot.procsys import PROC_SYS_FIX, ensure_proc_sys, read_root_mounts, why_not
 from driver_container.formats.kernel.mountinfo import parse_mountinfo
 from driver_container.node.devices import chroot_nodes
 from driver_container.paths import HostPaths
-from driver_container.runtime.runner import CompletedCommand, Runner
 
 TALOS_RUN = "30 1 0:26 /nvidia {run} rw,nosuid,nodev,noexec,relatime shared:18 - tmpfs none rw,mode=755\n"
 OURS = "40 30 0:52 / {root} rw,nosuid,relatime shared:44 - tmpfs nvidia-driver-root rw,mode=755\n"
@@ -26,31 +24,6 @@ SYS = "42 40 0:21 / {root}/sys ro,nosuid,nodev,noexec,relatime shared:46 - sysfs
 # Onto "." as given: mount(8) runs in the mount point, entered through a descriptor of it (MountRunner.dirs).
 PROC_ARGV = ["mount", "--no-canonicalize", "-t", "proc", "-o", "nosuid,nodev,noexec", "nvidia-driver-proc", "."]
 SYS_ARGV = ["mount", "--no-canonicalize", "-t", "sysfs", "-o", "ro,nosuid,nodev,noexec", "nvidia-driver-sys", "."]
-
-
-class MountRunner(Runner):
-    """Records every argv and the directory its working directory names (``cwd`` is OWN_PROCFS_ROOT/self/fd/N,
-    a descriptor of this process: read through the real /proc here); answers ``returncode`` with ``stderr``
-    (mount(8)'s EPERM wording by default)."""
-
-    def __init__(self, returncode: int = 0, stderr: str = "") -> None:
-        super().__init__()
-        self.argvs: list[list[str]] = []
-        self.dirs: list[str | None] = []
-        self.returncode, self.stderr = returncode, stderr
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        timeout: float = 120.0,
-        check: bool = True,
-        stdin: str | None = None,
-        cwd: str | None = None,
-    ) -> CompletedCommand:
-        self.argvs.append(list(argv))
-        self.dirs.append(None if cwd is None else os.readlink(f"/proc/self/fd/{cwd.rsplit('/', 1)[1]}"))
-        return CompletedCommand(tuple(argv), self.returncode, "", self.stderr)
 
 
 def _node(tmp_path: Path, *lines: str, shell: bool = True, mountinfo: bool = True) -> HostPaths:
@@ -63,6 +36,7 @@ def _node(tmp_path: Path, *lines: str, shell: bool = True, mountinfo: bool = Tru
         (root / "bin/sh").write_bytes(b"\x7fELF stand-in for busybox")
     if mountinfo:
         (tmp_path / "own-proc/self").mkdir(parents=True)
+        (tmp_path / "own-proc/self/fd").symlink_to("/proc/self/fd")  # this process's descriptors, for real
         text = "".join(lines).format(run=paths.run_dir, root=root.resolve())
         (tmp_path / "own-proc/self/mountinfo").write_text(text)
     return paths
