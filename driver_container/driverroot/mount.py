@@ -33,8 +33,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from driver_container.driverroot.rootpath import open_root, root_path
 from driver_container.errors import CommandError, HostReadError, PublishError
 from driver_container.formats.kernel.mountinfo import Mount, mount_containing, parse_mountinfo, top_mount_at
+from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
 from driver_container.resolver import Root
 
@@ -102,6 +104,15 @@ def read_root_flags(driver_root: Path) -> RootFlags:
         return RootFlags(str(path), bool(flags & os.ST_NOEXEC), bool(flags & os.ST_NODEV))
 
 
+def root_flags_of(fd: int, shown: str) -> RootFlags:
+    """statvfs of the directory ``fd`` (DRIVER_ROOT, opened without following a link)."""
+    try:
+        flags = os.statvfs(fd).f_flag
+    except OSError as exc:
+        raise HostReadError(f"{shown}: statvfs: {exc.strerror}", path=shown) from exc
+    return RootFlags(shown, bool(flags & os.ST_NOEXEC), bool(flags & os.ST_NODEV))
+
+
 # "keep": ours is there; "mount": make ours; "none": the filesystem there allows exec.
 RootMountAction = Literal["keep", "mount", "none"]
 
@@ -149,26 +160,61 @@ def read_mounts(own_proc: Root) -> list[Mount] | None:
     return None if text is None else parse_mountinfo(text)
 
 
-def mount_argv(driver_root: str) -> list[str]:
-    return ["mount", "-t", "tmpfs", "-o", MOUNT_OPTIONS, MOUNT_SOURCE, driver_root]
+def mount_argv() -> list[str]:
+    """mount(8) onto its working directory, DRIVER_ROOT's descriptor, taken as given (``--no-canonicalize``:
+    no realpath of it; driverroot/rootpath.py)."""
+    return ["mount", "--no-canonicalize", "-t", "tmpfs", "-o", MOUNT_OPTIONS, MOUNT_SOURCE, "."]
 
 
-def ensure_exec_mount(driver_root: Path, runner: Runner, mounts: list[Mount] | None, unknown: str = "") -> bool:
+def ensure_exec_mount(paths: HostPaths, runner: Runner, mounts: list[Mount] | None, unknown: str = "") -> bool:
     """Give DRIVER_ROOT an exec-capable mount of its own where statvfs says it needs one; True when one was
     made now.
 
     ``mounts``: this namespace's, once leftovers are gone (``rootdir.prepare_driver_root``), None where
     they could not be read (``unknown`` says why); runs before anything is written into DRIVER_ROOT.
+    DRIVER_ROOT is opened as a real directory first (a link or a file is refused, driverroot/rootpath.py);
+    its flags are that directory's and the tmpfs is mounted on it through the same descriptor.
     """
-    target = str(driver_root.resolve())
-    flags = read_root_flags(driver_root)
-    decision = decide(flags, mounts, target)
-    log.info("DRIVER_ROOT mount: %s", decision.reason)
+    fd = open_root(paths)
+    try:
+        target = root_path(paths)
+        flags = root_flags_of(fd, target)
+        decision = decide(flags, mounts, target)
+        log.info("DRIVER_ROOT mount: %s", decision.reason)
+        holder = decision.holder
+        if holder is not None and decision.action != "keep" and blocking_options(holder) != flags.blocking:
+            log.warning("the mount table shows %s; statvfs, which exec and mmap obey, decides", describe(holder))
+        if decision.action != "mount":
+            return False
+        _check_propagation(decision, target, unknown)
+        _log_hidden(fd, target)
+        _mount_tmpfs(runner, descriptor_path(paths, fd, target), target, decision.reason)
+    finally:
+        os.close(fd)
+    log.info(
+        "mounted tmpfs %s at %s (%s): published files can be executed and mapped", MOUNT_SOURCE, target, MOUNT_OPTIONS
+    )
+    return True
+
+
+def descriptor_path(paths: HostPaths, fd: int, shown: str) -> str:
+    """OWN_PROCFS_ROOT/self/fd/``fd``, checked to name the directory ``fd`` is (mount(8) runs there)."""
+    path = f"{paths.own_procfs_root}/self/fd/{fd}"
+    try:
+        same = os.path.samestat(os.stat(path), os.fstat(fd))
+    except OSError:
+        same = False
+    if not same:
+        raise PublishError(
+            f"{shown}: {path} does not name its descriptor: nothing is mounted",
+            path=shown,
+            fix="run the driver container with its own /proc at OWN_PROCFS_ROOT (default /proc)",
+        )
+    return path
+
+
+def _check_propagation(decision: RootMountDecision, target: str, unknown: str) -> None:
     holder = decision.holder
-    if holder is not None and decision.action != "keep" and blocking_options(holder) != flags.blocking:
-        log.warning("the mount table shows %s; statvfs, which exec and mmap obey, decides", describe(holder))
-    if decision.action != "mount":
-        return False
     if holder is None:
         # Without the mount table, a tmpfs mounted here might stay in this container (a private RUN_DIR):
         # then the check before Ready would pass here and every consumer would still see the noexec one.
@@ -187,18 +233,12 @@ def ensure_exec_mount(driver_root: Path, runner: Runner, mounts: list[Mount] | N
             fix="mount RUN_DIR (/run/nvidia) into the driver container with mountPropagation: Bidirectional "
             "(docker: -v /run/nvidia:/run/nvidia:rshared), as gpu-operator's driver DaemonSet does",
         )
-    _log_hidden(target)
-    _mount_tmpfs(runner, target, decision.reason)
-    log.info(
-        "mounted tmpfs %s at %s (%s): published files can be executed and mapped", MOUNT_SOURCE, target, MOUNT_OPTIONS
-    )
-    return True
 
 
-def _mount_tmpfs(runner: Runner, target: str, reason: str) -> None:
-    argv = mount_argv(target)
+def _mount_tmpfs(runner: Runner, cwd: str, target: str, reason: str) -> None:
+    argv = mount_argv()
     try:
-        done = runner.run(argv, check=False)
+        done = runner.run(argv, check=False, cwd=cwd)
     except CommandError as exc:  # not found, timed out
         raise PublishError(f"{reason}; {exc.message}", path=target, fix=_mount_fix(exc.message)) from exc
     if done.returncode != 0:
@@ -212,9 +252,9 @@ def _mount_tmpfs(runner: Runner, target: str, reason: str) -> None:
         )
 
 
-def _log_hidden(target: str) -> None:
+def _log_hidden(fd: int, target: str) -> None:
     try:
-        hidden = len(os.listdir(target))
+        hidden = len(os.listdir(fd))
     except OSError:
         return
     if hidden:  # e.g. a root an older version published into the plain directory

@@ -1,43 +1,43 @@
-"""/proc and /sys inside the published root, for the programs NVIDIA's DRA driver runs chrooted in it (docs/publish.md).
+"""/sys, and no /proc, inside the published root (docs/mps.md, docs/publish.md): the root is data, never the node.
 
-Its MPS control daemon runs ``chroot /driver-root sh -c "nvidia-cuda-mps-control -d"`` when the root has
-an executable ``bin/sh`` (kubernetes-sigs/dra-driver-nvidia-gpu templates/mps-control-daemon.tmpl.yaml
-@95932046). libcuda in the nvidia-cuda-mps-server it starts reads /proc (modules, cpuinfo, self/maps,
-sys/vm/mmap_min_addr) and /sys (bus/pci/devices/*/config, devices/system/cpu/online,
-module/nvidia/initstate), and 550's and 555's name their threads by opening /proc/self/task/<tid>/comm
-for writing (strace): without a procfs, or with a read-only one, their cuInit returns
-CUDA_ERROR_OPERATING_SYSTEM (tests/integration/test_procsys_real.py). NVIDIA's driver container gives its
-root its container's /proc through ``mount --rbind /`` and, deliberately, no /sys (NVIDIA/gpu-driver-container
-ubuntu22.04/nvidia-driver ``_mount_rootfs`` @06a208ca: ``mount --make-runbindable /sys`` first).
+Consumers that use the root as a tree of their own read its ``sys``: gpu-operator's validator reads
+``<root>/sys/bus/pci/devices`` when the driver root is also its dev root, and exits 1 without it
+(tests/integration/test_operator_validator.py); libcuda in NVIDIA's DRA driver's chrooted MPS server reads
+``/sys`` too (``chroot /driver-root sh -c "nvidia-cuda-mps-control -d"`` where the root has an executable
+``bin/sh``, kubernetes-sigs/dra-driver-nvidia-gpu templates/mps-control-daemon.tmpl.yaml @95932046). So a
+sysfs (``SYS``) is mounted there, read-only: nothing writes through it, whoever gets the root.
 
-Fresh mounts, not binds of the container's own, so that their flags are theirs and no submount of the
-container's /proc or /sys (cgroup, binfmt_misc) comes along:
-- procfs (``PROC``), read-write for those thread names, nosuid,nodev,noexec. A new procfs shows the PID
-  namespace of the process that mounts it, here ``init``'s: in gpu-operator's driver pod the node's
-  (``hostPID: true``, NVIDIA/gpu-operator assets/state-driver/0500_daemonset.yaml @a22dbf67; on Talos 1.14
-  with workloadIsolation the pods' sandbox namespace, docs/talos.md section 7). The DRA driver's MPS pod is
-  ``hostPID: true`` too (the template above), so it is the daemon's own namespace, which it must be: the
-  thread names go to /proc/self/task/<tid>/comm with the tid as the thread's own namespace numbers it
-  (a procfs of an ancestor namespace resolves /proc/self but has no such task: CUDA_ERROR_OPERATING_SYSTEM,
-  seen). Since Linux 5.8 each procfs mount is an instance of its own: these options change no other /proc.
-- sysfs (``SYS``), read-only (libcuda only reads it), nosuid,nodev,noexec.
-The kernel refuses such a mount (EPERM) without CAP_SYS_ADMIN, and in a user namespace other than the
-initial one unless a fully visible instance is there already (torvalds/linux fs/namespace.c
-``mount_too_revealing``, read at gregkh/linux 02689a8961869170600321a9de819351cc9e69be); a privileged pod
-runs in the initial one. Where it fails, ``init`` warns with the fix and goes on: MPS through the DRA
-driver is optional.
+No procfs. Earlier versions mounted a read-write one (``PROC_LEGACY``) for that MPS server: 550's and 555's
+libcuda name their threads by opening /proc/self/task/<tid>/comm for writing. But every consumer of
+/run/nvidia/driver got it, and a readOnly hostPath is read-only at its top mount only: root there could
+open /proc/sys/kernel/core_pattern for writing (a program the kernel runs as host root), any uid listed
+every process of the node's PID namespace with its command line, and /proc/<pid>/root of a visible process
+leads to its filesystem, which a read-only procfs does not stop (the link leaves the procfs mount). The
+real flow (tests/integration/test_procsys_real.py, Debian 535/550/555, no GPU) showed: 535 reaches the
+driver's "no CUDA-capable device" error without a procfs; 550 and 555 need it writable (``subset=pid,
+hidepid=invisible`` is enough, no sysfs needed for it) and fail with CUDA_ERROR_OPERATING_SYSTEM with a
+read-only one (``ro``, with or without those options: the open for writing fails EROFS) as without one.
+Those options are parsed in torvalds/linux fs/proc/root.c ``proc_parse_subset_param`` and
+``proc_parse_hidepid_param`` (Linux 5.8 and later; read at Kingxukai/linux
+9b44fff655e2c6f4cc53cb499dd2c038e99cb013). A read-only procfs buys nothing and no writable one is
+published: so none, and ``init`` unmounts the one earlier versions mounted (they stay until the node
+reboots otherwise). The DRA driver's chrooted MPS server of 550 and later then fails at cuInit (docs/mps.md).
 
-Only where the root has its shell (no chroot consumer otherwise) and DRIVER_ROOT is init's own tmpfs
-(driverroot/mount.py), shared: mounted inside it they propagate to the node as it does (the operator's
-Bidirectional /run/nvidia), stay when the container stops and go with it. A directory of another
-filesystem (an operator's exec-capable RUN_DIR, a test's temporary directory) never gets one: a host init
-does not own keeps no mount of ours. The mount points are the root's ``proc`` and ``sys`` directories
-(publish/plan.py), opened as real directories of the root through ``O_NOFOLLOW`` descriptors; ``mount(8)``
-runs in that directory and mounts on ``.`` uncanonicalized, so a link planted there, or renamed over it
-while ``mount(8)`` starts, is never followed.
+The sysfs is a fresh mount, not a bind of the container's /sys, so that its flags are its own and no
+submount (binfmt_misc, cgroup) comes along. The kernel refuses it (EPERM) without CAP_SYS_ADMIN, and in a
+user namespace other than the initial one unless a fully visible instance is there already (torvalds/linux
+fs/namespace.c ``mount_too_revealing``, read at gregkh/linux 02689a8961869170600321a9de819351cc9e69be); a
+privileged pod runs in the initial one. Where it fails, ``init`` warns with the fix and goes on.
 
-A restart finds them in its own mountinfo and keeps them; a procfs there that does not show this process
-(the PID namespace of a container started without hostPID, since gone) is replaced.
+Only where the root has its shell (the image's: always) and DRIVER_ROOT is init's own tmpfs
+(driverroot/mount.py), shared: mounted inside it, it propagates to the node as the tmpfs does, stays when
+the container stops and goes with it. A directory of another filesystem (an exec-capable RUN_DIR, a test's
+temporary directory) never gets one: a host init does not own keeps no mount of ours. The mount point is
+the root's ``sys`` directory (publish/plan.py), opened as a real directory of the root through
+``O_NOFOLLOW`` descriptors; ``mount(8)`` runs in that directory and mounts on ``.`` uncanonicalized, so a
+link planted there, or renamed over it while ``mount(8)`` starts, is never followed. An unmount takes the
+path checked just before it (driverroot/rootpath.py). A restart finds the sysfs in its own mountinfo and
+keeps it.
 """
 
 from __future__ import annotations
@@ -48,14 +48,14 @@ import stat
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from driver_container.driverroot.mount import MOUNT_SOURCE, describe, is_ours, read_mounts
+from driver_container.driverroot.mount import MOUNT_SOURCE, describe, descriptor_path, is_ours, read_mounts
+from driver_container.driverroot.rootpath import open_root, root_path, verified_root
 from driver_container.errors import CommandError, HostReadError, PublishError
 from driver_container.formats.kernel.mountinfo import Mount, mount_containing, top_mount_at
 from driver_container.formats.userspace_layout import ROOT_PROC, ROOT_SHELL, ROOT_SYS
 from driver_container.paths import HostPaths
 from driver_container.records import NamedRecord
 from driver_container.runtime.dirtree import Tree
-from driver_container.runtime.fsutil import open_dir
 
 if TYPE_CHECKING:  # status reads the mounts through this module too: no subprocess import for it
     from driver_container.runtime.runner import Runner
@@ -70,14 +70,17 @@ class PseudoFs(NamedRecord):
     options: str
 
 
-PROC = PseudoFs(ROOT_PROC, "proc", "nvidia-driver-proc", "nosuid,nodev,noexec")
 SYS = PseudoFs(ROOT_SYS, "sysfs", "nvidia-driver-sys", "ro,nosuid,nodev,noexec")
-PSEUDO_FS = (PROC, SYS)
-PROC_SYS_FIX = (
-    "run the driver container privileged with hostPID (gpu-operator's driver DaemonSet does) and RUN_DIR "
-    f"mounted shared (mountPropagation: Bidirectional), on a RUN_DIR that gets init's tmpfs {MOUNT_SOURCE} "
-    "(the node's /run): init then mounts a procfs and a sysfs in the root; MPS claims of NVIDIA's DRA "
-    "driver need them, nothing else does"
+PROC_LEGACY = PseudoFs(ROOT_PROC, "proc", "nvidia-driver-proc", "nosuid,nodev,noexec")  # unmounted, never made
+SYS_FIX = (
+    "run the driver container privileged with RUN_DIR mounted shared (mountPropagation: Bidirectional), on a "
+    f"RUN_DIR that gets init's tmpfs {MOUNT_SOURCE} (the node's /run), as gpu-operator's driver DaemonSet "
+    "does: init then mounts a read-only sysfs at the root's sys, which gpu-operator's validator and "
+    "programs run chrooted in the root read"
+)
+PROC_FIX = (
+    "unmount it on the host (umount DRIVER_ROOT/proc); a restarted init unmounts the one earlier versions "
+    "mounted. Nothing needs it: the root is published without /proc"
 )
 
 
@@ -104,7 +107,7 @@ def mounted_at(mounts: list[Mount], driver_root: str, fs: PseudoFs) -> Mount | N
 
 
 def why_not(mounts: list[Mount], driver_root: str) -> str | None:
-    """Pure: None when /proc and /sys may be mounted in the root at ``driver_root`` (resolved), else why not."""
+    """Pure: None when a sysfs may be mounted in the root at ``driver_root`` (canonical), else why not."""
     top = top_mount_at(mounts, driver_root)
     if top is None or not is_ours(top):
         holder = mount_containing(mounts, driver_root)
@@ -116,15 +119,11 @@ def why_not(mounts: list[Mount], driver_root: str) -> str | None:
 
 
 class ProcSys(NamedRecord):
-    """What ``status`` shows: whether the root has its shell, and the mounts at its proc and sys."""
+    """What ``status`` shows: whether the root has its shell, and the procfs and sysfs at its proc and sys."""
 
     shell: bool
-    proc: Mount | None
+    proc: Mount | None  # none is wanted there
     sys: Mount | None
-
-    @property
-    def missing(self) -> tuple[str, ...]:
-        return tuple(fs.path for fs, m in zip(PSEUDO_FS, (self.proc, self.sys), strict=True) if m is None)
 
 
 class RootMounts(NamedRecord):
@@ -138,80 +137,97 @@ def read_root_mounts(paths: HostPaths) -> RootMounts | None:
     mounts = read_mounts(paths.own_proc)
     if mounts is None:
         return None
-    target = str(paths.driver_root.resolve())
-    found = [mounted_at(mounts, target, fs) for fs in PSEUDO_FS]
-    return RootMounts(mount_containing(mounts, target), ProcSys(has_shell(paths.driver_root), *found))
+    target = root_path(paths)
+    found = ProcSys(
+        has_shell(paths.driver_root), mounted_at(mounts, target, PROC_LEGACY), mounted_at(mounts, target, SYS)
+    )
+    return RootMounts(mount_containing(mounts, target), found)
 
 
 def ensure_proc_sys(paths: HostPaths, runner: Runner) -> int:
-    """Mount a procfs and a sysfs in the published root where it has its shell and DRIVER_ROOT is our
-    tmpfs; how many were mounted now. Never raises for a mount that cannot be made: it warns."""
+    """In the published root, where it has its shell: unmount the procfs earlier versions mounted, then
+    mount a read-only sysfs where DRIVER_ROOT is our shared tmpfs; how many sysfs were mounted now. Never
+    raises for a mount that cannot be made or removed: it warns."""
     if not has_shell(paths.driver_root):
         return 0  # no chroot consumer: one lstat on this path, nothing else (bench/startup.py)
     try:
         mounts = read_mounts(paths.own_proc)
-    except HostReadError as exc:
-        log.warning("no /proc or /sys mounted in %s: %s; %s", paths.driver_root, exc.message, PROC_SYS_FIX)
+        target = verified_root(paths)
+    except (HostReadError, PublishError) as exc:
+        log.warning("no /sys mounted in %s: %s; %s", paths.driver_root, exc.message, SYS_FIX)
         return 0
     if mounts is None:
         log.warning(
-            "no /proc or /sys mounted in %s: %s/self/mountinfo does not exist; %s",
+            "no /sys mounted in %s: %s/self/mountinfo does not exist; %s",
             paths.driver_root,
             paths.own_proc.path,
-            PROC_SYS_FIX,
+            SYS_FIX,
         )
         return 0
-    target = str(paths.driver_root.resolve())
+    _remove_legacy_proc(paths, target, mounts, runner)
     reason = why_not(mounts, target)
     if reason is not None:
-        log.info("no /proc or /sys mounted in the root: %s (MPS through NVIDIA's DRA driver needs them)", reason)
+        log.info("no /sys mounted in the root: %s (gpu-operator's validator reads it)", reason)
         return 0
-    return sum(_ensure_one(paths, target, fs, mounts, runner) for fs in PSEUDO_FS)
+    return _ensure_sys(paths, target, mounts, runner)
 
 
-def _ensure_one(paths: HostPaths, target: str, fs: PseudoFs, mounts: list[Mount], runner: Runner) -> int:
-    point = f"{target}/{fs.path}"
-    found = mounted_at(mounts, target, fs)
+def _remove_legacy_proc(paths: HostPaths, target: str, mounts: list[Mount], runner: Runner) -> None:
+    point = f"{target}/{PROC_LEGACY.path}"
+    found = mounted_at(mounts, target, PROC_LEGACY)
+    if found is None:
+        return
+    if found.source != PROC_LEGACY.source:
+        log.warning(
+            "%s: %s is not init's: left mounted, and every consumer of the root reaches the node through it; %s",
+            point,
+            describe(found),
+            PROC_FIX,
+        )
+        return
+    try:  # checked just before umount takes the path (driverroot/rootpath.py: no descriptor held)
+        os.close(open_root(paths, PROC_LEGACY.path))
+    except PublishError:
+        log.warning("%s is not a directory of the root (a link or a file?): nothing unmounted", point)
+        return
+    if _run(runner, ["umount", point], point, PROC_FIX):
+        log.info("unmounted %s (%s): the root is published without /proc", point, describe(found))
+
+
+def _ensure_sys(paths: HostPaths, target: str, mounts: list[Mount], runner: Runner) -> int:
+    point = f"{target}/{SYS.path}"
+    found = mounted_at(mounts, target, SYS)
     if found is not None:
-        if fs is not PROC or _shows_this_process(point):
-            log.debug("%s: %s is mounted already", point, describe(found))
-            return 0
-        log.warning("%s (%s) does not show this process (another PID namespace): replacing it", point, describe(found))
-        if not _run(runner, ["umount", point], point):
-            return 0
+        log.debug("%s: %s is mounted already", point, describe(found))
+        return 0
+    try:
+        fd = open_root(paths, SYS.path)
+    except PublishError:
+        log.warning("%s is not a directory of the root (a link or a file?): nothing mounted there", point)
+        return 0
     # mount(8) runs in the root's own directory, entered through an O_NOFOLLOW descriptor of it (its
     # /proc/self/fd entry; the child still holds it when it changes directory, before exec), and mounts on
     # "." uncanonicalized: a link renamed over the name meanwhile is never followed out of the root.
     try:
-        fd = open_dir(paths.driver_root, fs.path)
-    except PublishError:
-        log.warning("%s is not a directory of the root (a link or a file?): nothing mounted there", point)
-        return 0
-    try:
-        if not _run(runner, mount_argv(fs), point, cwd=f"{paths.own_procfs_root}/self/fd/{fd}"):
+        if not _run(runner, mount_argv(SYS), point, SYS_FIX, cwd=descriptor_path(paths, fd, point)):
             return 0
+    except PublishError as exc:
+        log.warning("%s; %s", exc.message, SYS_FIX)
+        return 0
     finally:
         os.close(fd)
-    log.info("mounted %s %s at %s (%s) for programs run chrooted in the root", fs.fstype, fs.source, point, fs.options)
+    log.info("mounted %s %s at %s (%s) for the root's consumers", SYS.fstype, SYS.source, point, SYS.options)
     return 1
 
 
-def _shows_this_process(point: str) -> bool:
-    try:
-        os.readlink(f"{point}/self")  # the kernel answers ENOENT where this process has no pid in it
-    except OSError:
-        return False
-    return True
-
-
-def _run(runner: Runner, argv: list[str], point: str, cwd: str | None = None) -> bool:
+def _run(runner: Runner, argv: list[str], point: str, fix: str, cwd: str | None = None) -> bool:
     try:
         done = runner.run(argv, check=False, cwd=cwd)
     except CommandError as exc:  # not found, timed out
-        log.warning("%s: %s; %s", point, exc.message, PROC_SYS_FIX)
+        log.warning("%s: %s; %s", point, exc.message, fix)
         return False
     if done.returncode != 0:
         detail = " ".join(line.strip() for line in done.stderr.strip().splitlines()[:2])
-        log.warning("%s: %s exited %d: %s; %s", point, " ".join(argv), done.returncode, detail, PROC_SYS_FIX)
+        log.warning("%s: %s exited %d: %s; %s", point, " ".join(argv), done.returncode, detail, fix)
         return False
     return True

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from driver_container.driverroot.manifest import MANIFEST_PATH
 from driver_container.driverroot.mount import UNUSABLE_ROOT_FIX
-from driver_container.driverroot.procsys import PROC_SYS_FIX
+from driver_container.driverroot.procsys import PROC_FIX, SYS_FIX
 from driver_container.findings.firmware import firmware
 from driver_container.findings.model import (
     Finding,
@@ -231,22 +231,36 @@ def driver_root_usability(state: HostState) -> list[Finding]:
 
 
 def driver_root_proc_sys(state: HostState) -> list[Finding]:
-    """A root with the shell NVIDIA's DRA driver chroots through, without the procfs and sysfs ``init``
-    mounts in it (driverroot/procsys.py): its MPS server's libcuda cannot reach the GPU there."""
+    """The root's ``sys`` without the read-only sysfs ``init`` mounts there, and any procfs at its ``proc``
+    (driverroot/procsys.py): the first stops gpu-operator's validator, the second hands the node to every
+    consumer of the root."""
     found = state.proc_sys
-    if found is None or not state.published or not found.shell or not found.missing:
+    if found is None:
         return []
-    return [
-        Finding(
-            "warning",
-            "DRIVER_ROOT_PROC_SYS_MISSING",
-            f"the published driver root {state.driver_root} has bin/sh, through which NVIDIA's DRA driver runs "
-            f"its MPS control daemon chrooted, but no {' and no '.join(found.missing)} mounted in it: libcuda "
-            "in nvidia-cuda-mps-server reads them (550, 555: cuInit fails with CUDA_ERROR_OPERATING_SYSTEM), "
-            "so MPS claims through the DRA driver will not reach the GPU",
-            PROC_SYS_FIX,
+    findings = []
+    if found.proc is not None:
+        findings.append(
+            Finding(
+                "warning",
+                "DRIVER_ROOT_PROC_MOUNTED",
+                f"the published driver root {state.driver_root} has a procfs mounted at proc ({found.proc.source}, "
+                f"{','.join(found.proc.options)}): every consumer of the root reaches the node through it, "
+                "read-only bind or not (/proc/sys, every process's command line, /proc/<pid>/root)",
+                PROC_FIX,
+            )
         )
-    ]
+    if state.published and found.shell and found.sys is None:
+        findings.append(
+            Finding(
+                "warning",
+                "DRIVER_ROOT_SYS_MISSING",
+                f"the published driver root {state.driver_root} has no sysfs mounted at sys: gpu-operator's "
+                "validator reads its sys/bus/pci/devices (and exits 1 without it), libcuda in NVIDIA's DRA "
+                "driver's chrooted MPS server reads /sys",
+                SYS_FIX,
+            )
+        )
+    return findings
 
 
 # Findings about the outcome of the last publish: `status` reports them, `init` (which publishes again)

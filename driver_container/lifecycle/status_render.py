@@ -182,8 +182,11 @@ def render_text(state: HostState, findings: list[Finding], absent: tuple[Toolkit
         lines.append(f"  mount {m['mount_point']} {m['fstype']} {m['source']} {','.join(m['options'])}")
     if root["usable"] is not None:
         lines.append(f"  usable: {'yes (executed and mapped from it)' if root['usable']['ok'] else 'NO'}")
-    if root["proc_sys"] is not None and root["proc_sys"]["shell"]:
-        shown = [f"{k} {'mounted' if root['proc_sys'][k] else 'NOT mounted'}" for k in ("proc", "sys")]
+    if root["proc_sys"] is not None and (root["proc_sys"]["shell"] or root["proc_sys"]["proc"]):
+        shown = [
+            "proc " + ("MOUNTED" if root["proc_sys"]["proc"] else "none (the root is data)"),
+            "sys " + ("mounted" if root["proc_sys"]["sys"] else "NOT mounted"),
+        ]
         lines.append(f"  chroot (bin/sh): {', '.join(shown)}")
     lines += [f"  not in the image: {f['name']}: {f['loses']}" for f in root["not_in_image"]]
     if doc["fabric"] is not None:

@@ -68,7 +68,7 @@ def publish_driver_root(
 def _publish(paths: HostPaths, version: str, runner: Runner) -> PublishReport:
     started = time.monotonic()
     root = paths.driver_root
-    create_driver_root(root)
+    create_driver_root(paths)
     # Before anything is read: mounts left by NVIDIA's script hide our root, and a noexec/nodev filesystem
     # gets DRIVER_ROOT's own tmpfs (driverroot/mount.py); then an interrupted commit is undone.
     prepare_driver_root(paths, runner)

@@ -10,9 +10,10 @@ The directory is kept, never replaced: operands bind-mount it, and replacing it 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
+import os
 
 from driver_container.driverroot.mount import MOUNTINFO, describe, ensure_exec_mount, leftovers_at, read_mounts
+from driver_container.driverroot.rootpath import base_and_rel, open_root, verified_root
 from driver_container.errors import CommandError, HostReadError, PublishError
 from driver_container.formats.kernel.mountinfo import Mount
 from driver_container.paths import HostPaths
@@ -21,24 +22,30 @@ from driver_container.runtime.runner import Runner
 log = logging.getLogger(__name__)
 
 
-def create_driver_root(driver_root: Path) -> None:
-    for parent in [driver_root, *driver_root.parents]:
+def create_driver_root(paths: HostPaths) -> None:
+    """Make DRIVER_ROOT a real directory: its configured base (RUN_DIR) as given, each name below it
+    without following a link (driverroot/rootpath.py): a link or a file there is refused."""
+    base, _rel = base_and_rel(paths)
+    for parent in [base, *base.parents]:
         if parent.exists() and not parent.is_dir():
             raise PublishError(
-                f"DRIVER_ROOT {driver_root}: {parent} is a {'link' if parent.is_symlink() else 'regular file'}, "
-                "not a directory",
+                f"DRIVER_ROOT {paths.driver_root}: {parent} is a {'link' if parent.is_symlink() else 'regular file'}"
+                ", not a directory",
                 path=parent,
                 fix=f"remove {parent} or set DRIVER_ROOT to a directory path",
             )
     try:
-        driver_root.mkdir(parents=True, exist_ok=True, mode=0o755)
+        base.mkdir(parents=True, exist_ok=True, mode=0o755)
     except OSError as exc:
-        raise PublishError(f"DRIVER_ROOT {driver_root}: cannot create: {exc.strerror}", path=driver_root) from exc
+        raise PublishError(f"DRIVER_ROOT {paths.driver_root}: cannot create: {exc.strerror}", path=base) from exc
+    os.close(open_root(paths, create=True))
 
 
 def prepare_driver_root(paths: HostPaths, runner: Runner) -> bool:
     """Leftover mounts off DRIVER_ROOT, then our exec-capable mount where its filesystem needs one
-    (driverroot/mount.py); True when DRIVER_ROOT shows other content than before (what was read is stale)."""
+    (driverroot/mount.py); True when DRIVER_ROOT shows other content than before (what was read is stale).
+    DRIVER_ROOT is checked to be a real directory first: nothing is done through a link or a file."""
+    target = verified_root(paths)
     unknown = ""
     try:
         mounts = read_mounts(paths.own_proc)
@@ -47,16 +54,16 @@ def prepare_driver_root(paths: HostPaths, runner: Runner) -> bool:
     if mounts is None:
         unknown = unknown or f"{paths.own_proc.path}/{MOUNTINFO} does not exist"
         log.debug("%s: no leftover mounts can be found", unknown)
-        return ensure_exec_mount(paths.driver_root, runner, None, unknown)
-    removed = unmount_leftover(paths, runner, mounts)
+        return ensure_exec_mount(paths, runner, None, unknown)
+    removed = unmount_leftover(paths, runner, mounts, target)
     remaining = [m for m in mounts if m not in removed]  # their submounts are below DRIVER_ROOT: irrelevant
-    return ensure_exec_mount(paths.driver_root, runner, remaining) or bool(removed)
+    return ensure_exec_mount(paths, runner, remaining) or bool(removed)
 
 
-def unmount_leftover(paths: HostPaths, runner: Runner, mounts: list[Mount]) -> list[Mount]:
-    """Unmount the mounts a previous driver container stacked on DRIVER_ROOT, top first, down to ours
-    (kept) or to none; returns those removed."""
-    target = str(paths.driver_root.resolve())
+def unmount_leftover(paths: HostPaths, runner: Runner, mounts: list[Mount], target: str) -> list[Mount]:
+    """Unmount the mounts a previous driver container stacked on DRIVER_ROOT (``target``, its canonical
+    path), top first, down to ours (kept) or to none; returns those removed. Each ``umount`` takes the path
+    checked right before it (driverroot/rootpath.py: a descriptor held across it would keep it busy)."""
     leftovers = leftovers_at(mounts, target)
     for leftover in leftovers:
         log.warning(
@@ -64,6 +71,8 @@ def unmount_leftover(paths: HostPaths, runner: Runner, mounts: list[Mount]) -> l
             target,
             describe(leftover),
         )
+        if verified_root(paths) != target:  # the configuration resolves elsewhere now: stop
+            raise PublishError(f"DRIVER_ROOT {paths.driver_root} moved while unmounting", path=target)
         try:
             # -R: NVIDIA's rbind of its container root carries that root's submounts (/proc, /dev...);
             # it unmounts the top mount at the target and its children, never the one it sits on.

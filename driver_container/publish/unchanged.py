@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 
 from driver_container.driverroot.journal import STAGING, interrupted
 from driver_container.driverroot.manifest import Manifest, Record, read_manifest
+from driver_container.driverroot.rootpath import is_real_root
 from driver_container.errors import DriverContainerError
 from driver_container.formats.ldcache import LD_SO_CACHE
 from driver_container.formats.userspace_layout import DIGEST_INDEX
@@ -71,7 +72,7 @@ def keep_unchanged_root(paths: HostPaths, version: str, runner: Runner) -> Manif
     """The live manifest when DRIVER_ROOT is exactly what it records for the same inputs: nothing is
     written (a publish failure recorded earlier is cleared, as a publish would). Its mount comes first, as
     in the publisher: NVIDIA's leftover bind mount would show another root."""
-    if not paths.driver_root.is_dir() or prepare_driver_root(paths, runner):
+    if not is_real_root(paths) or prepare_driver_root(paths, runner):  # a link: the full path refuses it
         return None
     manifest = unchanged_manifest(paths, version)
     if manifest is None:

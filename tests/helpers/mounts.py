@@ -8,10 +8,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+from driver_container.runtime.runner import CompletedCommand, Runner
 from helpers.support import require
 
 TALOS_RUN_OPTIONS = "noexec,nosuid,nodev,mode=0755"
@@ -47,3 +48,28 @@ def pseudo_mount(path: Path, fstype: str) -> Iterator[Path]:
         yield path
     finally:
         subprocess.run(["umount", str(path)], check=False, capture_output=True, timeout=30)
+
+
+class MountRunner(Runner):
+    """Records every argv and the directory its working directory names (``cwd`` is OWN_PROCFS_ROOT/self/fd/N,
+    a descriptor of this process: read through the real /proc here); answers ``returncode`` with ``stderr``
+    (mount(8)'s EPERM wording by default). Mounts nothing."""
+
+    def __init__(self, returncode: int = 0, stderr: str = "") -> None:
+        super().__init__()
+        self.argvs: list[list[str]] = []
+        self.dirs: list[str | None] = []
+        self.returncode, self.stderr = returncode, stderr
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float = 120.0,
+        check: bool = True,
+        stdin: str | None = None,
+        cwd: str | None = None,
+    ) -> CompletedCommand:
+        self.argvs.append(list(argv))
+        self.dirs.append(None if cwd is None else os.readlink(f"/proc/self/fd/{cwd.rsplit('/', 1)[1]}"))
+        return CompletedCommand(tuple(argv), self.returncode, "", self.stderr)

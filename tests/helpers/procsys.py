@@ -16,16 +16,18 @@ asserted there. The node: a tmpfs mounted with Talos's /run flags and shared (he
 siderolabs/talos ``PseudoLate``), RUN_DIR its nvidia/ directory, the Talos 1.11 host re-stamped for the
 userspace (helpers/published_roots.py).
 
-1. ``init``: the first ``init --no-wait`` (init's tmpfs, the publish, proc and sys).
-2. ``dra``: the DRA flow on that root.
-3. ``restart``: ``init --no-wait`` again.
-4. ``dra_without``: the DRA flow after proc and sys are unmounted (init's step undone).
-5. ``repair``: ``init --no-wait`` again, which mounts them back.
+1. ``init``: the first ``init --no-wait`` (init's tmpfs, the publish, a read-only sysfs; no procfs).
+2. ``consumer``: the root as a consumer with a readOnly hostPath gets it (``consumer_view``).
+3. ``dra``: the DRA flow on that root.
+4. ``legacy``: the read-write procfs earlier versions of init mounted in the root, and the consumer's view
+   of that (``consumer_legacy``: the attack, so the probe is seen to catch it).
+5. ``restart``: ``init --no-wait`` again, which unmounts it.
 After each ``init``: the mounts below BASE in this namespace (``mounts_*``).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -41,6 +43,8 @@ from helpers.published_roots import CLI, GRAPHICS, restamp_host, userspace_root
 from helpers.support import REPO, require
 
 NodeRun = dict[str, Any]
+# The procfs earlier versions of init mounted at the root's proc (driverroot/procsys.py).
+LEGACY = (("proc", "proc", "nosuid,nodev,noexec", "nvidia-driver-proc"),)
 
 
 def run_node(userspace: str, base: Path, timeout: float = 400) -> NodeRun:
@@ -89,6 +93,31 @@ def _init(env: dict[str, str]) -> dict[str, Any]:
     return {"rc": done.returncode, "log": done.stderr}
 
 
+def consumer_view(root: Path, point: Path) -> dict[str, Any]:
+    """What a consumer given the root as a readOnly hostPath finds: a recursive bind made read-only at its
+    top only (containerd binds with ``rbind``, then runc remounts ``bind,ro`` the top mount alone). Opens
+    proc/sys/kernel/core_pattern for writing and closes it without writing a byte: the open alone says
+    whether a write would be let through."""
+    point.mkdir()
+    subprocess.run(["mount", "--rbind", str(root), str(point)], check=True)
+    # A container's hostPath without mountPropagation: rprivate (so unmounting it leaves the root's own alone).
+    subprocess.run(["mount", "--make-rprivate", str(point)], check=True)
+    subprocess.run(["mount", "-o", "remount,bind,ro", str(point)], check=True)
+    try:
+        fd = os.open(point / "proc/sys/kernel/core_pattern", os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        core_pattern = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+    else:
+        os.close(fd)
+        core_pattern = "opened for writing"
+    proc = point / "proc"
+    pids = [e for e in os.listdir(proc) if e.isdigit()] if proc.is_dir() else []
+    seen = mounts_below(point)
+    subprocess.run(["umount", "-R", str(point)], check=True)
+    point.rmdir()
+    return {"core_pattern": core_pattern, "pids": len(pids), "mounts": seen}
+
+
 def node(name: str, base: Path) -> NodeRun:
     userspace = next(u for u in GRAPHICS if u.name == name)
     run_fs = base / "run"
@@ -99,13 +128,13 @@ def node(name: str, base: Path) -> NodeRun:
     env = node_env(host, userspace_root(userspace, base), run_fs / "nvidia")
     root = run_fs / "nvidia/driver"
     out: NodeRun = {"init": _init(env), "mounts_init": mounts_below(base)}
+    out["consumer"] = consumer_view(root, base / "consumer")
     out["dra"] = run_flow("dra", root, base / "work-dra", host_pid=True)
+    for point, fstype, options, source in LEGACY:  # what earlier versions of init mounted there (if not there)
+        subprocess.run(["mount", "-t", fstype, "-o", options, source, str(root / point)], check=False)
+    out["mounts_legacy"] = mounts_below(base)
+    out["consumer_legacy"] = consumer_view(root, base / "consumer")
     out["restart"], out["mounts_restart"] = _init(env), mounts_below(base)
-    for point in (root / "proc", root / "sys"):
-        subprocess.run(["umount", str(point)], check=False, capture_output=True)  # the test checks what is left
-    out["mounts_without"] = mounts_below(base)
-    out["dra_without"] = run_flow("dra", root, base / "work-without", host_pid=True)
-    out["repair"], out["mounts_repair"] = _init(env), mounts_below(base)
     return out
 
 

@@ -22,14 +22,15 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from helpers.mounts import tmpfs
 from helpers.support import require
 
 from driver_container.beneath import open_beneath
-from driver_container.driverroot.procsys import ensure_proc_sys
 from driver_container.errors import HostReadError, PublishError
 from driver_container.node.devices import DeviceNode, create_device_nodes
 from driver_container.node.firmware import FirmwarePathResult, set_firmware_search_path
 from driver_container.paths import HostPaths
+from driver_container.publish.rootdir import create_driver_root, prepare_driver_root
 from driver_container.resolver import Root
 from driver_container.runtime.runner import CompletedCommand, Runner
 
@@ -245,8 +246,8 @@ def test_a_directory_swapped_for_a_link_after_resolving_is_not_read_through(tmp_
 
 
 class SwappingMountRunner(Runner):
-    """mount(8) as a racer meets it: the mount point, checked a moment ago, is now a link to ``outside``.
-    Records where the mount would land: the kernel's answer for the target mount(8) is given."""
+    """mount(8) as a racer meets it: DRIVER_ROOT, checked a moment ago, is now a link to ``outside`` (the real
+    directory renamed aside). Records where the mount would land: the kernel's answer for the target given."""
 
     def __init__(self, driver_root: Path, outside: Path) -> None:
         super().__init__()
@@ -262,9 +263,9 @@ class SwappingMountRunner(Runner):
         stdin: str | None = None,
         cwd: str | None = None,
     ) -> CompletedCommand:
-        point = self.driver_root / "proc"
+        point = self.driver_root
         if point.is_dir() and not point.is_symlink():
-            point.rename(self.driver_root / "proc.moved")
+            point.rename(point.with_name("driver.moved"))
             point.symlink_to(self.outside)
         target = argv[-1]
         if cwd is not None:  # relative to the working directory the child would enter (a descriptor of ours)
@@ -274,25 +275,21 @@ class SwappingMountRunner(Runner):
         return CompletedCommand(tuple(argv), 0, "", "")
 
 
-def test_a_link_renamed_over_the_proc_mount_point_is_not_mounted_through(tmp_path: Path) -> None:
-    """The root's proc directory was checked, then mount(8) was given its path: a link renamed over it in
-    between (mount(8) takes milliseconds to start) put the procfs onto the link's target outside the root.
-    Now mount(8) mounts on the directory that was opened: the renamed one, still inside the root."""
-    paths = HostPaths(run_dir=tmp_path / "run", own_procfs_root=tmp_path / "own-proc")
-    root = paths.driver_root
-    for directory in ("bin", "proc", "sys"):
-        (root / directory).mkdir(parents=True)
-    (root / "bin/sh").write_bytes(b"\x7fELF stand-in for busybox")
-    (tmp_path / "own-proc/self").mkdir(parents=True)
-    (tmp_path / "own-proc/self/mountinfo").write_text(
-        f"30 1 0:26 /nvidia {paths.run_dir} rw,nosuid,nodev,noexec shared:18 - tmpfs none rw\n"
-        f"40 30 0:52 / {root} rw,nosuid shared:44 - tmpfs nvidia-driver-root rw\n"
-    )
-    outside = tmp_path / "outside"
-    outside.mkdir()
-    runner = SwappingMountRunner(root, outside)
-    ensure_proc_sys(paths, runner)
-    assert (root / "proc").is_symlink(), "the swap did not happen: the race was not run"
-    assert runner.landed, "nothing was mounted"
-    assert not any(p == str(outside) or p.startswith(f"{outside}/") for p in runner.landed), runner.landed
-    assert runner.landed[0] == str(root / "proc.moved")
+def test_a_link_renamed_over_driver_root_is_not_mounted_through(tmp_path: Path) -> None:
+    """DRIVER_ROOT was checked, then mount(8) was given its path: a link renamed over it in between (mount(8)
+    takes milliseconds to start) put init's tmpfs onto the link's target outside RUN_DIR. Now mount(8) mounts
+    on the directory that was opened: the renamed one, still inside RUN_DIR (driverroot/rootpath.py)."""
+    with tmpfs(tmp_path / "talos") as talos:  # noexec, shared: statvfs asks for the tmpfs
+        paths = HostPaths(run_dir=talos / "nvidia", own_procfs_root=tmp_path / "own-proc")
+        (tmp_path / "own-proc/self").mkdir(parents=True)
+        (tmp_path / "own-proc/self/fd").symlink_to("/proc/self/fd")  # this process's descriptors, for real
+        (tmp_path / "own-proc/self/mountinfo").write_text(
+            f"30 1 0:26 / {talos} rw,nosuid,nodev,noexec shared:18 - tmpfs talos-run rw\n"
+        )
+        outside = talos / "outside"
+        outside.mkdir()
+        create_driver_root(paths)
+        runner = SwappingMountRunner(paths.driver_root, outside)
+        prepare_driver_root(paths, runner)
+        assert paths.driver_root.is_symlink(), "the swap did not happen: the race was not run"
+        assert runner.landed == [str(paths.run_dir / "driver.moved")], runner.landed

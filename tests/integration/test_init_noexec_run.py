@@ -148,6 +148,7 @@ def test_second_init_keeps_the_mount_and_rewrites_nothing(node: Node) -> None:
 def _own_proc(node: Node, base: Path, mountinfo: str | None, *, unreadable: bool = False) -> None:
     own = base / "own-proc"
     (own / "self").mkdir(parents=True)
+    (own / "self/fd").symlink_to("/proc/self/fd")  # mount(8) is run in DRIVER_ROOT through its descriptor
     if unreadable:
         (own / "self/mountinfo").mkdir()  # not a regular file
     elif mountinfo is not None:

@@ -7,11 +7,11 @@ image does (Dockerfile), so ``init --no-wait`` publishes bin/sh, dev/shm and dev
 client request makes it start nvidia-cuda-mps-server, which loads libcuda.so.1 from the root (never a loader
 error) and logs what cuInit returned, and ``quit`` leaves no process behind. The device plugin's daemon
 reaches the driver's no-GPU error. The roots here are published into a temporary directory, not init's own
-tmpfs, so init mounts no /proc and /sys in them (driverroot/procsys.py): there the DRA driver's chrooted daemon
-gets 535's "no CUDA-capable device" too, and 550's and 555's CUDA_ERROR_OPERATING_SYSTEM (their libcuda
-needs /proc); tests/integration/test_procsys_real.py runs the same flow on a root where init mounted them,
-and all three reach the no-GPU error. Each piece the DRA driver needs is then removed from a hard-linked
-copy of the root, and its flow fails.
+tmpfs, so init mounts no /sys in them (and a root never gets a /proc, driverroot/procsys.py): the DRA
+driver's chrooted daemon gets 535's "no CUDA-capable device", and 550's and 555's
+CUDA_ERROR_OPERATING_SYSTEM (their libcuda needs a writable /proc); tests/integration/test_procsys_real.py
+runs the same flow on a root in init's own tmpfs, with the same outcome. Each piece the DRA driver needs
+is then removed from a hard-linked copy of the root, and its flow fails.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def test_device_plugin_fails_without_the_mps_server(mps_root: Published, tmp_pat
 def test_published_pieces_are_what_the_consumers_check(mps_root: Published) -> None:
     root = mps_root.driver_root
     assert os.access(root / "bin/sh", os.X_OK) and not (root / "bin/sh").is_symlink()
-    for directory in ("dev/shm", "proc", "sys"):  # mount points: the claim's shm; init's procfs and sysfs
+    for directory in ("dev/shm", "proc", "sys"):  # mount points: the claim's shm; init's sysfs; proc stays empty
         assert (root / directory).is_dir() and not any((root / directory).iterdir())
     null = (root / "dev/null").lstat()
     assert (os.major(null.st_rdev), os.minor(null.st_rdev)) == (1, 3)

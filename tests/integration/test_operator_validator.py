@@ -245,7 +245,7 @@ def test_a_driver_daemonset_the_operator_does_not_own_skips_the_flag_checks(node
 def test_without_a_sysfs_in_the_root_the_validator_fails(node: Node, api: OperatorApi) -> None:
     """The dev root is the driver root (it has dev/), and the validator reads its sys/bus/pci/devices before it
     writes driver-ready: with the root's sys an empty directory (init could not mount a sysfs there,
-    DRIVER_ROOT_PROC_SYS_MISSING) it exits 1, and the init container would restart for ever."""
+    DRIVER_ROOT_SYS_MISSING) it exits 1, and the init container would restart for ever."""
     _probe_passes(node, {})
     run = node.validator(api, root_sysfs=False)
     assert run.returncode == 1 and run.driver_ready is None

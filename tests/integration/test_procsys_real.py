@@ -1,14 +1,15 @@
-"""``init`` mounts a procfs and a sysfs in the root it published, and NVIDIA's DRA driver's chrooted MPS daemon then
-reaches the GPU check (docs/mps.md): real ``init --no-wait`` on a Talos-like /run in a private mount
-namespace (tests/helpers/procsys.py), real Debian 535/550/555 userspaces with their busybox-static, the DRA
-driver's exact commands (tests/helpers/mps.py).
+"""The published root is data (driverroot/procsys.py, docs/mps.md): real ``init --no-wait`` on a Talos-like /run in a
+private mount namespace (tests/helpers/procsys.py), real Debian 535/550/555 userspaces with their busybox-static,
+NVIDIA's DRA driver's exact MPS commands (tests/helpers/mps.py).
 
-With init's mounts the server loads libcuda.so.1 from the root and cuInit ends at the driver's "no
-CUDA-capable device is detected" for all three. With proc and sys unmounted again (init's step undone),
-550's and 555's cuInit fails with CUDA_ERROR_OPERATING_SYSTEM; 535's reaches the same no-GPU error
-without them (its libcuda tolerates their absence where no GPU is there: the flow cannot tell, so for 535
-only the mounts themselves are checked). A restart mounts nothing more; one after they were removed
-mounts them back. Nothing stays mounted on the machine.
+``init`` mounts a read-only sysfs and no procfs in the root. A consumer given it as a readOnly hostPath (a
+recursive bind read-only at its top only) finds every mount in it read-only and an empty proc: no
+/proc/sys/kernel/core_pattern to open for writing, no process listed. The DRA driver's chrooted MPS daemon
+still starts from the root and its server loads libcuda.so.1 from it; 535's cuInit reaches the driver's
+"no CUDA-capable device is detected", 550's and 555's fail with CUDA_ERROR_OPERATING_SYSTEM (they need a
+writable procfs: driverroot/procsys.py has what was tried). The procfs earlier versions mounted there
+hands that consumer /proc/sys for writing and every process (the probe is seen to catch it); a restart
+unmounts it. Nothing stays mounted on the machine.
 """
 
 from __future__ import annotations
@@ -21,12 +22,10 @@ from helpers.procsys import mounts_below, run_node
 from helpers.published_roots import GRAPHICS, userspace_root
 from helpers.support import require
 
-pytestmark = [pytest.mark.artefact, pytest.mark.timeout(600)]  # a publish and two flows
+pytestmark = [pytest.mark.artefact, pytest.mark.timeout(600)]  # a publish and a flow
 
 AMD64 = tuple(u for u in GRAPHICS if u.arch == "amd64")
 NO_OS = "OS call failed or operation not supported on this OS"  # CUDA_ERROR_OPERATING_SYSTEM
-PROC = {"fstype": "proc", "source": "nvidia-driver-proc"}
-SYS = {"fstype": "sysfs", "source": "nvidia-driver-sys"}
 
 
 @pytest.fixture(scope="module", params=AMD64, ids=[u.name for u in AMD64])
@@ -48,43 +47,39 @@ def _points(mounts: list[dict[str, str]]) -> dict[str, dict[str, str]]:
     return {m["point"].partition("/run")[2].lstrip("/"): m for m in mounts}
 
 
-def _reached_the_gpu_check(flow: dict[str, Any], error: str) -> None:
-    assert flow["branch"] == "chroot" and flow["start"]["rc"] == 0 and flow["client"]["rc"] == 0, flow
-    assert f"Driver initialization failed with: {error}" in flow["server_log"], flow
-    assert "cannot open shared object" not in flow["server_log"] + flow["control_log"], flow
-    assert flow["left"] == [], flow
-
-
-def test_init_mounts_proc_and_sys_in_its_tmpfs(node: tuple[str, dict[str, Any]]) -> None:
+def test_init_mounts_a_read_only_sysfs_and_no_procfs_in_its_tmpfs(node: tuple[str, dict[str, Any]]) -> None:
     _version, result = node
     assert result["init"]["rc"] == 0, result["init"]["log"]
     points = _points(result["mounts_init"])
-    assert list(points) == ["", "nvidia/driver", "nvidia/driver/proc", "nvidia/driver/sys"], points
+    assert list(points) == ["", "nvidia/driver", "nvidia/driver/sys"], points
     assert points["nvidia/driver"]["source"] == "nvidia-driver-root"
-    proc, sys = points["nvidia/driver/proc"], points["nvidia/driver/sys"]
-    assert {k: proc[k] for k in PROC} == PROC and {k: sys[k] for k in SYS} == SYS
-    assert proc["options"].startswith("rw,nosuid,nodev,noexec") and sys["options"].startswith("ro,nosuid,nodev,noexec")
-    assert "mounted proc nvidia-driver-proc at" in result["init"]["log"]
+    sys = points["nvidia/driver/sys"]
+    assert (sys["fstype"], sys["source"]) == ("sysfs", "nvidia-driver-sys") and sys["options"].startswith("ro,")
+    assert "mounted proc" not in result["init"]["log"]
 
 
-def test_the_dra_drivers_chrooted_daemon_reaches_the_no_gpu_error(node: tuple[str, dict[str, Any]]) -> None:
+def test_a_read_only_consumer_can_neither_write_proc_sys_nor_list_processes(node: tuple[str, dict[str, Any]]) -> None:
     _version, result = node
-    _reached_the_gpu_check(result["dra"], NO_GPU)
-    assert result["dra"]["shm_shared"], result["dra"]["probe"]
+    view = result["consumer"]
+    assert view["core_pattern"] == "ENOENT" and view["pids"] == 0, view
+    assert [m["options"].split(",")[0] for m in view["mounts"]] == ["ro", "ro"], view  # read-only all the way down
 
 
-def test_a_restart_mounts_nothing_more(node: tuple[str, dict[str, Any]]) -> None:
+def test_the_dra_drivers_chrooted_daemon_starts_and_its_server_loads_libcuda(node: tuple[str, dict[str, Any]]) -> None:
+    version, result = node
+    flow = result["dra"]
+    assert flow["branch"] == "chroot" and flow["start"]["rc"] == 0 and flow["client"]["rc"] == 0, flow
+    error = NO_GPU if version.startswith("535.") else NO_OS  # 550, 555: no writable procfs (driverroot/procsys.py)
+    assert f"Driver initialization failed with: {error}" in flow["server_log"], flow
+    assert "cannot open shared object" not in flow["server_log"] + flow["control_log"], flow
+    assert flow["left"] == [] and flow["shm_shared"], flow
+
+
+def test_a_restart_unmounts_the_procfs_earlier_versions_mounted(node: tuple[str, dict[str, Any]]) -> None:
     _version, result = node
+    assert sorted(_points(result["mounts_legacy"])) == ["", "nvidia/driver", "nvidia/driver/proc", "nvidia/driver/sys"]
+    exposed = result["consumer_legacy"]  # what the consumer got from them: the probe catches it
+    assert exposed["core_pattern"] == "opened for writing" and exposed["pids"] > 0, exposed
     assert result["restart"]["rc"] == 0, result["restart"]["log"]
     assert result["mounts_restart"] == result["mounts_init"]
-    assert "mounted proc" not in result["restart"]["log"] and "mounted sysfs" not in result["restart"]["log"]
-
-
-def test_without_init_s_mounts_550_and_later_fail_and_a_restart_puts_them_back(
-    node: tuple[str, dict[str, Any]],
-) -> None:
-    version, result = node
-    assert list(_points(result["mounts_without"])) == ["", "nvidia/driver"]  # the step undone
-    _reached_the_gpu_check(result["dra_without"], NO_GPU if version.startswith("535.") else NO_OS)
-    assert result["repair"]["rc"] == 0, result["repair"]["log"]
-    assert result["mounts_repair"] == result["mounts_init"]
+    assert "the root is published without /proc" in result["restart"]["log"], result["restart"]["log"]

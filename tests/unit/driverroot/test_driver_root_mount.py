@@ -102,20 +102,22 @@ def test_unpublished_root_on_noexec_is_no_error_yet(noexec_paths: HostPaths) -> 
     assert "DRIVER_ROOT_NOT_EXECUTABLE" not in {f.code for f in check(state)}
 
 
-def test_a_root_with_its_shell_and_no_proc_sys_is_a_warning_until_both_are_mounted(exec_paths: HostPaths) -> None:
-    # driverroot/procsys.py: NVIDIA's DRA driver chroots its MPS daemon through bin/sh; libcuda there needs both.
+def test_a_root_without_its_sysfs_or_with_a_procfs_is_a_warning(exec_paths: HostPaths) -> None:
+    # driverroot/procsys.py: a read-only sysfs at sys (gpu-operator's validator reads it), no procfs at proc.
     _publish(exec_paths)
-    assert "DRIVER_ROOT_PROC_SYS_MISSING" not in {f.code for f in check(_status(exec_paths))}  # no shell
+    assert not {"DRIVER_ROOT_SYS_MISSING", "DRIVER_ROOT_PROC_MOUNTED"} & {f.code for f in check(_status(exec_paths))}
     (exec_paths.driver_root / "bin").mkdir()
     (exec_paths.driver_root / "bin/sh").write_bytes(b"\x7fELF stand-in for busybox")
     state = _status(exec_paths)  # this machine's own mount table: nothing at the root's proc and sys
-    [found] = [f for f in check(state) if f.code == "DRIVER_ROOT_PROC_SYS_MISSING"]
-    assert found.severity == "warning" and "no proc and no sys mounted in it" in found.message
-    assert "hostPID" in found.fix and "Bidirectional" in found.fix
+    [found] = [f for f in check(state) if f.code.startswith("DRIVER_ROOT_") and "SYS" in f.code]
+    assert found.code == "DRIVER_ROOT_SYS_MISSING" and found.severity == "warning"
+    assert "validator reads its sys/bus/pci/devices" in found.message and "Bidirectional" in (found.fix or "")
     assert status_json(state, check(state))["driver_root"]["proc_sys"] == {"shell": True, "proc": None, "sys": None}
-    assert "  chroot (bin/sh): proc NOT mounted, sys NOT mounted" in render_text(state, check(state))
+    assert "  chroot (bin/sh): proc none (the root is data), sys NOT mounted" in render_text(state, check(state))
     assert state.proc_sys is not None and state.driver_root_mount is not None
-    mounted = state.proc_sys._replace(proc=state.driver_root_mount, sys=state.driver_root_mount)
-    both = state._replace(proc_sys=mounted)
-    assert "DRIVER_ROOT_PROC_SYS_MISSING" not in {f.code for f in check(both)}
-    assert "  chroot (bin/sh): proc mounted, sys mounted" in render_text(both, check(both))
+    both = state._replace(proc_sys=state.proc_sys._replace(proc=state.driver_root_mount, sys=state.driver_root_mount))
+    codes = {f.code: f for f in check(both)}
+    assert "DRIVER_ROOT_SYS_MISSING" not in codes and codes["DRIVER_ROOT_PROC_MOUNTED"].severity == "warning"
+    assert "/proc/sys" in codes["DRIVER_ROOT_PROC_MOUNTED"].message
+    assert "umount DRIVER_ROOT/proc" in (codes["DRIVER_ROOT_PROC_MOUNTED"].fix or "")
+    assert "  chroot (bin/sh): proc MOUNTED, sys mounted" in render_text(both, check(both))

@@ -80,14 +80,15 @@ def test_nvidia_rbind_on_top_of_ours_is_the_only_leftover() -> None:
 
 
 def test_mount_argv_is_a_tmpfs_with_our_source_exec_and_dev_allowed() -> None:
-    assert mount_argv("/run/nvidia/driver") == [
+    assert mount_argv() == [
         "mount",
+        "--no-canonicalize",
         "-t",
         "tmpfs",
         "-o",
         "mode=0755,nosuid",
         "nvidia-driver-root",
-        "/run/nvidia/driver",
+        ".",
     ]
 
 
@@ -107,25 +108,33 @@ class Node:
     def write_mountinfo(self, text: str, parent: int = 1030) -> None:
         (self.paths.own_procfs_root / "self/mountinfo").write_text(text.format(run=self.run, parent=parent))
 
+    def mounted(self) -> list[str]:
+        """Our tmpfs mounted, as recorded: mount(8) run in DRIVER_ROOT itself."""
+        return [*mount_argv(), f"@{self.run}/driver"]
+
     def recorded(self) -> list[list[str]]:
         return [line.split("\t") for line in self.calls.read_text().splitlines()] if self.calls.exists() else []
 
 
 def _node(tmp_path: Path) -> Node:
     (tmp_path / "proc/self").mkdir(parents=True)
+    # mount(8) is run in DRIVER_ROOT through OWN_PROCFS_ROOT/self/fd/N: this process's descriptors, for real.
+    (tmp_path / "proc/self/fd").symlink_to("/proc/self/fd")
     bindir = tmp_path / "bin"
     bindir.mkdir()
     calls = tmp_path / "calls"
     for tool in ("mount", "umount"):
-        # Records argv (tab-separated); exits with $FAKE_<TOOL>_RC and prints $FAKE_<TOOL>_ERR.
+        # Records argv (tab-separated; mount's then "@" and the real directory it runs in); exits with
+        # $FAKE_<TOOL>_RC and prints $FAKE_<TOOL>_ERR.
         var = tool.upper()
+        where = '; printf "\\t@%s" "$(pwd -P)"' if tool == "mount" else ""
         (bindir / tool).write_text(
-            f'#!/bin/sh\n(printf %s {tool}; for a in "$@"; do printf "\\t%s" "$a"; done; echo) >> {calls}\n'
+            f'#!/bin/sh\n(printf %s {tool}; for a in "$@"; do printf "\\t%s" "$a"; done{where}; echo) >> {calls}\n'
             f'[ -n "$FAKE_{var}_ERR" ] && printf "%s\\n" "$FAKE_{var}_ERR" >&2\nexit "${{FAKE_{var}_RC:-0}}"\n'
         )
         (bindir / tool).chmod(0o755)
     paths = HostPaths(own_procfs_root=tmp_path / "proc", procfs_root=tmp_path / "host-proc", run_dir=tmp_path / "run")
-    create_driver_root(paths.driver_root)
+    create_driver_root(paths)
     return Node(paths, Runner(env={"PATH": f"{bindir}:{os.environ['PATH']}"}), calls)
 
 
@@ -145,7 +154,7 @@ def exec_node(tmp_path: Path) -> Node:
 def test_noexec_run_gets_our_tmpfs_before_anything_is_written(node: Node) -> None:
     node.write_mountinfo(ROOT + TALOS_RUN)
     assert prepare_driver_root(node.paths, node.runner) is True
-    assert node.recorded() == [mount_argv(f"{node.run}/driver")]
+    assert node.recorded() == [node.mounted()]
     assert os.listdir(node.paths.driver_root) == []
 
 
@@ -166,7 +175,7 @@ def test_a_mount_table_calling_run_exec_capable_is_overruled_by_statvfs(
 ) -> None:
     node.write_mountinfo(ROOT + TALOS_RUN.replace("nosuid,nodev,noexec", "nosuid"))
     assert prepare_driver_root(node.paths, node.runner) is True
-    assert node.recorded() == [mount_argv(f"{node.run}/driver")]
+    assert node.recorded() == [node.mounted()]
     assert "statvfs, which exec and mmap obey, decides" in caplog.text
 
 
@@ -175,13 +184,13 @@ def test_the_host_views_mountinfo_is_not_read(node: Node) -> None:
     (node.paths.procfs_root / "self").mkdir(parents=True)  # PROCFS_ROOT: a host view saying "ours is there"
     (node.paths.procfs_root / "self/mountinfo").write_text((ROOT + TALOS_RUN + OURS).format(run=node.run))
     assert prepare_driver_root(node.paths, node.runner) is True
-    assert node.recorded() == [mount_argv(f"{node.run}/driver")]
+    assert node.recorded() == [node.mounted()]
 
 
 def test_nvidia_rbind_leftover_is_unmounted_then_ours_mounted(node: Node) -> None:
     node.write_mountinfo(ROOT + TALOS_RUN + NVIDIA_RBIND + NVIDIA_SUB)
     assert prepare_driver_root(node.paths, node.runner) is True
-    assert node.recorded() == [["umount", "-R", f"{node.run}/driver"], mount_argv(f"{node.run}/driver")]
+    assert node.recorded() == [["umount", "-R", f"{node.run}/driver"], node.mounted()]
 
 
 def test_leftover_on_top_of_ours_is_unmounted_and_ours_kept(node: Node) -> None:
@@ -202,7 +211,7 @@ def test_eperm_names_the_flags_and_the_fix(node: Node) -> None:
     assert "tmpfs none at " in message  # the holder the mount table names
     assert "exited 32: mount: x: permission denied." in message
     assert "CAP_SYS_ADMIN" in fix and "privileged" in fix and "0500_daemonset.yaml" in fix
-    assert node.recorded() == [mount_argv(f"{node.run}/driver")]
+    assert node.recorded() == [node.mounted()]
 
 
 def test_unshared_run_dir_is_refused_before_mounting(node: Node) -> None:
