@@ -18,10 +18,12 @@ from driver_container.records import NamedRecord
 PlatformChoice = Literal["auto", "talos", "generic"]  # DRIVER_PLATFORM
 ModuleTypeChoice = Literal["auto", ModuleFlavour]  # KERNEL_MODULE_TYPE
 DaemonChoice = Literal["auto", "true", "false"]  # NVIDIA_PERSISTENCED, NVIDIA_FABRICMANAGER
+RootProcfsChoice = Literal["none", "mps-minimal"]  # DRIVER_ROOT_PROCFS (driverroot/procsys.py)
 # The values each knob accepts, read from its type (get_args), so the two cannot differ.
 PLATFORM_CHOICES: tuple[PlatformChoice, ...] = get_args(PlatformChoice)
 MODULE_TYPE_CHOICES: tuple[ModuleTypeChoice, ...] = get_args(ModuleTypeChoice)
 DAEMON_CHOICES: tuple[DaemonChoice, ...] = get_args(DaemonChoice)
+ROOT_PROCFS_CHOICES: tuple[RootProcfsChoice, ...] = get_args(RootProcfsChoice)
 _Choice = TypeVar("_Choice", bound=str)
 
 _TRUE = {"true", "1", "yes", "on"}
@@ -75,6 +77,7 @@ class Settings(NamedRecord):
     fabricmanager: DaemonChoice = "auto"  # NVIDIA_FABRICMANAGER (docs/fabric.md)
     fabric_wait_timeout: float = 600.0  # FABRIC_WAIT_TIMEOUT seconds: FM up and the GPUs' fabric trained
     fabric_overrides: tuple[tuple[str, str], ...] = ()  # NVFM_CONFIG_<FIELD>=<value> (NVIDIA's names)
+    root_procfs: RootProcfsChoice = "none"  # DRIVER_ROOT_PROCFS: the DRA driver's chrooted MPS server (docs/mps.md)
 
     def unused_lines(self) -> list[str]:
         """Operator settings this image parses but does not act on, each with what to do instead.
@@ -107,6 +110,7 @@ class Settings(NamedRecord):
             fabricmanager=parse_choice("NVIDIA_FABRICMANAGER", e.get("NVIDIA_FABRICMANAGER"), DAEMON_CHOICES, "auto"),
             fabric_wait_timeout=parse_seconds("FABRIC_WAIT_TIMEOUT", e.get("FABRIC_WAIT_TIMEOUT"), 600.0),
             fabric_overrides=fabric_overrides_from_env(e),
+            root_procfs=parse_choice("DRIVER_ROOT_PROCFS", e.get("DRIVER_ROOT_PROCFS"), ROOT_PROCFS_CHOICES, "none"),
         )
 
 

@@ -23,6 +23,14 @@ Those options are parsed in torvalds/linux fs/proc/root.c ``proc_parse_subset_pa
 published: so none, and ``init`` unmounts the one earlier versions mounted (they stay until the node
 reboots otherwise). The DRA driver's chrooted MPS server of 550 and later then fails at cuInit (docs/mps.md).
 
+Unless the cluster opts in: ``DRIVER_ROOT_PROCFS=mps-minimal`` (settings.py) mounts ``PROC_MPS``, the measured
+minimum for that server: ``subset=pid`` keeps only the pid directories (no /proc/sys, sysrq-trigger, kcore),
+``hidepid=invisible`` hides every task the reader may not ptrace (fs/proc/base.c ``has_pid_permissions``:
+``ptrace_may_access``): another uid sees its own processes only, and root without CAP_SYS_PTRACE none
+holding capabilities it lacks (security/commoncap.c ``cap_ptrace_access_check``). A kernel without
+``subset=pid`` refuses the mount (EINVAL): the opt-in is then refused, never a full procfs instead. Its
+source ``nvidia-driver-proc-mps`` makes it ours: an unchanged restart keeps it, ``none`` unmounts it.
+
 The sysfs is a fresh mount, not a bind of the container's /sys, so that its flags are its own and no
 submount (binfmt_misc, cgroup) comes along. The kernel refuses it (EPERM) without CAP_SYS_ADMIN, and in a
 user namespace other than the initial one unless a fully visible instance is there already (torvalds/linux
@@ -59,6 +67,7 @@ from driver_container.runtime.dirtree import Tree
 
 if TYPE_CHECKING:  # status reads the mounts through this module too: no subprocess import for it
     from driver_container.runtime.runner import Runner
+    from driver_container.settings import RootProcfsChoice
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +81,8 @@ class PseudoFs(NamedRecord):
 
 SYS = PseudoFs(ROOT_SYS, "sysfs", "nvidia-driver-sys", "ro,nosuid,nodev,noexec")
 PROC_LEGACY = PseudoFs(ROOT_PROC, "proc", "nvidia-driver-proc", "nosuid,nodev,noexec")  # unmounted, never made
+PROC_MPS = PseudoFs(ROOT_PROC, "proc", "nvidia-driver-proc-mps", "rw,nosuid,nodev,noexec,subset=pid,hidepid=invisible")
+OPT_IN = "DRIVER_ROOT_PROCFS=mps-minimal"
 SYS_FIX = (
     "run the driver container privileged with RUN_DIR mounted shared (mountPropagation: Bidirectional), on a "
     f"RUN_DIR that gets init's tmpfs {MOUNT_SOURCE} (the node's /run), as gpu-operator's driver DaemonSet "
@@ -80,7 +91,17 @@ SYS_FIX = (
 )
 PROC_FIX = (
     "unmount it on the host (umount DRIVER_ROOT/proc); a restarted init unmounts the one earlier versions "
-    "mounted. Nothing needs it: the root is published without /proc"
+    "mounted. Nothing needs it: the root is published without /proc (NVIDIA's DRA driver's MPS claims on "
+    f"550 and later: set {OPT_IN} instead, docs/mps.md)"
+)
+PROC_MPS_NOTE = (
+    f"init mounts a procfs there ({PROC_MPS.options}) for NVIDIA's DRA driver's chrooted MPS server: pid "
+    "directories only, each reader seeing only the processes it may ptrace (all of them with CAP_SYS_PTRACE)"
+)
+PROC_MPS_OFF = "set DRIVER_ROOT_PROCFS=none where no MPS claim of NVIDIA's DRA driver needs it (docs/mps.md)"
+PROC_MPS_FIX = (
+    "needs Linux 5.8 or later (procfs subset=pid) and init's shared tmpfs at DRIVER_ROOT; or set "
+    "DRIVER_ROOT_PROCFS=none (NVIDIA's DRA driver's MPS claims on 550 and later then fail at cuInit, docs/mps.md)"
 )
 
 
@@ -144,10 +165,11 @@ def read_root_mounts(paths: HostPaths) -> RootMounts | None:
     return RootMounts(mount_containing(mounts, target), found)
 
 
-def ensure_proc_sys(paths: HostPaths, runner: Runner) -> int:
-    """In the published root, where it has its shell: unmount the procfs earlier versions mounted, then
-    mount a read-only sysfs where DRIVER_ROOT is our shared tmpfs; how many sysfs were mounted now. Never
-    raises for a mount that cannot be made or removed: it warns."""
+def ensure_proc_sys(paths: HostPaths, runner: Runner, procfs: RootProcfsChoice = "none") -> int:
+    """In the published root, where it has its shell: unmount a procfs of ours not wanted, then mount a
+    read-only sysfs (and ``PROC_MPS`` with ``mps-minimal``) where DRIVER_ROOT is our shared tmpfs; how many
+    were mounted now. Warns for a sysfs that cannot be made and a procfs that cannot be removed; a
+    ``PROC_MPS`` that cannot be mounted is a PublishError."""
     if not has_shell(paths.driver_root):
         return 0  # no chroot consumer: one lstat on this path, nothing else (bench/startup.py)
     try:
@@ -164,70 +186,88 @@ def ensure_proc_sys(paths: HostPaths, runner: Runner) -> int:
             SYS_FIX,
         )
         return 0
-    _remove_legacy_proc(paths, target, mounts, runner)
+    proc_left = _settle_proc(paths, target, mounts, runner, keep=procfs == "mps-minimal")
     reason = why_not(mounts, target)
     if reason is not None:
         log.info("no /sys mounted in the root: %s (gpu-operator's validator reads it)", reason)
+        if procfs == "mps-minimal":
+            raise PublishError(f"{OPT_IN}: no procfs mounted in the root: {reason}", fix=PROC_MPS_FIX)
         return 0
-    return _ensure_sys(paths, target, mounts, runner)
+    found = mounted_at(mounts, target, SYS)
+    if found is not None:
+        log.debug("%s/%s: %s is mounted already", target, SYS.path, describe(found))
+    made = 0 if found is not None else _mount(paths, target, runner, SYS)
+    if procfs == "mps-minimal" and not proc_left:
+        made += _mount(paths, target, runner, PROC_MPS)
+    return made
 
 
-def _remove_legacy_proc(paths: HostPaths, target: str, mounts: list[Mount], runner: Runner) -> None:
-    point = f"{target}/{PROC_LEGACY.path}"
+def _settle_proc(paths: HostPaths, target: str, mounts: list[Mount], runner: Runner, *, keep: bool) -> bool:
+    """Unmount the procfs at the root's proc when it is ours and not wanted (earlier versions', or
+    ``PROC_MPS`` without ``keep``); whether a procfs is left there."""
+    point = f"{target}/{ROOT_PROC}"
     found = mounted_at(mounts, target, PROC_LEGACY)
     if found is None:
-        return
-    if found.source != PROC_LEGACY.source:
+        return False
+    if found.source not in (PROC_LEGACY.source, PROC_MPS.source):
         log.warning(
             "%s: %s is not init's: left mounted, and every consumer of the root reaches the node through it; %s",
             point,
             describe(found),
             PROC_FIX,
         )
-        return
+        return True
+    if keep and found.source == PROC_MPS.source:
+        log.info("%s: %s is mounted already (%s)", point, describe(found), OPT_IN)
+        return True
     try:  # checked just before umount takes the path (driverroot/rootpath.py: no descriptor held)
-        os.close(open_root(paths, PROC_LEGACY.path))
+        os.close(open_root(paths, ROOT_PROC))
     except PublishError:
         log.warning("%s is not a directory of the root (a link or a file?): nothing unmounted", point)
-        return
-    if _run(runner, ["umount", point], point, PROC_FIX):
-        log.info("unmounted %s (%s): the root is published without /proc", point, describe(found))
+        return True
+    failure = _failure(runner, ["umount", point])
+    if failure is not None:
+        log.warning("%s: %s; %s", point, failure, PROC_FIX)
+        return True
+    log.info("unmounted %s (%s): the root is published without /proc", point, describe(found))
+    return False
 
 
-def _ensure_sys(paths: HostPaths, target: str, mounts: list[Mount], runner: Runner) -> int:
-    point = f"{target}/{SYS.path}"
-    found = mounted_at(mounts, target, SYS)
-    if found is not None:
-        log.debug("%s: %s is mounted already", point, describe(found))
-        return 0
+def _mount(paths: HostPaths, target: str, runner: Runner, fs: PseudoFs) -> int:
+    """``fs`` mounted at its place in the root; 1 when it was. A sysfs that cannot be mounted warns;
+    ``PROC_MPS`` is a PublishError (the opt-in is never half-kept)."""
+    point = f"{target}/{fs.path}"
     try:
-        fd = open_root(paths, SYS.path)
+        fd = open_root(paths, fs.path)
     except PublishError:
-        log.warning("%s is not a directory of the root (a link or a file?): nothing mounted there", point)
-        return 0
-    # mount(8) runs in the root's own directory, entered through an O_NOFOLLOW descriptor of it (its
-    # /proc/self/fd entry; the child still holds it when it changes directory, before exec), and mounts on
-    # "." uncanonicalized: a link renamed over the name meanwhile is never followed out of the root.
-    try:
-        if not _run(runner, mount_argv(SYS), point, SYS_FIX, cwd=descriptor_path(paths, fd, point)):
-            return 0
-    except PublishError as exc:
-        log.warning("%s; %s", exc.message, SYS_FIX)
-        return 0
-    finally:
-        os.close(fd)
-    log.info("mounted %s %s at %s (%s) for the root's consumers", SYS.fstype, SYS.source, point, SYS.options)
-    return 1
+        failure: str | None = f"{point} is not a directory of the root (a link or a file?): nothing mounted there"
+    else:
+        # mount(8) runs in the root's own directory, entered through an O_NOFOLLOW descriptor of it (its
+        # /proc/self/fd entry; the child still holds it when it changes directory, before exec), and mounts
+        # on "." uncanonicalized: a link renamed over the name meanwhile is never followed out of the root.
+        try:
+            failed = _failure(runner, mount_argv(fs), cwd=descriptor_path(paths, fd, point))
+            failure = None if failed is None else f"{point}: {failed}"
+        except PublishError as exc:
+            failure = exc.message
+        finally:
+            os.close(fd)
+    if failure is None:
+        log.info("mounted %s %s at %s (%s) for the root's consumers", fs.fstype, fs.source, point, fs.options)
+        return 1
+    if fs == PROC_MPS:  # EINVAL without subset=pid: refused, never a full procfs in its place
+        raise PublishError(f"{OPT_IN}: {failure}", path=point, fix=PROC_MPS_FIX)
+    log.warning("%s; %s", failure, SYS_FIX)
+    return 0
 
 
-def _run(runner: Runner, argv: list[str], point: str, fix: str, cwd: str | None = None) -> bool:
+def _failure(runner: Runner, argv: list[str], cwd: str | None = None) -> str | None:
+    """None when ``argv`` succeeded, else what went wrong."""
     try:
         done = runner.run(argv, check=False, cwd=cwd)
     except CommandError as exc:  # not found, timed out
-        log.warning("%s: %s; %s", point, exc.message, fix)
-        return False
+        return exc.message
     if done.returncode != 0:
         detail = " ".join(line.strip() for line in done.stderr.strip().splitlines()[:2])
-        log.warning("%s: %s exited %d: %s; %s", point, " ".join(argv), done.returncode, detail, fix)
-        return False
-    return True
+        return f"{' '.join(argv)} exited {done.returncode}: {detail}"
+    return None

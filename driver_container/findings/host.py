@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from driver_container.driverroot.manifest import MANIFEST_PATH
 from driver_container.driverroot.mount import UNUSABLE_ROOT_FIX
-from driver_container.driverroot.procsys import PROC_FIX, SYS_FIX
+from driver_container.driverroot.procsys import OPT_IN, PROC_FIX, PROC_MPS, PROC_MPS_NOTE, PROC_MPS_OFF, SYS_FIX
 from driver_container.findings.firmware import firmware
 from driver_container.findings.model import (
     Finding,
@@ -238,7 +238,11 @@ def driver_root_proc_sys(state: HostState) -> list[Finding]:
     if found is None:
         return []
     findings = []
-    if found.proc is not None:
+    opted_in = state.settings.root_procfs == "mps-minimal" and found.shell
+    if opted_in:  # on the Node while it is on: the Ready report's state is read before the mount
+        note = f"{OPT_IN}: {state.driver_root}/proc: {PROC_MPS_NOTE}"
+        findings.append(Finding("warning", "DRIVER_ROOT_PROCFS_MPS", note, PROC_MPS_OFF))
+    if found.proc is not None and not (opted_in and found.proc.source == PROC_MPS.source):
         findings.append(
             Finding(
                 "warning",

@@ -152,7 +152,7 @@ def _init_stages(
     if published is None:
         return
     require_usable_root(paths, runner)  # never Ready on a root its consumers cannot execute from
-    ensure_proc_sys(paths, runner)  # a read-only sys, no proc in the root; a failure warns (driverroot/procsys.py)
+    ensure_proc_sys(paths, runner, settings.root_procfs)  # a read-only sys, no proc unless opted in (procsys.py)
     if _interrupted(shutdown, "the node steps"):
         return
     _node_steps(paths)

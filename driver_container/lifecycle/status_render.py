@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from driver_container.driverroot.mount import is_ours
+from driver_container.driverroot.procsys import OPT_IN, PROC_MPS
 
 if TYPE_CHECKING:
     from driver_container.driverroot.procsys import ProcSys
@@ -81,6 +82,15 @@ def _proc_sys_json(found: ProcSys | None) -> dict[str, Any] | None:
         return None
     mounts = {"proc": found.proc, "sys": found.sys}
     return {"shell": found.shell} | {k: None if m is None else _mount_keys(m) for k, m in mounts.items()}
+
+
+def _proc_word(proc: dict[str, Any] | None) -> str:
+    """The root's procfs in the text form: none, ours of the opt-in (named), or any other (a warning)."""
+    if proc is None:
+        return "none (the root is data)"
+    if proc["source"] == PROC_MPS.source:
+        return f"{OPT_IN} ({','.join(proc['options'])})"
+    return "MOUNTED"
 
 
 def _pci_gpu_json(state: HostState, gpu: PciFunction) -> dict[str, Any]:
@@ -184,7 +194,7 @@ def render_text(state: HostState, findings: list[Finding], absent: tuple[Toolkit
         lines.append(f"  usable: {'yes (executed and mapped from it)' if root['usable']['ok'] else 'NO'}")
     if root["proc_sys"] is not None and (root["proc_sys"]["shell"] or root["proc_sys"]["proc"]):
         shown = [
-            "proc " + ("MOUNTED" if root["proc_sys"]["proc"] else "none (the root is data)"),
+            "proc " + _proc_word(root["proc_sys"]["proc"]),
             "sys " + ("mounted" if root["proc_sys"]["sys"] else "NOT mounted"),
         ]
         lines.append(f"  chroot (bin/sh): {', '.join(shown)}")

@@ -22,6 +22,9 @@ userspace (helpers/published_roots.py).
 4. ``legacy``: the read-write procfs earlier versions of init mounted in the root, and the consumer's view
    of that (``consumer_legacy``: the attack, so the probe is seen to catch it).
 5. ``restart``: ``init --no-wait`` again, which unmounts it.
+6. ``optin``: ``init --no-wait`` with ``DRIVER_ROOT_PROCFS=mps-minimal`` (its procfs), the consumer's view of
+   it (``consumer_optin``), the DRA flow on it (``dra_optin``), the same ``init`` again (``optin_restart``)
+   and one without the setting (``optout``), which unmounts it.
 After each ``init``: the mounts below BASE in this namespace (``mounts_*``).
 """
 
@@ -45,6 +48,7 @@ from helpers.support import REPO, require
 NodeRun = dict[str, Any]
 # The procfs earlier versions of init mounted at the root's proc (driverroot/procsys.py).
 LEGACY = (("proc", "proc", "nosuid,nodev,noexec", "nvidia-driver-proc"),)
+NOBODY = 65534  # a consumer's uid without a capability
 
 
 def run_node(userspace: str, base: Path, timeout: float = 400) -> NodeRun:
@@ -77,7 +81,13 @@ def mounts_below(base: Path) -> list[dict[str, str]]:
     text = Path("/proc/self/mountinfo").read_text()
     top = str(base)
     return [
-        {"point": m.mount_point, "fstype": m.fstype, "source": m.source, "options": ",".join(m.options)}
+        {
+            "point": m.mount_point,
+            "fstype": m.fstype,
+            "source": m.source,
+            "options": ",".join(m.options),
+            "super": ",".join(m.super_options),
+        }
         for m in parse_mountinfo(text)
         if m.mount_point == top or m.mount_point.startswith(top + "/")
     ]
@@ -112,10 +122,38 @@ def consumer_view(root: Path, point: Path) -> dict[str, Any]:
         core_pattern = "opened for writing"
     proc = point / "proc"
     pids = [e for e in os.listdir(proc) if e.isdigit()] if proc.is_dir() else []
+    fd = os.open(proc, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        foreign = _foreign_pids(fd, NOBODY)
+    finally:
+        os.close(fd)
     seen = mounts_below(point)
     subprocess.run(["umount", "-R", str(point)], check=True)
     point.rmdir()
-    return {"core_pattern": core_pattern, "pids": len(pids), "mounts": seen}
+    return {"core_pattern": core_pattern, "pids": len(pids), "foreign_pids": foreign, "mounts": seen}
+
+
+def _foreign_pids(proc_fd: int, uid: int) -> int:
+    """How many pid directories other than its own a process of ``uid`` (no capability, no group) lists in
+    the procfs open at ``proc_fd`` (the temporary directory above it is root's alone: it lists through the
+    descriptor its parent opened)."""
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child ends in os._exit, whatever happens
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            own = str(os.getpid())
+            os.write(write, str(sum(e.isdigit() and e != own for e in os.listdir(proc_fd))).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        answer = pipe.read()
+    os.waitpid(child, 0)
+    return int(answer) if answer else -1
 
 
 def node(name: str, base: Path) -> NodeRun:
@@ -135,6 +173,12 @@ def node(name: str, base: Path) -> NodeRun:
     out["mounts_legacy"] = mounts_below(base)
     out["consumer_legacy"] = consumer_view(root, base / "consumer")
     out["restart"], out["mounts_restart"] = _init(env), mounts_below(base)
+    optin = env | {"DRIVER_ROOT_PROCFS": "mps-minimal"}
+    out["optin"], out["mounts_optin"] = _init(optin), mounts_below(base)
+    out["consumer_optin"] = consumer_view(root, base / "consumer")
+    out["dra_optin"] = run_flow("dra", root, base / "work-dra-optin", host_pid=True)
+    out["optin_restart"], out["mounts_optin_restart"] = _init(optin), mounts_below(base)
+    out["optout"], out["mounts_optout"] = _init(env), mounts_below(base)
     return out
 
 

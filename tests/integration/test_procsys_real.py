@@ -9,7 +9,11 @@ still starts from the root and its server loads libcuda.so.1 from it; 535's cuIn
 "no CUDA-capable device is detected", 550's and 555's fail with CUDA_ERROR_OPERATING_SYSTEM (they need a
 writable procfs: driverroot/procsys.py has what was tried). The procfs earlier versions mounted there
 hands that consumer /proc/sys for writing and every process (the probe is seen to catch it); a restart
-unmounts it. Nothing stays mounted on the machine.
+unmounts it. With ``DRIVER_ROOT_PROCFS=mps-minimal`` (the opt-in for the DRA driver's MPS claims) ``init``
+mounts a procfs ``subset=pid,hidepid=invisible`` there: the 550 and 555 servers reach the driver's
+"no CUDA-capable device" again, while the consumer still finds no /proc/sys and a uid without capabilities
+lists no process but its own; a restart keeps it, one without the setting unmounts it. Nothing stays
+mounted on the machine.
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ def test_init_mounts_a_read_only_sysfs_and_no_procfs_in_its_tmpfs(node: tuple[st
 def test_a_read_only_consumer_can_neither_write_proc_sys_nor_list_processes(node: tuple[str, dict[str, Any]]) -> None:
     _version, result = node
     view = result["consumer"]
-    assert view["core_pattern"] == "ENOENT" and view["pids"] == 0, view
+    assert view["core_pattern"] == "ENOENT" and view["pids"] == view["foreign_pids"] == 0, view
     assert [m["options"].split(",")[0] for m in view["mounts"]] == ["ro", "ro"], view  # read-only all the way down
 
 
@@ -80,6 +84,40 @@ def test_a_restart_unmounts_the_procfs_earlier_versions_mounted(node: tuple[str,
     assert sorted(_points(result["mounts_legacy"])) == ["", "nvidia/driver", "nvidia/driver/proc", "nvidia/driver/sys"]
     exposed = result["consumer_legacy"]  # what the consumer got from them: the probe catches it
     assert exposed["core_pattern"] == "opened for writing" and exposed["pids"] > 0, exposed
+    assert exposed["foreign_pids"] > 0, exposed  # nobody lists root's processes there: the probe catches it
     assert result["restart"]["rc"] == 0, result["restart"]["log"]
     assert result["mounts_restart"] == result["mounts_init"]
     assert "the root is published without /proc" in result["restart"]["log"], result["restart"]["log"]
+
+
+OPT_IN_PROC = ("proc", "nvidia-driver-proc-mps")
+
+
+def test_the_opt_in_mounts_a_minimal_procfs_and_keeps_it_on_a_restart(node: tuple[str, dict[str, Any]]) -> None:
+    _version, result = node
+    assert result["optin"]["rc"] == 0, result["optin"]["log"]
+    points = _points(result["mounts_optin"])
+    assert list(points) == ["", "nvidia/driver", "nvidia/driver/sys", "nvidia/driver/proc"], points
+    proc = points["nvidia/driver/proc"]
+    assert (proc["fstype"], proc["source"]) == OPT_IN_PROC and proc["options"].startswith("rw,nosuid,nodev,noexec")
+    assert {"hidepid=invisible", "subset=pid"} <= set(proc["super"].split(",")), proc
+    assert result["optin_restart"]["rc"] == 0 and result["mounts_optin_restart"] == result["mounts_optin"]
+    assert result["optout"]["rc"] == 0 and result["mounts_optout"] == result["mounts_init"]
+    assert "the root is published without /proc" in result["optout"]["log"], result["optout"]["log"]
+
+
+def test_with_the_opt_in_the_consumer_finds_no_proc_sys_and_no_foreign_process(
+    node: tuple[str, dict[str, Any]],
+) -> None:
+    _version, result = node
+    view = result["consumer_optin"]
+    assert view["core_pattern"] == "ENOENT" and view["foreign_pids"] == 0, view
+    assert view["pids"] > 0, view  # root (CAP_SYS_PTRACE) sees them: the listing is not empty by itself
+
+
+def test_with_the_opt_in_the_dra_drivers_chrooted_server_reaches_the_driver(node: tuple[str, dict[str, Any]]) -> None:
+    _version, result = node
+    flow = result["dra_optin"]
+    assert flow["branch"] == "chroot" and flow["start"]["rc"] == 0 and flow["client"]["rc"] == 0, flow
+    assert f"Driver initialization failed with: {NO_GPU}" in flow["server_log"], flow
+    assert flow["left"] == [], flow

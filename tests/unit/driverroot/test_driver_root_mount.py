@@ -121,3 +121,30 @@ def test_a_root_without_its_sysfs_or_with_a_procfs_is_a_warning(exec_paths: Host
     assert "/proc/sys" in codes["DRIVER_ROOT_PROC_MOUNTED"].message
     assert "umount DRIVER_ROOT/proc" in (codes["DRIVER_ROOT_PROC_MOUNTED"].fix or "")
     assert "  chroot (bin/sh): proc MOUNTED, sys mounted" in render_text(both, check(both))
+
+
+def test_the_procfs_opt_in_is_a_warning_naming_the_setting_and_others_stay_one(exec_paths: HostPaths) -> None:
+    # DRIVER_ROOT_PROCFS=mps-minimal (driverroot/procsys.py PROC_MPS): on the Node while it is on, even before
+    # the mount (the Ready report's state is read before it); a procfs of another source stays the alarm.
+    _publish(exec_paths)
+    (exec_paths.driver_root / "bin").mkdir()
+    (exec_paths.driver_root / "bin/sh").write_bytes(b"\x7fELF stand-in for busybox")
+    state = _status(exec_paths)._replace(settings=Settings(root_procfs="mps-minimal"))
+    assert state.proc_sys is not None and state.driver_root_mount is not None
+    codes = {f.code: f for f in check(state)}
+    assert codes["DRIVER_ROOT_PROCFS_MPS"].severity == "warning" and "DRIVER_ROOT_PROC_MOUNTED" not in codes
+    assert "DRIVER_ROOT_PROCFS=mps-minimal" in codes["DRIVER_ROOT_PROCFS_MPS"].message
+    assert "subset=pid,hidepid=invisible" in codes["DRIVER_ROOT_PROCFS_MPS"].message
+    assert "DRIVER_ROOT_PROCFS=none" in (codes["DRIVER_ROOT_PROCFS_MPS"].fix or "")
+    ours = state.driver_root_mount._replace(source="nvidia-driver-proc-mps", options=("rw", "nosuid"))
+    mounted = state._replace(proc_sys=state.proc_sys._replace(proc=ours, sys=state.driver_root_mount))
+    codes = {f.code: f for f in check(mounted)}
+    assert "DRIVER_ROOT_PROCFS_MPS" in codes and "DRIVER_ROOT_PROC_MOUNTED" not in codes
+    text = render_text(mounted, check(mounted))
+    assert "  chroot (bin/sh): proc DRIVER_ROOT_PROCFS=mps-minimal (rw,nosuid), sys mounted" in text
+    legacy = mounted._replace(proc_sys=mounted.proc_sys._replace(proc=ours._replace(source="nvidia-driver-proc")))
+    assert {"DRIVER_ROOT_PROCFS_MPS", "DRIVER_ROOT_PROC_MOUNTED"} <= {f.code for f in check(legacy)}
+    off = mounted._replace(settings=Settings())  # switched off, not restarted yet: ours is the alarm again
+    assert {f.code for f in check(off)} & {"DRIVER_ROOT_PROCFS_MPS", "DRIVER_ROOT_PROC_MOUNTED"} == {
+        "DRIVER_ROOT_PROC_MOUNTED"
+    }

@@ -13,9 +13,11 @@ import pytest
 from helpers.mounts import MountRunner
 
 from driver_container.driverroot.procsys import SYS_FIX, ensure_proc_sys, read_root_mounts, why_not
+from driver_container.errors import PublishError
 from driver_container.formats.kernel.mountinfo import parse_mountinfo
 from driver_container.node.devices import chroot_nodes
 from driver_container.paths import HostPaths
+from driver_container.settings import ROOT_PROCFS_CHOICES
 
 TALOS_RUN = "30 1 0:26 /nvidia {run} rw,nosuid,nodev,noexec,relatime shared:18 - tmpfs none rw,mode=755\n"
 OURS = "40 30 0:52 / {root} rw,nosuid,relatime shared:44 - tmpfs nvidia-driver-root rw,mode=755\n"
@@ -136,3 +138,67 @@ def test_status_reads_the_shell_and_both_mounts_from_one_mount_table(tmp_path: P
     assert found.proc_sys.shell and found.proc_sys.proc is None
     assert found.proc_sys.sys is not None and found.proc_sys.sys.has("ro")
     assert read_root_mounts(_node(tmp_path / "none", mountinfo=False)) is None
+
+
+# DRIVER_ROOT_PROCFS=mps-minimal: the procfs NVIDIA's DRA driver's chrooted MPS server of 550+ needs (docs/mps.md).
+MPS_ARGV = [
+    "mount",
+    "--no-canonicalize",
+    "-t",
+    "proc",
+    "-o",
+    "rw,nosuid,nodev,noexec,subset=pid,hidepid=invisible",
+    "nvidia-driver-proc-mps",
+    ".",
+]
+PROC_MPS = PROC.replace("nvidia-driver-proc rw", "nvidia-driver-proc-mps rw,hidepid=invisible,subset=pid")
+
+
+def test_the_opt_in_mounts_the_minimal_procfs_in_the_root(tmp_path: Path) -> None:
+    paths, runner = _node(tmp_path, TALOS_RUN, OURS), MountRunner()
+    assert ensure_proc_sys(paths, runner, "mps-minimal") == 2
+    assert runner.argvs == [SYS_ARGV, MPS_ARGV]
+    assert runner.dirs == [str(paths.driver_root / "sys"), str(paths.driver_root / "proc")]
+
+
+def test_the_opt_in_replaces_the_full_procfs_earlier_versions_mounted(tmp_path: Path) -> None:
+    paths, runner = _node(tmp_path, TALOS_RUN, OURS, PROC, SYS), MountRunner()
+    assert ensure_proc_sys(paths, runner, "mps-minimal") == 1
+    assert runner.argvs == [_umount_proc(paths), MPS_ARGV]
+
+
+def test_an_unchanged_restart_keeps_the_minimal_procfs(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    paths, runner = _node(tmp_path, TALOS_RUN, OURS, PROC_MPS, SYS), MountRunner()
+    with caplog.at_level(logging.INFO):
+        assert ensure_proc_sys(paths, runner, "mps-minimal") == 0
+    assert runner.argvs == [] and "is mounted already (DRIVER_ROOT_PROCFS=mps-minimal)" in caplog.text
+
+
+def test_switching_the_opt_in_off_unmounts_ours_only(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    paths, runner = _node(tmp_path / "ours", TALOS_RUN, OURS, PROC_MPS, SYS), MountRunner()
+    assert ensure_proc_sys(paths, runner) == 0 and runner.argvs == [_umount_proc(paths)]
+    foreign = PROC_MPS.replace("nvidia-driver-proc-mps", "proc")  # same options, someone else's
+    for procfs in ROOT_PROCFS_CHOICES:
+        paths, runner = _node(tmp_path / procfs, TALOS_RUN, OURS, foreign, SYS), MountRunner()
+        with caplog.at_level(logging.WARNING):
+            assert ensure_proc_sys(paths, runner, procfs) == 0
+        assert runner.argvs == [] and "is not init's: left mounted" in caplog.text
+
+
+def test_a_kernel_without_subset_pid_refuses_the_opt_in(tmp_path: Path) -> None:
+    """mount(8)'s answer to EINVAL (util-linux 2.38): no full procfs is mounted in its place."""
+    paths = _node(tmp_path, TALOS_RUN, OURS, SYS)
+    einval = "mount: /run/nvidia/driver/proc: wrong fs type, bad option, bad superblock on nvidia-driver-proc-mps.\n"
+    runner = MountRunner(32, einval)
+    with pytest.raises(PublishError) as raised:
+        ensure_proc_sys(paths, runner, "mps-minimal")
+    assert runner.argvs == [MPS_ARGV]
+    assert "DRIVER_ROOT_PROCFS=mps-minimal" in raised.value.message and "exited 32: mount:" in raised.value.message
+    assert "Linux 5.8 or later (procfs subset=pid)" in (raised.value.fix or "")
+
+
+def test_the_opt_in_outside_our_shared_tmpfs_is_refused(tmp_path: Path) -> None:
+    paths, runner = _node(tmp_path, TALOS_RUN), MountRunner()
+    with pytest.raises(PublishError, match="DRIVER_ROOT_PROCFS=mps-minimal: no procfs mounted in the root"):
+        ensure_proc_sys(paths, runner, "mps-minimal")
+    assert runner.argvs == []

@@ -327,9 +327,10 @@ def test_fixed_choices_are_literal_types() -> None:
     mypy strict (strict_equality) rejects a comparison with a value outside them."""
     from typing import get_args, get_type_hints
 
+    from driver_container.errors import UsageError
     from driver_container.findings.model import SEVERITIES, Finding, Severity
     from driver_container.inspect.platform import PlatformInfo, PlatformKind
-    from driver_container.settings import DaemonChoice, ModuleTypeChoice, PlatformChoice, Settings
+    from driver_container.settings import DaemonChoice, ModuleTypeChoice, PlatformChoice, RootProcfsChoice, Settings
 
     assert get_type_hints(Finding)["severity"] == Severity and get_args(Severity) == SEVERITIES
     assert get_type_hints(PlatformInfo)["name"] == PlatformKind
@@ -338,6 +339,10 @@ def test_fixed_choices_are_literal_types() -> None:
     assert hints["driver_platform"] == PlatformChoice and hints["kernel_module_type"] == ModuleTypeChoice
     assert hints["persistenced"] == hints["fabricmanager"] == DaemonChoice
     assert Settings.from_env({"DRIVER_PLATFORM": " Talos "}).driver_platform == "talos"
+    assert hints["root_procfs"] == RootProcfsChoice and Settings.from_env({}).root_procfs == "none"
+    assert Settings.from_env({"DRIVER_ROOT_PROCFS": "MPS-minimal"}).root_procfs == "mps-minimal"
+    with pytest.raises(UsageError, match="DRIVER_ROOT_PROCFS='full': expected one of none, mps-minimal"):
+        Settings.from_env({"DRIVER_ROOT_PROCFS": "full"})
 
 
 def test_other_fixed_choices_are_literal_types() -> None:
