@@ -15,6 +15,7 @@ from driver_container.findings.model import (
     Finding,
     talos_module_snippet,
 )
+from driver_container.findings.userspace import userspace_absent
 from driver_container.formats.elfarch import machine_name, normalise_arch
 
 if TYPE_CHECKING:
@@ -22,9 +23,6 @@ if TYPE_CHECKING:
     from driver_container.inspect.hoststate import HostState, LoadedModule
     from driver_container.inspect.modfiles import ModuleFile
     from driver_container.inspect.platform import PlatformInfo
-    from driver_container.inspect.userspace import UserspaceVersion
-
-SHOWN_PROBLEMS = 5  # unreadable paths named in USERSPACE_UNREADABLE; the count is exact
 
 
 def load_fix(state: HostState, module: str) -> str:
@@ -132,34 +130,11 @@ def version_fix(loaded: str, userspace: str, platform: PlatformInfo) -> str:
     )
 
 
-def _userspace_absent(us: UserspaceVersion) -> Finding:
-    """USERSPACE_MISSING only when every place was read and none holds the libraries; a place that could
-    not be read (EMFILE, EIO, EACCES: anything but ENOENT/ENOTDIR, fileread.py) may hold them, and that
-    is USERSPACE_UNREADABLE, naming each path and what the OS said."""
-    if us.problems:
-        shown = "; ".join(str(p) for p in us.problems[:SHOWN_PROBLEMS])
-        more = f"; and {len(us.problems) - SHOWN_PROBLEMS} more" if len(us.problems) > SHOWN_PROBLEMS else ""
-        return Finding(
-            "error",
-            "USERSPACE_UNREADABLE",
-            f"the NVIDIA userspace under USERSPACE_ROOT={us.root} could not be looked for: {shown}{more}",
-            "an I/O error, not a missing library: on EMFILE/ENFILE raise the container's open-file limit "
-            "(RLIMIT_NOFILE) or the node's fs.file-max, on ENOMEM give the pod memory, on EIO check the image's "
-            "storage; then restart the driver pod",
-        )
-    return Finding(
-        "error",
-        "USERSPACE_MISSING",
-        f"no libcuda.so.<version> or libnvidia-ml.so.<version> under USERSPACE_ROOT={us.root}",
-        "set USERSPACE_ROOT to the image root holding the NVIDIA userspace, or use an image that has it",
-    )
-
-
 def versions(state: HostState) -> list[Finding]:
     out: list[Finding] = []
     us, loaded, wanted = state.userspace, loaded_version(state), state.settings.driver_version
     if us.version is None:
-        out.append(_userspace_absent(us))
+        out.append(userspace_absent(us))
     elif len(us.versions_seen) > 1:
         out.append(
             Finding(
