@@ -157,9 +157,14 @@ class MachineGuard:
         return found
 
 
+SHOWN = 20  # distinct violations listed; the count is exact
+
+
 def _fail(item: pytest.Item, violations: list[str]) -> None:
-    shown = "\n  ".join(violations)
-    pytest.fail(f"{item.nodeid} wrote outside its temporary roots:\n  {shown}", pytrace=False)
+    distinct = list(dict.fromkeys(violations))
+    shown = "\n  ".join(distinct[:SHOWN])
+    more = f"\n  and {len(distinct) - SHOWN} more" if len(distinct) > SHOWN else ""
+    pytest.fail(f"{item.nodeid} wrote outside its temporary roots:\n  {shown}{more}", pytrace=False)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -118,14 +118,23 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+def is_bytecode(path: str) -> bool:
+    """A ``__pycache__`` directory or a ``.pyc`` in one (with the importer's temporary ``.pyc.<id>`` name)."""
+    name = os.path.basename(path)
+    if name == "__pycache__":
+        return True
+    return os.path.basename(os.path.dirname(path)) == "__pycache__" and ".pyc" in name
+
+
 def is_allowed(path: str, roots: Sequence[str]) -> bool:
-    """Whether ``path`` (absolute, normalised) may be written: under none of the ``roots`` written "-<root>"
-    (forbidden, whatever else allows it) and under one of the others, or a ``__pycache__`` file (bytecode)."""
+    """Whether ``path`` (absolute, normalised) may be written: bytecode anywhere (the importer caches it
+    beside the package's modules), else under none of the ``roots`` written "-<root>" (forbidden, whatever
+    else allows it) and under one of the others."""
+    if is_bytecode(path):
+        return True
     if any(_under(path, root[1:]) for root in roots if root.startswith("-")):
         return False
-    if any(_under(path, root) for root in roots if not root.startswith("-")):
-        return True
-    return os.path.basename(os.path.dirname(path)) == "__pycache__"
+    return any(_under(path, root) for root in roots if not root.startswith("-"))
 
 
 def install(allowed: Callable[[], Sequence[str] | None], record: Callable[[str, str], None]) -> None:
