@@ -54,7 +54,8 @@ def prove_root_usable(driver_root: Path, runner: Runner, deadline: Deadline | No
     within ``PROOF_TIMEOUT_S`` and what is left of ``deadline``."""
     flags = read_root_flags(driver_root)
     root = Root(driver_root)
-    timeout = PROOF_TIMEOUT_S if deadline is None else min(PROOF_TIMEOUT_S, deadline.left())
+    # In hundredths, rounded down: the message says "timed out after 9.95 s", and never past the deadline.
+    timeout = PROOF_TIMEOUT_S if deadline is None else min(PROOF_TIMEOUT_S, int(deadline.left() * 100) / 100)
     failures = [f for f in (_exec_failure(root, runner, timeout), _map_failure(root)) if f]
     if flags.nodev:
         failures.append(f"{flags.path} is mounted nodev (statvfs): its device nodes cannot be opened")
