@@ -68,6 +68,12 @@ def is_missing(exc: OSError) -> bool:
     return exc.errno in MISSING_ERRNOS
 
 
+def is_io_error(exc: BaseException) -> bool:
+    """Whether the project error ``exc`` came from an I/O or resource error (``IO_ERRNOS``, its cause)."""
+    cause = exc.__cause__
+    return isinstance(cause, OSError) and cause.errno in IO_ERRNOS
+
+
 def why(exc: OSError) -> str:
     """The OS's words for ``exc``; an I/O or resource error (``IO_ERRNOS``) also by its errno name, as in
     "Too many open files (EMFILE)", so a message says the read failed, not that the file is absent."""

@@ -101,7 +101,10 @@ class IntegrityReport:
 
 def _check_file(tree: Tree, rec: Record, spent: _Spent) -> str | None:
     rel = PurePosixPath(rec.path)
-    fd_dir = tree.dir_fd(rel.parent)
+    try:
+        fd_dir = tree.dir_fd(rel.parent)
+    except PublishError as exc:  # EMFILE, EIO: the check could not look, which is not "missing"
+        return exc.message
     st = tree.lstat(rel) if fd_dir is not None else None
     if st is None:
         return "missing"
