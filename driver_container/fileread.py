@@ -28,6 +28,11 @@ if TYPE_CHECKING:
     from types import TracebackType
 
 READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+# Only these say a file is not there; every other errno says it could not be read, and the I/O and resource
+# errors below say nothing about the file at all (this process ran out of descriptors or memory, the
+# storage failed): they are named with their errno, so no reader mistakes them for an absent file.
+MISSING_ERRNOS = (errno.ENOENT, errno.ENOTDIR)
+IO_ERRNOS = (errno.EIO, errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS)
 _FIRST_READ = 1 << 16  # procfs and sysfs files fit (a page or so per read); then each read doubles
 _KINDS = (
     (stat.S_ISREG, "a regular file"),
@@ -56,6 +61,26 @@ def open_below(root: str | os.PathLike[str], inner: str, flags: int = READ_FLAGS
     from driver_container.beneath import open_beneath
 
     return open_beneath(root, inner, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
+def is_missing(exc: OSError) -> bool:
+    """Whether ``exc`` says the path is not there (ENOENT, ENOTDIR), the only errors that mean "missing"."""
+    return exc.errno in MISSING_ERRNOS
+
+
+def is_io_error(exc: BaseException) -> bool:
+    """Whether the project error ``exc`` came from an I/O or resource error (``IO_ERRNOS``, its cause)."""
+    cause = exc.__cause__
+    return isinstance(cause, OSError) and cause.errno in IO_ERRNOS
+
+
+def why(exc: OSError) -> str:
+    """The OS's words for ``exc``; an I/O or resource error (``IO_ERRNOS``) also by its errno name, as in
+    "Too many open files (EMFILE)", so a message says the read failed, not that the file is absent."""
+    words = exc.strerror or str(exc)
+    if exc.errno in IO_ERRNOS:
+        return f"{words} ({errno.errorcode[exc.errno]})"
+    return words
 
 
 def regular_stat(fd: int) -> os.stat_result | None:
@@ -120,7 +145,8 @@ class converted:  # noqa: N801 - used as a function: ``with converted(path): ...
     """The boundary: an OSError raised in the block becomes ``error("<shown>: <verb>: <why>")``.
 
     ``missing`` (a class) is raised instead as "<shown>: no such file" on ENOENT and ENOTDIR (a file where
-    a directory should be); ``loop`` replaces the OS's words for ELOOP. Other exceptions pass through.
+    a directory should be) and on nothing else: EMFILE or EIO is a read that failed (``why`` names it);
+    ``loop`` replaces the OS's words for ELOOP. Other exceptions pass through.
     A class, not contextlib: the probe above must not import contextlib."""
 
     __slots__ = ("error", "fix", "loop", "missing", "shown", "verb")
@@ -144,7 +170,7 @@ class converted:  # noqa: N801 - used as a function: ``with converted(path): ...
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if not isinstance(exc, OSError):
             return
-        if self.missing is not None and exc.errno in (errno.ENOENT, errno.ENOTDIR):
+        if self.missing is not None and is_missing(exc):
             raise self.missing(f"{self.shown}: no such file", path=self.shown) from exc
-        why = self.loop if self.loop is not None and exc.errno == errno.ELOOP else exc.strerror
-        raise self.error(f"{self.shown}: {self.verb}: {why}", path=self.shown, fix=self.fix) from exc
+        words = self.loop if self.loop is not None and exc.errno == errno.ELOOP else why(exc)
+        raise self.error(f"{self.shown}: {self.verb}: {words}", path=self.shown, fix=self.fix) from exc

@@ -15,7 +15,15 @@ from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
 from driver_container.errors import HostFileNotFound, HostReadError, SymlinkLoopError
-from driver_container.fileread import READ_FLAGS, converted, open_below, read_up_to, refuse_irregular, refuse_larger
+from driver_container.fileread import (
+    READ_FLAGS,
+    converted,
+    open_below,
+    read_up_to,
+    refuse_irregular,
+    refuse_larger,
+    why,
+)
 from driver_container.records import NamedRecord
 
 MAX_SYMLINKS = 40  # Linux MAXSYMLINKS: ELOOP after 40 links in one lookup (fs/namei.c)
@@ -48,7 +56,7 @@ class Root(NamedRecord):
         except (FileNotFoundError, NotADirectoryError):
             found = None
         except OSError as exc:
-            raise HostReadError(f"{candidate}: {exc.strerror}", path=candidate) from exc
+            raise HostReadError(f"{candidate}: {why(exc)}", path=candidate) from exc
         if self.lstat_memo is not None:
             self.lstat_memo[candidate] = found
         return found

@@ -9,7 +9,8 @@ recorded size, so a file replaced by a link, a FIFO or a growing file is a findi
 that differs from the record is a finding without reading the file, and the whole check has a budget
 (``IntegrityBudget``: bytes hashed and seconds): past it the check stops with what it found so far and
 says where it stopped (``IntegrityReport.stopped``), so a root grown to many GiB (a sparse file with
-its record edited to match) cannot hold ``status --verify`` or ``bug-report``.
+its record edited to match) cannot hold ``status --verify`` or ``bug-report``. The seconds may be what is
+left of a caller's ``Deadline`` (``status --verify``: one 10 s for the root's proof and the hashing).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ import json
 import logging
 import os
 import stat
-import time
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -29,6 +29,7 @@ from driver_container.errors import DriverContainerError, HostReadError, Publish
 from driver_container.formats.boundedjson import decode_object
 from driver_container.paths import HostPaths
 from driver_container.runtime import statusfiles
+from driver_container.runtime.deadline import Deadline
 from driver_container.runtime.dirtree import Tree
 from driver_container.runtime.fsutil import open_regular
 
@@ -53,23 +54,24 @@ class IntegrityBudget:
 
 
 class _Spent:
-    """What a check has used of its budget so far."""
+    """What a check has used of its budget so far; its time is ``deadline``'s (shared with the caller's
+    other steps) or, without one, ``budget.max_s`` from now."""
 
-    def __init__(self, budget: IntegrityBudget) -> None:
+    def __init__(self, budget: IntegrityBudget, deadline: Deadline | None = None) -> None:
         self.budget = budget
-        self.started = time.monotonic()
+        self.deadline = deadline or Deadline(budget.max_s)
         self.hashed = 0
 
     def out_of_time(self) -> bool:
-        return time.monotonic() - self.started >= self.budget.max_s
+        return self.deadline.expired
 
     def affords(self, size: int) -> bool:
         return self.hashed + size <= self.budget.max_bytes and not self.out_of_time()
 
     def describe(self) -> str:
         return (
-            f"verify stopped after {self.hashed} bytes / {time.monotonic() - self.started:.1f} s (budget: "
-            f"{self.budget.max_bytes} bytes, {self.budget.max_s:g} s)"
+            f"verify stopped after {self.hashed} bytes / {self.deadline.elapsed():.1f} s (budget: "
+            f"{self.budget.max_bytes} bytes, {self.deadline.seconds:g} s)"
         )
 
 
@@ -99,7 +101,10 @@ class IntegrityReport:
 
 def _check_file(tree: Tree, rec: Record, spent: _Spent) -> str | None:
     rel = PurePosixPath(rec.path)
-    fd_dir = tree.dir_fd(rel.parent)
+    try:
+        fd_dir = tree.dir_fd(rel.parent)
+    except PublishError as exc:  # EMFILE, EIO: the check could not look, which is not "missing"
+        return exc.message
     st = tree.lstat(rel) if fd_dir is not None else None
     if st is None:
         return "missing"
@@ -186,13 +191,16 @@ def _kind(st: os.stat_result) -> str:
     return "file" if stat.S_ISREG(st.st_mode) else "special file"
 
 
-def check_integrity(root: Path, budget: IntegrityBudget | None = None) -> IntegrityReport:
+def check_integrity(
+    root: Path, budget: IntegrityBudget | None = None, deadline: Deadline | None = None
+) -> IntegrityReport:
     """Every record of ROOT's manifest against the file or link at its path (reads only), within ``budget``
-    (by default ``VERIFY_MAX_BYTES`` and ``VERIFY_MAX_S``): past it the records left are not checked."""
+    (by default ``VERIFY_MAX_BYTES`` and ``VERIFY_MAX_S``) and, where given, what is left of ``deadline``
+    in place of ``budget.max_s``: past either the records left are not checked."""
     text, manifest = read_manifest(root)
     if manifest is None:
         return IntegrityReport("", None, 0, ())
-    spent = _Spent(budget or IntegrityBudget())
+    spent = _Spent(budget or IntegrityBudget(), deadline)
     tree = Tree(root)
     mismatches = []
     checked, stopped = 0, ""

@@ -22,6 +22,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Literal, get_args
 
 from driver_container.errors import PublishError
+from driver_container.fileread import is_io_error
 from driver_container.formats.boundedjson import decode_json
 from driver_container.formats.elffacts import ElfDeps
 from driver_container.records import NamedRecord
@@ -193,7 +194,8 @@ _LAST_READ: dict[str, tuple[tuple[int, int, int, int, int], str, Manifest]] = {}
 
 
 def read_manifest(root: Path) -> tuple[str, Manifest | None]:
-    """(text, manifest) of ROOT/.driver-container/manifest.json; ("", None) when absent or damaged.
+    """(text, manifest) of ROOT/.driver-container/manifest.json; ("", None) when absent or damaged;
+    PublishError when it could not be read for an I/O or resource error (EMFILE, EIO: not absent).
 
     Read bounded, without following a link (neither .driver-container nor the file), and only a regular
     file: a damaged manifest only means that every published file is unknown and rewritten.
@@ -203,6 +205,8 @@ def read_manifest(root: Path) -> tuple[str, Manifest | None]:
         with opened_dir(root, MANIFEST_PATH.parent) as state:
             fd, st = open_regular(MANIFEST_PATH.name, shown=str(shown), dir_fd=state)
     except PublishError as exc:
+        if is_io_error(exc):  # EMFILE, EIO: the manifest may well be there; "absent" would be a guess
+            raise
         if os.path.lexists(shown) or os.path.islink(root / MANIFEST_PATH.parent):
             log.warning("ignoring the manifest (every file is rewritten): %s", exc.message)
         return "", None

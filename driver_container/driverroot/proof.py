@@ -11,7 +11,9 @@ real: it executes the static ldconfig every published root carries (``publish/pl
 needs no loader from the root or from this image) and maps a published NVIDIA library executable; the
 ``nodev`` flag comes from statvfs, because opening a device node of a GPU is not free of side effects.
 
-Cost on every start: one fork/exec of a static binary and one mmap (~2 ms, bench/startup.py).
+Cost on every start: one fork/exec of a static binary and one mmap (~2 ms, bench/startup.py). The exec
+gets ``PROOF_TIMEOUT_S`` or what is left of the caller's ``Deadline``, whichever is less (``status
+--verify``: the proof and the hashing share one 10 s).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from driver_container.errors import CommandError, HostReadError
 from driver_container.fileread import READ_FLAGS, regular_stat
 from driver_container.records import NamedRecord
 from driver_container.resolver import Root
+from driver_container.runtime.deadline import Deadline
 from driver_container.runtime.runner import Runner
 
 PROOF_BINARY = PurePosixPath("sbin/ldconfig.real")  # plan.py publishes a static ldconfig here, always
@@ -46,11 +49,14 @@ class RootProof(NamedRecord):
         return not self.failures
 
 
-def prove_root_usable(driver_root: Path, runner: Runner) -> RootProof:
-    """Execute the published static ldconfig and map a published library executable, for real."""
+def prove_root_usable(driver_root: Path, runner: Runner, deadline: Deadline | None = None) -> RootProof:
+    """Execute the published static ldconfig and map a published library executable, for real; the exec
+    within ``PROOF_TIMEOUT_S`` and what is left of ``deadline``."""
     flags = read_root_flags(driver_root)
     root = Root(driver_root)
-    failures = [f for f in (_exec_failure(root, runner), _map_failure(root)) if f]
+    # In hundredths, rounded down: the message says "timed out after 9.95 s", and never past the deadline.
+    timeout = PROOF_TIMEOUT_S if deadline is None else min(PROOF_TIMEOUT_S, int(deadline.left() * 100) / 100)
+    failures = [f for f in (_exec_failure(root, runner, timeout), _map_failure(root)) if f]
     if flags.nodev:
         failures.append(f"{flags.path} is mounted nodev (statvfs): its device nodes cannot be opened")
     return RootProof(flags, tuple(failures))
@@ -61,12 +67,12 @@ def proof_argv(driver_root: Path) -> list[str]:
     return [str(Root(driver_root).resolve(PROOF_BINARY)), *PROOF_ARGS]
 
 
-def _exec_failure(root: Root, runner: Runner) -> str:
+def _exec_failure(root: Root, runner: Runner, timeout: float) -> str:
     try:
         argv = proof_argv(root.path)
         if not root.is_file(PROOF_BINARY):
             return f"{PROOF_BINARY} is not a regular file in the published root"
-        runner.exit_status(argv, timeout=PROOF_TIMEOUT_S)  # any exit status: the kernel ran it
+        runner.exit_status(argv, timeout=timeout)  # any exit status: the kernel ran it
     except (CommandError, HostReadError) as exc:
         return f"executing {root.path / PROOF_BINARY}: {exc.message}"
     return ""

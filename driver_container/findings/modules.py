@@ -15,6 +15,7 @@ from driver_container.findings.model import (
     Finding,
     talos_module_snippet,
 )
+from driver_container.findings.userspace import userspace_absent
 from driver_container.formats.elfarch import machine_name, normalise_arch
 
 if TYPE_CHECKING:
@@ -133,14 +134,7 @@ def versions(state: HostState) -> list[Finding]:
     out: list[Finding] = []
     us, loaded, wanted = state.userspace, loaded_version(state), state.settings.driver_version
     if us.version is None:
-        out.append(
-            Finding(
-                "error",
-                "USERSPACE_MISSING",
-                f"no libcuda.so.<version> or libnvidia-ml.so.<version> under USERSPACE_ROOT={us.root}",
-                "set USERSPACE_ROOT to the image root holding the NVIDIA userspace, or use an image that has it",
-            )
-        )
+        out.append(userspace_absent(us))
     elif len(us.versions_seen) > 1:
         out.append(
             Finding(

@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from driver_container.driverroot.integrity import check_integrity, last_integrity_check
+from driver_container.driverroot.integrity import VERIFY_MAX_S, check_integrity, last_integrity_check
 from driver_container.driverroot.proof import prove_root_usable
 from driver_container.driverroot.toolkit_features import read_absent_features
 from driver_container.findings import check, has_errors
 from driver_container.findings.integrity import integrity_findings
 from driver_container.inspect.hoststate import inspect_host
 from driver_container.lifecycle.status_render import render_text, status_json
+from driver_container.runtime.deadline import Deadline
 from driver_container.runtime.runner import Runner
 
 if TYPE_CHECKING:
@@ -26,25 +27,30 @@ if TYPE_CHECKING:
     from driver_container.settings import Settings
 
 
-def inspect_for_status(paths: HostPaths, settings: Settings) -> HostState:
+def inspect_for_status(paths: HostPaths, settings: Settings, deadline: Deadline | None = None) -> HostState:
     """The host picture, with a published root proven usable by running its static ldconfig and mapping a
     library as its consumers would (driverroot/proof.py): DRIVER_ROOT_NOT_EXECUTABLE is init's own proof."""
     state = inspect_host(paths, settings)
     if not state.published:
         return state
-    return state._replace(driver_root_proof=prove_root_usable(paths.driver_root, Runner()))
+    return state._replace(driver_root_proof=prove_root_usable(paths.driver_root, Runner(), deadline))
 
 
 def collect_status(
-    paths: HostPaths, settings: Settings, *, verify: bool
+    paths: HostPaths, settings: Settings, *, verify: bool, budget_s: float = VERIFY_MAX_S
 ) -> tuple[HostState, list[Finding], tuple[ToolkitFeature, ...]]:
     """What ``status`` shows (and ``bug-report`` archives as status.json): the host, its findings, and what
-    the root lacks. ``verify``: hash DRIVER_ROOT now; else the outcome of init's check after Ready."""
-    state = inspect_for_status(paths, settings)
+    the root lacks. ``verify``: hash DRIVER_ROOT now; else the outcome of init's check after Ready.
+
+    One deadline of ``budget_s`` from the start bounds the root's proof and the hashing together: the
+    hashing gets what the proof left, and says where it stopped (PUBLISHED_FILES_PARTLY_VERIFIED)."""
+    deadline = Deadline(budget_s)
+    state = inspect_for_status(paths, settings, deadline)
     absent = read_absent_features(paths.driver_root)  # what the toolkit would mount and the root lacks (docs/status.md)
     findings = check(state)
     if verify:
-        findings += integrity_findings(check_integrity(paths.driver_root), paths.driver_root, when="now")
+        report = check_integrity(paths.driver_root, deadline=deadline)
+        findings += integrity_findings(report, paths.driver_root, when="now")
     else:
         findings += integrity_findings(last_integrity_check(paths), paths.driver_root, when="after Ready")
     return state, findings, absent

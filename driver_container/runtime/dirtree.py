@@ -6,6 +6,7 @@ import os
 from pathlib import Path, PurePosixPath
 
 from driver_container.errors import PublishError
+from driver_container.fileread import is_io_error
 from driver_container.runtime.fsutil import open_dir
 
 
@@ -17,11 +18,15 @@ class Tree:
         self._dirs: dict[PurePosixPath, int | None] = {}
 
     def dir_fd(self, rel: PurePosixPath) -> int | None:
-        """A descriptor of the real directory ``rel``; None when it is missing or not a directory."""
+        """A descriptor of the real directory ``rel``; None when it is missing or not a directory.
+        PublishError when it could not be opened for an I/O or resource error (EMFILE, EIO...): that says
+        nothing of the directory, and must not read as missing."""
         if rel not in self._dirs:
             try:
                 self._dirs[rel] = open_dir(self.root, rel)
-            except PublishError:
+            except PublishError as exc:
+                if is_io_error(exc):
+                    raise
                 self._dirs[rel] = None
         return self._dirs[rel]
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 
 from driver_container.errors import PublishError
-from driver_container.fileread import converted, open_nofollow, refuse_irregular
+from driver_container.fileread import converted, open_nofollow, refuse_irregular, why
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +72,7 @@ def open_dir(root: Path, rel: str | PurePosixPath, *, create: bool = False) -> i
             os.makedirs(root, 0o755, exist_ok=True)  # the root itself is configuration (RUN_DIR, DRIVER_ROOT)
         fd = os.open(root, DIR_FLAGS)
     except OSError as exc:
-        raise PublishError(f"{root}: cannot open: {exc.strerror}", path=root) from exc
+        raise PublishError(f"{root}: cannot open: {why(exc)}", path=root) from exc
     here = root
     for part in parts:
         here = here / part
@@ -103,7 +103,7 @@ def _open_child_dir(parent: int, name: str, shown: Path, create: bool) -> int:
             raise PublishError(f"{shown}: is a symlink; refusing to write through it", path=shown) from exc
         if st is not None and not stat.S_ISDIR(st.st_mode):
             raise PublishError(f"{shown}: exists and is not a directory", path=shown, fix=f"remove {shown}") from exc
-        raise PublishError(f"{shown}: cannot open directory: {exc.strerror}", path=shown) from exc
+        raise PublishError(f"{shown}: cannot open directory: {why(exc)}", path=shown) from exc
     return child
 
 
@@ -166,7 +166,7 @@ def split_target(target: Path, root: Path | None) -> tuple[Path, PurePosixPath]:
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise PublishError(f"{target}: cannot create: {exc.strerror}", path=target) from exc
+            raise PublishError(f"{target}: cannot create: {why(exc)}", path=target) from exc
         return target.parent, PurePosixPath(target.name)
     rel = relative_to(root, target)
     if not rel.parts:
@@ -184,7 +184,7 @@ def atomic_write(target: Path, data: bytes, *, mode: int = 0o644, root: Path | N
         try:
             fd, tmp = create_temporary(dfd, rel.name, ".tmp")
         except OSError as exc:
-            raise PublishError(f"{target}: cannot create: {exc.strerror}", path=target) from exc
+            raise PublishError(f"{target}: cannot create: {why(exc)}", path=target) from exc
         try:
             try:
                 write_all(fd, data)
@@ -197,7 +197,7 @@ def atomic_write(target: Path, data: bytes, *, mode: int = 0o644, root: Path | N
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp, dir_fd=dfd)
-            raise PublishError(f"{target}: cannot write: {exc.strerror}", path=target) from exc
+            raise PublishError(f"{target}: cannot write: {why(exc)}", path=target) from exc
 
 
 def sweep_temporaries(target: Path) -> int:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from driver_container.errors import CommandError, CommandStopped, CommandTimeout, ForbiddenCommandError
+from driver_container.fileread import why
 from driver_container.records import NamedRecord
 
 if TYPE_CHECKING:
@@ -120,7 +121,7 @@ class Runner:
         except subprocess.TimeoutExpired as exc:
             raise CommandError(f"{argv[0]}: timed out after {timeout:g} s", argv=tuple(argv)) from exc
         except OSError as exc:
-            raise CommandError(f"{argv[0]}: cannot run: {exc.strerror}", argv=tuple(argv)) from exc
+            raise CommandError(f"{argv[0]}: cannot run: {why(exc)}", argv=tuple(argv)) from exc
         if check and done.returncode != 0:
             detail = (done.stderr or done.stdout).strip().splitlines()
             raise CommandError(
@@ -173,7 +174,7 @@ class Runner:
         try:
             proc = subprocess.Popen(args, stdin=quiet, stdout=quiet, stderr=quiet, close_fds=False, env=self.env)
         except OSError as exc:
-            raise CommandError(f"{argv[0]}: cannot run: {exc.strerror}", argv=tuple(argv)) from exc
+            raise CommandError(f"{argv[0]}: cannot run: {why(exc)}", argv=tuple(argv)) from exc
         with proc:
             if not self._exited_in_time(proc, argv, timeout):
                 proc.kill()
@@ -225,7 +226,7 @@ class Runner:
         try:
             fd = os.open(output, flags, 0o600)
         except OSError as exc:
-            raise CommandError(f"{output}: cannot create: {exc.strerror}", argv=tuple(argv)) from exc
+            raise CommandError(f"{output}: cannot create: {why(exc)}", argv=tuple(argv)) from exc
         with cleanup.held() if cleanup is not None else contextlib.nullcontext():
             try:
                 proc = subprocess.Popen(
@@ -238,7 +239,7 @@ class Runner:
                     start_new_session=True,
                 )
             except OSError as exc:
-                raise CommandError(f"{argv[0]}: cannot run: {exc.strerror}", argv=tuple(argv)) from exc
+                raise CommandError(f"{argv[0]}: cannot run: {why(exc)}", argv=tuple(argv)) from exc
             finally:
                 os.close(fd)
             what = f"killed {argv[0]} and its process group {proc.pid}"
@@ -267,7 +268,7 @@ class Runner:
             sink = fd if fd >= 0 else None
             return subprocess.Popen(args, env=self.env, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)
         except OSError as exc:
-            raise CommandError(f"{argv[0]}: cannot start: {exc.strerror}", argv=tuple(argv)) from exc
+            raise CommandError(f"{argv[0]}: cannot start: {why(exc)}", argv=tuple(argv)) from exc
         finally:
             if fd >= 0:
                 os.close(fd)

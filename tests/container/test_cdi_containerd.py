@@ -223,7 +223,9 @@ def test_the_compute_domain_daemon_runs_nvidia_imex_from_the_spec(node: Node, tm
     container that has nothing but what the spec mounts from that root."""
     userspace = userspace_with_imex(USERSPACE, tmp_path / "userspace")
     root = tmp_path / "driver"
-    paths = HostPaths(userspace_root=userspace, driver_root_override=root, procfs_root=Path("/nonexistent"))
+    paths = HostPaths(
+        userspace_root=userspace, driver_root_override=root, run_dir=tmp_path / "run", procfs_root=Path("/nonexistent")
+    )
     publish_driver_root(paths, V, Runner())
     spec, _ = management_spec(root, stand_in_dev_root(tmp_path / "dev-root"))
     kind = f"{KIND}-imex"

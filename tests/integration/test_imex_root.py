@@ -64,7 +64,9 @@ def imex_root(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     base = tmp_path_factory.mktemp(f"imex-{used.name}")
     userspace = userspace_with_imex(source, base / "userspace")
     dr = base / "driver"
-    paths = HostPaths(userspace_root=userspace, driver_root_override=dr, procfs_root=Path("/nonexistent"))
+    paths = HostPaths(
+        userspace_root=userspace, driver_root_override=dr, run_dir=base / "run", procfs_root=Path("/nonexistent")
+    )
     report = publish_driver_root(paths, used.version, Runner())
     assert {f"usr/bin/{name}" for name in IMEX_BINARIES} <= set(report.binaries)
     return ImexRoot(used, dr)

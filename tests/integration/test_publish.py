@@ -31,7 +31,13 @@ LIB = "usr/lib/x86_64-linux-gnu"
 
 def host(userspace: Path, driver_root: Path, proc: Path | None = None) -> HostPaths:
     proc = proc or Path("/nonexistent")
-    return HostPaths(userspace_root=userspace, driver_root_override=driver_root, procfs_root=proc, own_procfs_root=proc)
+    return HostPaths(
+        userspace_root=userspace,
+        driver_root_override=driver_root,
+        run_dir=driver_root.parent / "run",  # the publish-failed marker: never the machine's /run/nvidia
+        procfs_root=proc,
+        own_procfs_root=proc,
+    )
 
 
 def snapshot(root: Path) -> dict[str, trees.Entry]:
@@ -188,7 +194,8 @@ def _publish_process(userspace: Path, driver: Path, started: Path) -> subprocess
         "from driver_container.publish.publisher import publish_driver_root;"
         f"Path({str(started)!r}).touch();"
         f"publish_driver_root(HostPaths(userspace_root=Path({str(userspace)!r}), "
-        f"driver_root_override=Path({str(driver)!r}), procfs_root=Path('/nonexistent')), {V!r}, Runner())"
+        f"driver_root_override=Path({str(driver)!r}), run_dir=Path({str(driver.parent / 'run')!r}), "
+        f"procfs_root=Path('/nonexistent')), {V!r}, Runner())"
     )
     started.unlink(missing_ok=True)
     return subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.DEVNULL)
@@ -304,7 +311,8 @@ def test_unreadable_library(userspace: Path, tmp_path: Path) -> None:
         "from driver_container.publish.publisher import publish_driver_root;"
         "from driver_container.errors import UserspaceError\ntry:\n"
         f" publish_driver_root(HostPaths(userspace_root=Path({str(userspace)!r}), "
-        f"driver_root_override=Path({str(tmp_path / 'd')!r}), procfs_root=Path('/nonexistent')), {V!r}, Runner())\n"
+        f"driver_root_override=Path({str(tmp_path / 'd')!r}), run_dir=Path({str(tmp_path / 'run')!r}), "
+        f"procfs_root=Path('/nonexistent')), {V!r}, Runner())\n"
         "except UserspaceError as e:\n print(e.message); sys.exit(3)"
     )
     argv = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", sys.executable, "-c", code]

@@ -32,7 +32,7 @@ from driver_container.paths import HostPaths
 from driver_container.publish.publisher import publish_driver_root
 from driver_container.runtime.runner import Runner
 publish_driver_root(HostPaths(userspace_root=Path(sys.argv[1]), driver_root_override=Path(sys.argv[2]),
-                    procfs_root=Path("/nonexistent")), sys.argv[3], Runner())
+                    run_dir=Path(sys.argv[2]).parent / "run", procfs_root=Path("/nonexistent")), sys.argv[3], Runner())
 print(json.dumps({"elftools": "elftools" in sys.modules}))
 """
 

@@ -31,7 +31,9 @@ def driver_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     require((USERSPACE / "usr/bin/nvidia-smi").is_symlink(), f"Debian NVIDIA {V} chroot at {USERSPACE}")
     require(os.geteuid() == 0, "root (chroot)")
     dr = tmp_path_factory.mktemp("real") / "driver"
-    paths = HostPaths(userspace_root=USERSPACE, driver_root_override=dr, procfs_root=Path("/nonexistent"))
+    paths = HostPaths(
+        userspace_root=USERSPACE, driver_root_override=dr, run_dir=dr.parent / "run", procfs_root=Path("/nonexistent")
+    )
     report = publish_driver_root(paths, V, Runner())
     assert "usr/bin/nvidia-smi" in report.binaries
     return dr
@@ -51,7 +53,12 @@ def test_validator_style_ld_preload(driver_root: Path) -> None:
 
 
 def test_restart_is_a_no_op(driver_root: Path) -> None:
-    paths = HostPaths(userspace_root=USERSPACE, driver_root_override=driver_root, procfs_root=Path("/nonexistent"))
+    paths = HostPaths(
+        userspace_root=USERSPACE,
+        driver_root_override=driver_root,
+        run_dir=driver_root.parent / "run",
+        procfs_root=Path("/nonexistent"),
+    )
     report = publish_driver_root(paths, V, Runner())
     assert (report.written, report.removed, report.ldconfig_ran) == (0, 0, False)
 

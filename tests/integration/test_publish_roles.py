@@ -23,7 +23,9 @@ LIB = "usr/lib/x86_64-linux-gnu"
 
 
 def publish(userspace: Path, dr: Path) -> None:
-    paths = HostPaths(userspace_root=userspace, driver_root_override=dr, procfs_root=Path("/nonexistent"))
+    paths = HostPaths(
+        userspace_root=userspace, driver_root_override=dr, run_dir=dr.parent / "run", procfs_root=Path("/nonexistent")
+    )
     publish_driver_root(paths, V, Runner())
 
 

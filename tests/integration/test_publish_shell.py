@@ -29,7 +29,13 @@ V = "595.91.07"
 
 def _host(userspace: Path, driver_root: Path) -> HostPaths:
     proc = Path("/nonexistent")
-    return HostPaths(userspace_root=userspace, driver_root_override=driver_root, procfs_root=proc, own_procfs_root=proc)
+    return HostPaths(
+        userspace_root=userspace,
+        driver_root_override=driver_root,
+        run_dir=driver_root.parent / "run",  # the publish-failed marker: never the machine's /run/nvidia
+        procfs_root=proc,
+        own_procfs_root=proc,
+    )
 
 
 def _static_elf() -> Path:

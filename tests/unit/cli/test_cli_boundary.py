@@ -1,6 +1,11 @@
-"""Any unexpected exception becomes one line on stderr and exit 1; the traceback only with --verbose."""
+"""Any unexpected exception becomes one line on stderr and exit 1; the traceback only with --verbose.
+
+``init`` keeps a copy of its log in RUN_DIR before anything else: every run here gets a temporary RUN_DIR
+(the default is the machine's /run/nvidia)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -19,8 +24,15 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str], entry: object = ma
     return int(exited.value.code or 0), capsys.readouterr().err
 
 
+@pytest.fixture(autouse=True)
+def temporary_run_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    run_dir = tmp_path / "run"
+    monkeypatch.setenv("RUN_DIR", str(run_dir))
+    return run_dir
+
+
 def test_unexpected_error_is_one_line_and_exit_1(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: object
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], temporary_run_dir: Path
 ) -> None:
     monkeypatch.setattr(lifecycle, "run_init", _boom)
     code, err = _run(["init", "--no-wait"], capsys)
@@ -28,6 +40,7 @@ def test_unexpected_error_is_one_line_and_exit_1(
     assert "Traceback" not in err
     assert "nvidia-driver: error: internal error: RuntimeError: unexpected\n" in err
     assert "second line" not in err
+    assert (temporary_run_dir / "nvidia-driver.log").is_file()  # the copy of the log went to RUN_DIR
 
 
 def test_verbose_shows_the_traceback(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
