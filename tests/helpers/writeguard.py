@@ -73,6 +73,15 @@ def _absolute(path: object, dir_fd: object = None) -> str | None:
     return os.path.normpath(text)
 
 
+def _absolute_from(path: str, cwd: object) -> str | None:
+    """A child's ``path`` made absolute against the working directory it is started in (``cwd``, resolved:
+    the mount code starts mount(8) in ``/proc/self/fd/N`` of the directory it checked, with target ``.``)."""
+    where = _text(cwd)
+    if os.path.isabs(path) or where is None:
+        return _absolute(path)
+    return os.path.normpath(os.path.join(os.path.realpath(where), path))
+
+
 def _opened_for_writing(args: Sequence[object]) -> bool:
     _path, mode, flags = (*args, None, None, None)[:3]
     if isinstance(mode, str) and any(letter in mode for letter in WRITE_MODE_LETTERS):
@@ -107,8 +116,8 @@ def written_paths(event: str, args: Sequence[object]) -> list[str]:
         found.append(_absolute(args[1], dst_fd))
     elif event == "os.truncate":
         found.append(_absolute(args[0]))
-    elif event == "subprocess.Popen":
-        found += [_absolute(target) for target in _mount_target(args)]
+    elif event == "subprocess.Popen":  # (executable, args, cwd, env)
+        found += [_absolute_from(target, args[2] if len(args) > 2 else None) for target in _mount_target(args)]
     return [p for p in found if p is not None]
 
 

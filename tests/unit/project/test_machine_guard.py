@@ -100,6 +100,14 @@ def test_the_production_defaults_and_the_repository_are_forbidden(request: pytes
         ("os.remove", ("/etc/x", -1), ["/etc/x"]),
         ("subprocess.Popen", ("umount", ["umount", "-R", "/run/nvidia/driver"], None, None), ["/run/nvidia/driver"]),
         ("subprocess.Popen", ("ls", ["ls", "/run/nvidia"], None, None), []),
+        # the mount code starts mount(8) in the directory it checked, with the target ".": the guard judges
+        # that directory (a /proc/self/fd/N link resolved), not its own working directory
+        (
+            "subprocess.Popen",
+            ("mount", ["mount", "-t", "tmpfs", "x", "."], "/run/nvidia/driver", None),
+            ["/run/nvidia/driver"],
+        ),
+        ("subprocess.Popen", ("mount", ["mount", "x", "."], "/proc/self/root/run", None), ["/run"]),
         ("os.listdir", ("/etc",), []),
     ],
 )
