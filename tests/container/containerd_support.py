@@ -29,7 +29,6 @@ from helpers.support import REPO, require
 CONTAINERD_BIN = Path(os.environ.get("CONTAINERD_DIR", REPO / ".cache" / "containerd")) / "usr/bin"
 WORKLOAD_IMAGE = "debian:bookworm-slim"
 NAMESPACE = "issue-29"
-CDI_DIR = Path("/var/run/cdi")  # ctr's static CDI registry reads /etc/cdi and /var/run/cdi
 # containerd 2.x plugins a bare daemon does not need: CRI (a kubelet's API) and NRI (its own socket under /var/run).
 DISABLED = (
     "io.containerd.grpc.v1.cri",
@@ -53,6 +52,17 @@ class Containerd:
     def sbin(self) -> Path:
         return self.base / "sbin"
 
+    @property
+    def run_view(self) -> Path:
+        """What ctr sees as ``/run``: ctr's static CDI registry reads only /etc/cdi and /var/run/cdi
+        (containerd cmd/ctr/commands/run: ``cdi.Configure`` with its default spec dirs), so each ctr runs in a
+        mount namespace of its own with this directory over ``/run``; the node's /run is never written."""
+        return self.base / "run-view"
+
+    @property
+    def cdi_dir(self) -> Path:
+        return self.run_view / "cdi"
+
     def host_ldconfig(self, present: bool) -> None:
         """The node's ``/sbin/ldconfig``: glibc's static one (Sidero's glibc extension) or none (base Talos)."""
         target = self.sbin / "ldconfig"
@@ -62,7 +72,9 @@ class Containerd:
             target.unlink(missing_ok=True)
 
     def ctr(self, *args: str, timeout: float = 120, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-        argv = [str(CONTAINERD_BIN / "ctr"), "--address", str(self.socket), "--namespace", NAMESPACE, *args]
+        ctr = [str(CONTAINERD_BIN / "ctr"), "--address", str(self.socket), "--namespace", NAMESPACE, *args]
+        argv = ["unshare", "-m", "--propagation", "slave", "sh", "-c", 'mount --bind "$0" /run && exec "$@"']
+        argv += [str(self.run_view), *ctr]
         if stdin is None:  # never the test's own stdin: a command reading it would hang
             return subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, check=False)
         return subprocess.run(argv, input=stdin, capture_output=True, timeout=timeout, check=False)
@@ -73,7 +85,10 @@ class Containerd:
         # runc's state below this daemon's base (its default, /run/containerd/runc/<namespace>, is the node's).
         runc = ["--runc-root", str(self.base / "runc")]
         command = ["sh", "-c", script, "sh", *args]
-        done = self.ctr("run", "--rm", *runc, "--device", device, image, f"{name}-{os.getpid()}", *command, timeout=60)
+        # its stdio FIFOs below this daemon's base too (ctr's default, /run/containerd/fifo, is the node's)
+        fifo = ["--fifo-dir", str(self.base / "fifo")]
+        argv = ["run", "--rm", *runc, *fifo, "--device", device, image, f"{name}-{os.getpid()}", *command]
+        done = self.ctr(*argv, timeout=60)
         return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(), done.stderr.decode())
 
     def _shims(self) -> list[int]:
@@ -123,6 +138,8 @@ def start_containerd(base: Path) -> Containerd:
     sbin = base / "sbin"
     sbin.mkdir(parents=True)
     shutil.copy2(shutil.which("runc") or "runc", sbin / "runc")
+    run_view = base / "run-view"  # Containerd.run_view
+    (run_view / "cdi").mkdir(parents=True)
     config = base / "config.toml"
     config.write_text(
         f'version = 3\nroot = "{base / "root"}"\nstate = "{base / "state"}"\n'
@@ -131,7 +148,9 @@ def start_containerd(base: Path) -> Containerd:
         f'[ttrpc]\n  address = "{base / "containerd.sock.ttrpc"}"\n'
     )
     env = {"PATH": f"{CONTAINERD_BIN}:/usr/sbin:/usr/bin:/sbin:/bin"}
-    setup = 'mount --bind "$0" /usr/sbin && exec "$@"'
+    # The node's /run stays the node's: the shims' sockets go below the view's containerd/s (containerd puts
+    # them under its fixed state directory /run/containerd, pkg/shim/util_unix.go), the view ctr sees too.
+    setup = 'mount --bind "$0" /usr/sbin && mount --bind "$1" /run && shift && exec "$@"'
     argv = [
         "unshare",
         "-m",
@@ -141,6 +160,7 @@ def start_containerd(base: Path) -> Containerd:
         "-c",
         setup,
         str(sbin),
+        str(run_view),
         str(CONTAINERD_BIN / "containerd"),
         "--config",
         str(config),

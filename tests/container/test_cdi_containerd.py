@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from containerd_support import CDI_DIR, Containerd, require_containerd, start_containerd
+from containerd_support import Containerd, require_containerd, start_containerd
 from helpers.fakes import node_env
 from helpers.imex import DAEMON_ARGV, userspace_with_imex
 from helpers.published_roots import CLI, HOST
@@ -88,7 +88,6 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
     run_fs.mkdir()
     mounted: list[Path] = []
     containerd = None
-    spec_file = CDI_DIR / f"{KIND.replace('/', '_')}.json"
     try:
         _mount("-t", "tmpfs", "-o", "noexec,nosuid,nodev,mode=0755", "talos-run", str(run_fs))
         mounted.append(run_fs)
@@ -102,10 +101,9 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Node]:
         assert done.returncode == 0, done.stdout + done.stderr
         assert "mounted tmpfs nvidia-driver-root" in done.stderr  # the root is not on the noexec /run
         containerd = start_containerd(base / "containerd")
-        CDI_DIR.mkdir(parents=True, exist_ok=True)
+        spec_file = containerd.cdi_dir / f"{KIND.replace('/', '_')}.json"
         yield Node(run_fs, run_fs / "nvidia/driver", containerd, spec_file)
     finally:
-        spec_file.unlink(missing_ok=True)
         if containerd is not None:
             containerd.stop()
         for path in reversed(mounted):
