@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers.support import require
+from test_publish import host
 
 from driver_container.driverroot.integrity import check_integrity
 from driver_container.paths import HostPaths
@@ -25,17 +26,6 @@ from driver_container.publish.unchanged import unchanged_manifest
 from driver_container.runtime.runner import Runner
 
 V = "595.91.07"
-
-
-def _host(userspace: Path, driver_root: Path) -> HostPaths:
-    proc = Path("/nonexistent")
-    return HostPaths(
-        userspace_root=userspace,
-        driver_root_override=driver_root,
-        run_dir=driver_root.parent / "run",  # the publish-failed marker: never the machine's /run/nvidia
-        procfs_root=proc,
-        own_procfs_root=proc,
-    )
 
 
 def _static_elf() -> Path:
@@ -51,14 +41,14 @@ def _records(root: Path) -> dict[str, dict[str, object]]:
 def test_a_static_busybox_becomes_bin_sh_and_dev_shm_a_recorded_directory(userspace: Path, tmp_path: Path) -> None:
     shutil.copy2(_static_elf(), userspace / "usr/bin/busybox")
     dr = tmp_path / "driver"
-    publish_driver_root(_host(userspace, dr), V, Runner())
+    publish_driver_root(host(userspace, dr), V, Runner())
     sh = (dr / "bin/sh").lstat()
     assert stat.S_ISREG(sh.st_mode) and stat.S_IMODE(sh.st_mode) == 0o755
     assert (dr / "bin/sh").read_bytes() == (userspace / "usr/bin/busybox").read_bytes()
     for directory in ("dev/shm", "proc", "sys"):  # mount points: the claim's shm; init's sysfs; proc stays empty
         assert stat.S_ISDIR((dr / directory).lstat().st_mode) and not any((dr / directory).iterdir())
         assert _records(dr)[directory]["type"] == "dir"
-    again = publish_driver_root(_host(userspace, dr), V, Runner(), check_unchanged=False)
+    again = publish_driver_root(host(userspace, dr), V, Runner(), check_unchanged=False)
     assert (again.written, again.removed, again.ldconfig_ran) == (0, 0, False)  # a restart writes nothing
     assert check_integrity(dr).ok
 
@@ -66,13 +56,13 @@ def test_a_static_busybox_becomes_bin_sh_and_dev_shm_a_recorded_directory(usersp
 def test_a_missing_dev_shm_is_a_finding_and_the_next_publish_makes_it_again(userspace: Path, tmp_path: Path) -> None:
     shutil.copy2(_static_elf(), userspace / "usr/bin/busybox")
     dr = tmp_path / "driver"
-    publish_driver_root(_host(userspace, dr), V, Runner())
+    publish_driver_root(host(userspace, dr), V, Runner())
     (dr / "dev/shm").rmdir()
     (dr / "dev/shm").write_text("not a directory\n")
     assert [(m.path, m.reason) for m in check_integrity(dr).mismatches] == [("dev/shm", "a file, not a directory")]
     (dr / "dev/shm").unlink()
     assert [(m.path, m.reason) for m in check_integrity(dr).mismatches] == [("dev/shm", "missing")]
-    report = publish_driver_root(_host(userspace, dr), V, Runner(), check_unchanged=False)
+    report = publish_driver_root(host(userspace, dr), V, Runner(), check_unchanged=False)
     assert report.written == 1 and (dr / "dev/shm").is_dir() and check_integrity(dr).ok
 
 
@@ -82,7 +72,7 @@ def test_without_a_static_shell_the_root_gets_neither(
     shutil.copy2(userspace / "usr/lib/nvidia/current/nvidia-smi", userspace / "usr/bin/busybox")  # a dynamic ELF
     dr = tmp_path / "driver"
     with caplog.at_level(logging.WARNING):
-        publish_driver_root(_host(userspace, dr), V, Runner())
+        publish_driver_root(host(userspace, dr), V, Runner())
     assert not (dr / "bin").exists() and not (dr / "dev").exists()
     assert "USERSPACE_ROOT/usr/bin/busybox is not a static EM_X86_64 ELF binary" in caplog.text
 
@@ -90,9 +80,9 @@ def test_without_a_static_shell_the_root_gets_neither(
 def test_a_shell_gone_from_the_image_leaves_the_root_with_its_directories(userspace: Path, tmp_path: Path) -> None:
     shutil.copy2(_static_elf(), userspace / "usr/bin/busybox")
     dr = tmp_path / "driver"
-    publish_driver_root(_host(userspace, dr), V, Runner())
+    publish_driver_root(host(userspace, dr), V, Runner())
     (userspace / "usr/bin/busybox").unlink()
-    report = publish_driver_root(_host(userspace, dr), V, Runner())
+    report = publish_driver_root(host(userspace, dr), V, Runner())
     # bin/sh only: a directory published for its own sake may be a mount point (proc, sys: driverroot/procsys.py),
     # where removing it fails with EBUSY; it stays, no longer recorded.
     assert report.removed == 1 and not (dr / "bin/sh").exists()

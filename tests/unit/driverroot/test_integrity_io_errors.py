@@ -6,13 +6,10 @@ of a directory that could not be opened was "missing" (PUBLISHED_FILE_CHANGED)."
 from __future__ import annotations
 
 import hashlib
-import os
-import resource
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 import pytest
+from helpers.fds import no_free_descriptor
 
 from driver_container.driverroot.integrity import check_integrity
 from driver_container.driverroot.manifest import Manifest, Record, format_manifest, read_manifest
@@ -20,19 +17,6 @@ from driver_container.errors import PublishError
 from driver_container.runtime.dirtree import Tree
 
 LIB = "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.595.91.07"
-
-
-@contextmanager
-def _no_free_descriptor() -> Iterator[None]:
-    """RLIMIT_NOFILE's soft limit at the lowest free descriptor number: every open(2) fails with EMFILE."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    probe = os.open(os.devnull, os.O_RDONLY)
-    os.close(probe)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (probe, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def _root(tmp_path: Path) -> Path:
@@ -53,7 +37,7 @@ def test_a_directory_that_cannot_be_opened_for_emfile_is_an_error_not_missing(tm
     tree = Tree(root)
     try:
         assert tree.dir_fd(PurePosixPath("nowhere")) is None  # missing stays missing
-        with _no_free_descriptor(), pytest.raises(PublishError, match=r"Too many open files \(EMFILE\)"):
+        with no_free_descriptor(), pytest.raises(PublishError, match=r"Too many open files \(EMFILE\)"):
             tree.dir_fd(PurePosixPath(LIB).parent)
     finally:
         tree.close()
@@ -62,7 +46,7 @@ def test_a_directory_that_cannot_be_opened_for_emfile_is_an_error_not_missing(tm
 def test_verify_out_of_descriptors_is_the_emfile_error_never_an_unpublished_root(tmp_path: Path) -> None:
     root = _root(tmp_path)
     assert check_integrity(root).ok and read_manifest(root)[1] is not None
-    with _no_free_descriptor(), pytest.raises(PublishError, match=r"Too many open files \(EMFILE\)"):
+    with no_free_descriptor(), pytest.raises(PublishError, match=r"Too many open files \(EMFILE\)"):
         read_manifest(root)  # before, ("", None): "nothing published", and every file rewritten
-    with _no_free_descriptor(), pytest.raises(PublishError, match=r"Too many open files \(EMFILE\)"):
+    with no_free_descriptor(), pytest.raises(PublishError, match=r"Too many open files \(EMFILE\)"):
         check_integrity(root)

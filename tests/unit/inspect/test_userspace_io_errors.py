@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import errno
 import os
-import resource
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from helpers.fds import no_free_descriptor
 from helpers.support import FIXTURES, fixture_paths
 
 from driver_container.errors import HostFileNotFound, HostReadError
@@ -52,25 +50,12 @@ def test_eacces_keeps_the_os_words_and_is_not_missing() -> None:
     assert raised.value.message == "/x/lib: cannot read: Permission denied"
 
 
-@contextmanager
-def _no_free_descriptor() -> Iterator[None]:
-    """RLIMIT_NOFILE's soft limit at the lowest free descriptor number: every open(2) fails with EMFILE."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    probe = os.open(os.devnull, os.O_RDONLY)
-    os.close(probe)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (probe, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-
-
 def test_a_userspace_scan_out_of_descriptors_is_unreadable_not_missing(tmp_path: Path) -> None:
     tree = Path(shutil.copytree(HOST, tmp_path / "tree", symlinks=True))
     paths = fixture_paths(tree)
     state = inspect_host(paths, Settings())
     assert state.userspace.version is not None  # the fixture has its userspace: found with descriptors free
-    with _no_free_descriptor():
+    with no_free_descriptor():
         userspace = find_userspace(Root(paths.userspace_root))
     assert userspace.version is None and userspace.problems
     assert all("Too many open files (EMFILE)" in str(p) for p in userspace.problems), userspace.problems
