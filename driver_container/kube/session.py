@@ -25,7 +25,9 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from driver_container.kube.transport import register_socket
 
 
-class _Connection(HTTPConnection):
+class _Registering(HTTPConnection):
+    """A connection whose socket the active watchdog can shut down."""
+
     def _new_conn(self) -> socket.socket:
         sock = super()._new_conn()
         register_socket(sock)  # before the TLS handshake: a dribbled handshake is cut off too
@@ -36,15 +38,12 @@ class _Connection(HTTPConnection):
         super().request(*args, **kwargs)
 
 
-class _TlsConnection(HTTPSConnection):
-    def _new_conn(self) -> socket.socket:
-        sock = super()._new_conn()
-        register_socket(sock)
-        return sock
+class _Connection(_Registering):
+    pass
 
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        register_socket(self.sock)
-        super().request(*args, **kwargs)
+
+class _TlsConnection(_Registering, HTTPSConnection):
+    pass
 
 
 class _Pool(HTTPConnectionPool):

@@ -30,7 +30,7 @@ def index_json(members: Sequence[Member], budget: Budget, started: float) -> dic
     return {
         "entrypoint_version": __version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-        "seconds": round(time.monotonic() - (budget.end - budget.deadline_s), 3),
+        "seconds": round(budget.deadline.elapsed(), 3),
         "deadline_s": budget.deadline_s,
         "size_cap": budget.total_cap,
         "members": [

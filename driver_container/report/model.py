@@ -7,10 +7,10 @@ and to what is left of the archive's, keeping its start (or, for a log, its end)
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 
 from driver_container.formats.redact import redact
+from driver_container.runtime.deadline import Deadline
 
 DEFAULT_TOTAL_CAP = 8 << 20  # bytes of members, uncompressed; the archive is smaller
 DEFAULT_DEADLINE_S = 60.0
@@ -42,14 +42,15 @@ class Budget:
         self.total_cap = total_cap
         self.bytes_left = total_cap
         self.deadline_s = deadline_s
-        self.end = time.monotonic() + deadline_s
+        self.deadline = Deadline(deadline_s)
+        self.end = self.deadline.end
 
     def time_left(self) -> float:
-        return max(self.end - time.monotonic(), 0.0)
+        return self.deadline.left()
 
     @property
     def expired(self) -> bool:
-        return self.time_left() <= 0.0
+        return self.deadline.expired
 
     def admit(self, member: Member, cap: int, *, keep_end: bool = False) -> Member:
         """``member`` cut to ``cap`` and to the bytes left, redacted; charges what it keeps.

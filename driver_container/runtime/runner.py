@@ -15,7 +15,6 @@ import logging
 import os
 import select
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING
 from driver_container.errors import CommandError, CommandStopped, CommandTimeout, ForbiddenCommandError
 from driver_container.fileread import why
 from driver_container.records import NamedRecord
+from driver_container.runtime.forkchild import kill_group
 
 if TYPE_CHECKING:
     from driver_container.runtime.signalcleanup import SignalCleanup
@@ -247,11 +247,11 @@ class Runner:
         try:
             return proc.wait(timeout=max(timeout, 0.0))
         except subprocess.TimeoutExpired:
-            _kill_session_group(proc.pid)
+            kill_group(proc.pid)
             proc.wait()
             raise CommandTimeout(f"{argv[0]}: timed out after {timeout:.3g} s; killed", argv=tuple(argv)) from None
         finally:
-            _kill_session_group(proc.pid)  # what it left behind: nothing of it outlives the run
+            kill_group(proc.pid)  # what it left behind: nothing of it outlives the run
             if cleanup is not None:
                 cleanup.discard(key)
 
@@ -272,9 +272,3 @@ class Runner:
         finally:
             if fd >= 0:
                 os.close(fd)
-
-
-def _kill_session_group(pgid: int) -> None:
-    """SIGKILL the process group a ``start_new_session`` child leads (pgid == its pid)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)

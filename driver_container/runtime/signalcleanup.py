@@ -19,7 +19,7 @@ import signal
 from collections.abc import Callable, Iterator
 from types import FrameType
 
-from driver_container.runtime.forkchild import HANDLED_SIGNALS, await_group_exit
+from driver_container.runtime.forkchild import HANDLED_SIGNALS, await_group_exit, kill_group
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +99,7 @@ def end_group(pgid: int) -> None:
     """SIGKILL the process group ``pgid`` (a session's leader's: pgid == its pid), reap its leader when
     it is our child, and wait briefly until none of its processes is left. Only ``killpg``: the kernel
     reuses no pid while it names a group that still has a process."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
+    kill_group(pgid)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pgid, 0)
     await_group_exit(pgid)
