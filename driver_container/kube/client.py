@@ -26,7 +26,7 @@ from urllib.parse import quote
 import requests
 
 from driver_container.errors import ApiAnswerError, KubernetesError
-from driver_container.formats.numbers import parse_uint
+from driver_container.kube.answers import labels_of, malformed, pod_shaped, retry_after, status_error
 from driver_container.kube.endpoint import Endpoint, KubeConfig, in_cluster_endpoint, kubeconfig_endpoint
 from driver_container.kube.session import ApiSession, DeadlineAdapter
 from driver_container.kube.tlscontext import tls_context
@@ -39,7 +39,7 @@ MERGE_PATCH = "application/merge-patch+json"
 
 
 class KubeClient:
-    """GET/PATCH node, list pods, evict: the calls of the stock driver manager, nothing more."""
+    """GET/PATCH node, GET pod and DaemonSet, list pods, evict, post an Event: the calls this project makes."""
 
     def __init__(
         self,
@@ -112,15 +112,25 @@ class KubeClient:
     def get_node(self, name: str) -> dict[str, Any]:
         return self._json("GET", f"/api/v1/nodes/{quote(name, safe='')}")
 
+    def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pod, or None when it does not exist (404)."""
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(name, safe='')}"
+        return self._json("GET", path, missing_ok=True) or None
+
+    def get_daemonset(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The DaemonSet (apps/v1), or None when it does not exist (404)."""
+        path = f"/apis/apps/v1/namespaces/{quote(namespace, safe='')}/daemonsets/{quote(name, safe='')}"
+        return self._json("GET", path, missing_ok=True) or None
+
     def node_labels(self, name: str) -> dict[str, str]:
         path = f"/api/v1/nodes/{quote(name, safe='')}"
-        return _labels(self._json("GET", path), "GET", path)
+        return labels_of(self._json("GET", path), "GET", path)
 
     def patch_node_labels(self, name: str, labels: Mapping[str, str | None]) -> dict[str, str]:
         """JSON merge patch (RFC 7386) of node labels; ``None`` removes a label. Returns the new labels."""
         body = {"metadata": {"labels": dict(labels)}}
         path = f"/api/v1/nodes/{quote(name, safe='')}"
-        return _labels(self._json("PATCH", path, body=body, content_type=MERGE_PATCH), "PATCH", path)
+        return labels_of(self._json("PATCH", path, body=body, content_type=MERGE_PATCH), "PATCH", path)
 
     def patch_node_annotations(self, name: str, annotations: Mapping[str, str | None]) -> None:
         """JSON merge patch of node annotations (nodereport.py); ``None`` removes one."""
@@ -137,8 +147,8 @@ class KubeClient:
         if label_selector:
             params["labelSelector"] = label_selector
         items = self._json("GET", path, params=params).get("items") or []
-        if not isinstance(items, list) or not all(_pod_shaped(item) for item in items):
-            raise _malformed("GET", path, "items is not a list of pods")
+        if not isinstance(items, list) or not all(pod_shaped(item) for item in items):
+            raise malformed("GET", path, "items is not a list of pods")
         return items
 
     def evict_pod(self, namespace: str, name: str) -> None:
@@ -183,13 +193,13 @@ class KubeClient:
         if answer.status_code == 404 and missing_ok:
             return {}
         if answer.status_code >= 300:
-            raise _status_error(method, path, answer)
+            raise status_error(method, path, answer)
         try:
             data = answer.json()
         except ApiAnswerError as exc:
-            raise _malformed(method, path, exc.message, answer.status_code) from exc
+            raise malformed(method, path, exc.message, answer.status_code) from exc
         if not isinstance(data, dict):
-            raise _malformed(method, path, f"the answer is a JSON {type(data).__name__}, not an object")
+            raise malformed(method, path, f"the answer is a JSON {type(data).__name__}, not an object")
         return data
 
     def _request(
@@ -224,7 +234,7 @@ class KubeClient:
                 log.debug("%s %s -> %d", method, path, answer.status_code)
                 if answer.status_code not in RETRY_STATUSES or last:
                     return answer
-                delay = _retry_after(answer, delay, cfg.backoff_max)
+                delay = retry_after(answer, delay, cfg.backoff_max)
                 log.warning(
                     "%s %s: %d; retry %d/%d in %.1f s", method, path, answer.status_code, attempt, cfg.attempts, delay
                 )
@@ -241,57 +251,3 @@ def _require_tls_for_credentials(endpoint: Endpoint) -> None:
             "never in the clear",
             fix="use the API server's https:// URL (with its CA in certificate-authority-data)",
         )
-
-
-def _malformed(method: str, path: str, what: str, status: int | None = None) -> KubernetesError:
-    return KubernetesError(
-        f"{method} {path}: malformed answer: {what}",
-        method=method,
-        resource=path,
-        status=status,
-        fix="check that the server is the Kubernetes API server (not a proxy or another service)",
-    )
-
-
-def _labels(node: dict[str, Any], method: str, path: str) -> dict[str, str]:
-    metadata = node.get("metadata") or {}
-    labels = metadata.get("labels") or {} if isinstance(metadata, dict) else None
-    if not isinstance(labels, dict) or not all(isinstance(v, str) for v in labels.values()):
-        raise _malformed(method, path, "metadata.labels is not a mapping of strings")
-    return {str(k): v for k, v in labels.items()}
-
-
-def _pod_shaped(pod: object) -> bool:
-    """The fields the manager reads (labels.client_pods) have the types it reads them as."""
-    if not isinstance(pod, dict):
-        return False
-    metadata, spec = pod.get("metadata", {}), pod.get("spec", {})
-    if not isinstance(metadata, dict) or not isinstance(spec, dict):
-        return False
-    owners, selector = metadata.get("ownerReferences") or [], spec.get("nodeSelector") or {}
-    return isinstance(owners, list) and all(isinstance(o, dict) for o in owners) and isinstance(selector, dict)
-
-
-def _retry_after(answer: Answer, delay: float, cap: float) -> float:
-    value = answer.headers.get("Retry-After", "")
-    # RFC 9110 section 10.2.3: delay-seconds is 1*DIGIT (an HTTP-date is not honoured: the caller's delay).
-    seconds = parse_uint(value.strip())
-    return min(float(seconds), cap) if seconds is not None else delay
-
-
-def _status_error(method: str, path: str, answer: Answer) -> KubernetesError:
-    try:
-        data = answer.json()
-    except ApiAnswerError:
-        data = None
-    detail = str(data.get("message", ""))[:512] if isinstance(data, dict) else ""
-    text = f"{method} {path}: {answer.status_code} {answer.reason}" + (f": {detail}" if detail else "")
-    fixes = {
-        401: "the API server rejected the credentials: check the service-account token (or KUBECONFIG user)",
-        403: "grant the driver pod's service account get/list/patch on nodes, list on pods and create on "
-        "pods/eviction (see docs/operator.md)",
-        404: "check NODE_NAME (fieldRef spec.nodeName) and OPERATOR_NAMESPACE",
-    }
-    return KubernetesError(
-        text, method=method, resource=path, status=answer.status_code, fix=fixes.get(answer.status_code)
-    )

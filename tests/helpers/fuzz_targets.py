@@ -28,7 +28,7 @@ from driver_container.formats.kmod import format_modinfo, to_json
 from driver_container.formats.ldcache import parse_ld_cache
 from driver_container.formats.modconf import driver_major, parse_module_conf
 from driver_container.inspect.platform import parse_os_release
-from driver_container.kube.client import _retry_after
+from driver_container.kube.answers import retry_after as _retry_after
 from driver_container.kube.kubeconfig import parse_kubeconfig
 from driver_container.readers.elf import read_elf_deps
 from driver_container.readers.kmod import read_module
@@ -87,7 +87,7 @@ class Target:
 
 
 class _Response:
-    """What kube._retry_after reads of an answer (manager/transport.Answer)."""
+    """What kube.answers.retry_after reads of an answer (manager/transport.Answer)."""
 
     def __init__(self, retry_after: str) -> None:
         self.headers = {"Retry-After": retry_after}

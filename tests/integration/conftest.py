@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers.apiserver import server, server_cert, tls_server  # noqa: F401  (fixtures: the loopback API)
 from helpers.published_roots import Published, Userspace, publish_with_init
 from helpers.support import FIXTURES, SYNTHETIC_VERSION, require
 

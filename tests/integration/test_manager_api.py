@@ -8,206 +8,26 @@ scripted statuses or to stall, so retries, errors and timeouts are observed on t
 from __future__ import annotations
 
 import base64
-import json
 import logging
 import shutil
-import ssl
-import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from helpers.apiserver import NODE, NS, TOKEN, Server, endpoint
 from helpers.support import FIXTURES, fixture_paths
-from helpers.tls import self_signed
 
 from driver_container.errors import HostDriverPresentError, KubernetesError
 from driver_container.inspect.hoststate import inspect_host
 from driver_container.kube.client import KubeClient
-from driver_container.kube.endpoint import Endpoint, KubeConfig
+from driver_container.kube.endpoint import KubeConfig
 from driver_container.manager.facts import NodeFacts
 from driver_container.manager.labels import PAUSED
 from driver_container.manager.manager import ManagerOptions, run_uninstall
 from driver_container.paths import HostPaths
 from driver_container.runtime.runner import Runner
 from driver_container.settings import Settings
-
-TOKEN = "s3cr3t-token-value"
-NODE = "worker-gpu-1"
-NS = "gpu-operator"
-
-
-@dataclass
-class Recorded:
-    method: str
-    path: str
-    query: dict[str, list[str]]
-    headers: dict[str, str]
-    body: Any
-
-
-@dataclass
-class ApiState:
-    labels: dict[str, str] = field(default_factory=dict)
-    pods: list[dict[str, Any]] = field(default_factory=list)
-    script: list[tuple[int, dict[str, str]]] = field(default_factory=list)  # (status, headers) answered first
-    stall: float = 0.0  # seconds to sleep before answering
-    daemonset_controller: bool = False  # pods vanish once their operand label is no longer "true"
-    annotations: dict[str, str] = field(default_factory=dict)
-    events: list[dict[str, Any]] = field(default_factory=list)  # POSTed core/v1 Events, as received
-    forbidden: set[tuple[str, str]] = field(default_factory=set)  # (method, path) answered 403 (RBAC)
-    requests: list[Recorded] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-def _selector_matches(selector: str, labels: dict[str, str]) -> bool:
-    if not selector:
-        return True
-    if " in (" in selector:
-        key, values = selector.split(" in (", 1)
-        return labels.get(key.strip()) in values.rstrip(")").split(",")
-    return all(labels.get(k) == v for k, v in (term.split("=", 1) for term in selector.split(",")))
-
-
-class Handler(BaseHTTPRequestHandler):
-    state: ApiState
-
-    def log_message(self, *args: object) -> None:  # keep pytest output clean
-        pass
-
-    def _answer(self, status: int, body: object, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _handle(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(length) if length else b""
-        url = urlsplit(self.path)
-        st = self.state
-        with st.lock:
-            st.requests.append(
-                Recorded(
-                    self.command, url.path, parse_qs(url.query), dict(self.headers), json.loads(raw) if raw else None
-                )
-            )
-            scripted = st.script.pop(0) if st.script else None
-        if st.stall:
-            time.sleep(st.stall)
-        if scripted is not None:
-            status, headers = scripted
-            self._answer(status, {"kind": "Status", "message": f"scripted {status}"}, headers)
-            return
-        if self.headers.get("Authorization") not in (f"Bearer {TOKEN}", None):
-            self._answer(401, {"kind": "Status", "message": "Unauthorized"})
-            return
-        if (self.command, url.path) in st.forbidden:
-            self._answer(403, {"kind": "Status", "message": f"cannot {self.command} {url.path}"})
-            return
-        self._route(url.path, parse_qs(url.query), json.loads(raw) if raw else None)
-
-    def _route(self, path: str, query: dict[str, list[str]], body: Any) -> None:
-        st = self.state
-        if path == f"/api/v1/nodes/{NODE}":
-            if self.command == "PATCH":
-                assert self.headers["Content-Type"] == "application/merge-patch+json"
-                for store, key in ((st.labels, "labels"), (st.annotations, "annotations")):
-                    for name, value in body["metadata"].get(key, {}).items():
-                        if value is None:
-                            store.pop(name, None)
-                        else:
-                            store[name] = value
-            meta = {"name": NODE, "labels": st.labels, "annotations": st.annotations}
-            self._answer(200, {"kind": "Node", "metadata": meta})
-        elif path == f"/api/v1/namespaces/{NS}/events" and self.command == "POST":
-            st.events.append(body)
-            self._answer(201, {**body, "metadata": {**body["metadata"], "name": f"ev-{len(st.events)}"}})
-        elif path in (f"/api/v1/namespaces/{NS}/pods", "/api/v1/pods") and self.command == "GET":
-            node = query["fieldSelector"][0].removeprefix("spec.nodeName=")
-            if st.daemonset_controller:
-                st.pods = [p for p in st.pods if st.labels.get(p["operand"]) == "true"]
-            items = [
-                {"metadata": {"name": p["name"], "labels": p["labels"]}}
-                for p in st.pods
-                if p["node"] == node and _selector_matches(query.get("labelSelector", [""])[0], p["labels"])
-            ]
-            self._answer(200, {"kind": "PodList", "items": items})
-        elif path.endswith("/eviction") and self.command == "POST":
-            name = path.split("/")[-2]
-            if not any(p["name"] == name for p in st.pods):
-                self._answer(404, {"kind": "Status", "message": "not found"})
-                return
-            st.pods = [p for p in st.pods if p["name"] != name]
-            self._answer(201, {"kind": "Status", "status": "Success"})
-        else:
-            self._answer(404, {"kind": "Status", "message": f"no route {self.command} {path}"})
-
-    do_GET = do_PATCH = do_POST = _handle  # noqa: N815
-
-
-@dataclass
-class Server:
-    url: str
-    state: ApiState
-    ca: Path | None = None
-
-
-def _start(state: ApiState, context: ssl.SSLContext | None = None) -> tuple[ThreadingHTTPServer, threading.Thread]:
-    handler = type("BoundHandler", (Handler,), {"state": state})
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    httpd.daemon_threads = True
-    httpd.handle_error = lambda request, address: None  # type: ignore[method-assign]  # clients that gave up
-    if context is not None:
-        httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-    thread.start()
-    return httpd, thread
-
-
-@pytest.fixture(scope="module")
-def server_cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return self_signed(tmp_path_factory.mktemp("api-tls"), "server")
-
-
-def start_tls(state: ApiState, cert: tuple[Path, Path]) -> tuple[ThreadingHTTPServer, Server]:
-    """The API server over HTTPS (the client sends its token over TLS only), its CA being ``cert``."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(*cert)
-    httpd, _ = _start(state, context)
-    return httpd, Server(f"https://127.0.0.1:{httpd.server_address[1]}", state, cert[0])
-
-
-@pytest.fixture
-def server(server_cert: tuple[Path, Path]) -> Iterator[Server]:
-    httpd, srv = start_tls(ApiState(labels={"nvidia.com/gpu.deploy.driver": "true"}), server_cert)
-    yield srv
-    httpd.shutdown()
-    httpd.server_close()
-
-
-@pytest.fixture
-def tls_server(tmp_path: Path) -> Iterator[tuple[Server, Path, Path]]:
-    """HTTPS with a self-signed server cert; client certificates are requested and verified."""
-    cert, key = self_signed(tmp_path, "server")
-    client_cert, client_key = self_signed(tmp_path, "client")
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert, key)
-    context.load_verify_locations(client_cert)
-    context.verify_mode = ssl.CERT_OPTIONAL
-    state = ApiState(labels={"a": "b"})
-    httpd, _ = _start(state, context)
-    yield Server(f"https://127.0.0.1:{httpd.server_address[1]}", state, cert), client_cert, client_key
-    httpd.shutdown()
-    httpd.server_close()
 
 
 class Sleeps(list[float]):
@@ -218,10 +38,6 @@ class Sleeps(list[float]):
 def _client(server: Server, sleeps: Sleeps | None = None, **config: Any) -> KubeClient:
     cfg = KubeConfig(**{"timeout": 2.0, "attempts": 4, "backoff": 0.25, "backoff_max": 1.0, **config})
     return KubeClient(endpoint(server), cfg, sleep=sleeps if sleeps is not None else Sleeps())
-
-
-def endpoint(server: Server) -> Endpoint:
-    return Endpoint(server.url, verify=str(server.ca), token=TOKEN)
 
 
 # -- calls ----------------------------------------------------------------------------------------
@@ -527,3 +343,21 @@ def test_manager_labels_a_host_driver_node_pre_installed_and_fails(server: Serve
         )
     assert server.state.labels["nvidia.com/gpu.deploy.driver"] == "pre-installed"
     assert "/usr/bin/nvidia-smi" in caught.value.message
+
+
+def test_get_pod_and_daemonset_by_path_and_none_when_missing(server: Server) -> None:
+    pod_path = f"/api/v1/namespaces/{NS}/pods/driver-abc"
+    ds_path = f"/apis/apps/v1/namespaces/{NS}/daemonsets/nvidia-driver-daemonset"
+    server.state.objects[pod_path] = {"kind": "Pod", "metadata": {"name": "driver-abc"}}
+    server.state.objects[ds_path] = {"kind": "DaemonSet", "metadata": {"name": "nvidia-driver-daemonset"}}
+    with _client(server) as client:
+        assert client.get_pod(NS, "driver-abc") == server.state.objects[pod_path]
+        assert client.get_daemonset(NS, "nvidia-driver-daemonset") == server.state.objects[ds_path]
+        assert client.get_pod(NS, "gone") is None
+        assert client.get_daemonset(NS, "gone") is None
+    assert [r.path for r in server.state.requests] == [
+        pod_path,
+        ds_path,
+        f"/api/v1/namespaces/{NS}/pods/gone",
+        f"/apis/apps/v1/namespaces/{NS}/daemonsets/gone",
+    ]

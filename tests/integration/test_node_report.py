@@ -13,9 +13,9 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
+from helpers.apiserver import NODE, NS, TOKEN, ApiState, Server, endpoint, start_tls
 from helpers.support import FIXTURES, fixture_paths
 from helpers.tls import self_signed
-from test_manager_api import NODE, NS, TOKEN, ApiState, Server, endpoint, start_tls
 
 from driver_container.inspect.hoststate import inspect_host
 from driver_container.kube.client import KubeClient

@@ -20,7 +20,7 @@ from driver_container.formats.kernel.nvidia_proc import gpu_from_information, pa
 from driver_container.formats.kmod.der import DerError, encode_oid
 from driver_container.formats.ldcache import libcmp
 from driver_container.formats.modconf import driver_major
-from driver_container.kube.client import _retry_after
+from driver_container.kube.answers import retry_after as _retry_after
 from driver_container.kube.kubeconfig import parse_kubeconfig
 from driver_container.node.persistenced import HOST_PID_FILE, host_daemon_pid
 from driver_container.paths import HostPaths
