@@ -36,7 +36,7 @@ TALOS_PATCHES = {
     "talos-nri-1.14.yaml": "v1.14.0-rc.1",
 }
 KUBERNETES_MANIFESTS = {"standalone-daemonset.yaml", "driver-events-rbac.yaml"}
-CUSTOM_RESOURCES = {"nvidiadriver.yaml": NVIDIADRIVER_CRD}
+CUSTOM_RESOURCES = {"nvidiadriver.yaml": NVIDIADRIVER_CRD, "nvidiadriver-mixed-os.yaml": NVIDIADRIVER_CRD}
 HELM_VALUES = {"gpu-operator-values.yaml"}
 # The chart's own defaults for what the template renders unconditionally (deployments/gpu-operator/
 # values.yaml at a22dbf67): helm merges the values file over them.
