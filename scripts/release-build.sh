@@ -12,8 +12,9 @@
 #        IMAGE=$LOCAL_TAG and IMAGE_DRIVER_VERSION=DRIVER_VERSION; a smoke run (--help, status naming the
 #        userspace version) of every other platform's image. Needs the project venv (scripts/setup.sh).
 # push   PUSH=1: the multi-platform image under every tag of the driver (scripts/release-matrix.py tags:
-#        also its channel tags, its immutable <driver>-<project version>[-talos<release>] ones, which it
-#        refuses to push twice, and the manager's where the driver carries them),
+#        also its channel tags, its immutable <driver>-<project version>[-talos<release>] and
+#        <channel>-<project version>-talos<release> ones, which it refuses to push twice, and the manager's
+#        where the driver carries them),
 #        from the build cache, with an SBOM and max provenance attestations, then a cosign signature of
 #        the pushed index (keyless in GitHub Actions, or COSIGN_KEY). Needs docker buildx and cosign.
 #        PUSH unset: says what it would push and stops (no registry is reachable on the project machines).

@@ -9,8 +9,10 @@ siderolabs/extensions nvidia-gpu/vars.yaml at each release tag). Commands:
                          DRIVER, DRIVER-<project version> (immutable), and for every Talos release R that
                          ships it DRIVER-talosR and DRIVER-<project version>-talosR (the operator asks for
                          <version>-<ID><VERSION_ID> of the node's os-release), production-talosR /
-                         lts-talosR where R ships it on that branch, and manager / manager-<project
-                         version> on the driver the manager tag follows
+                         lts-talosR where R ships it on that branch (the moving channel) with
+                         production-<project version>-talosR / lts-<project version>-talosR (the
+                         versioned channel: immutable), and manager / manager-<project version> on the
+                         driver the manager tag follows
   plan --tags FILE --vars-dir DIR --published FILE [--write]
                          what following Talos needs (JSON): FILE is `git ls-remote --tags` of
                          siderolabs/extensions, DIR/<release>.yaml its nvidia-gpu/vars.yaml at each release
@@ -126,7 +128,10 @@ def tags(releases: list[TalosRelease], driver: str, repo: str, project: str | No
     for r in releases:
         if driver in (r.production, r.lts):
             names += [f"{driver}-talos{r.release}", f"{driver}-{project}-talos{r.release}"]
-        names += [f"{channel}-talos{r.release}" for channel in CHANNELS if getattr(r, channel) == driver]
+        for channel in (c for c in CHANNELS if getattr(r, c) == driver):
+            # The versioned channel: `version: production-<project version>` is one fixed build per Talos
+            # release, and a project release is a one-line change of it (docs/image.md, "Channel or digest").
+            names += [f"{channel}-talos{r.release}", f"{channel}-{project}-talos{r.release}"]
     if releases and driver == manager_driver(releases):
         names += [MANAGER, f"{MANAGER}-{project}"]
     return [f"{repo}:{name}" for name in dict.fromkeys(names)]

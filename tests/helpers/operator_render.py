@@ -111,6 +111,28 @@ def talos_node(name: str, version: str = "v1.13.9", kernel: str | None = None) -
     }
 
 
+def ubuntu_node(name: str, version: str = "24.04", kernel: str = "6.8.0-60-generic") -> dict[str, Any]:
+    """An Ubuntu GPU node as NFD v0.19 labels it: ``ID=ubuntu``, ``VERSION_ID`` and, the value starting
+    with a digit, ``VERSION_ID.major``/``.minor`` (source/system/system.go ``splitVersion``, module
+    docstring)."""
+    node = talos_node(name, version, kernel=kernel)
+    labels, info = node["metadata"]["labels"], node["status"]["nodeInfo"]
+    major, minor = version.split(".", 1)
+    labels.update({OS_ID_LABEL: "ubuntu", f"{OS_VERSION_LABEL}.major": major, f"{OS_VERSION_LABEL}.minor": minor})
+    info.update({"osImage": f"Ubuntu {version} LTS", "containerRuntimeVersion": "containerd://2.2.7"})
+    return node
+
+
+def stored(objects: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Rendered objects (``Rendered.objects``, ``Rendered.nodes``) as the next render gets them back, as the
+    API server keeps them between reconciles: without ``metadata.resourceVersion``, which
+    controller-runtime's fake client refuses on Create."""
+    out = [copy.deepcopy(dict(o)) for o in objects]
+    for o in out:
+        o["metadata"].pop("resourceVersion", None)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------------
 # The Helm chart's ClusterPolicy
 
@@ -595,3 +617,21 @@ def render(
         summary=done.stdout,
         warnings=warnings,
     )
+
+
+PLACEHOLDER_REGISTRY = "ghcr.io/OWNER"  # what docs/deploy's files leave for the user to fill
+
+
+def deploy_objects(name: str, registry: str) -> list[dict[str, Any]]:
+    """The objects of ``docs/deploy/<name>`` as shipped, with only the registry filled: every
+    ``repository: ghcr.io/OWNER`` becomes ``registry`` (what a user edits before applying them)."""
+    docs = [d for d in yaml.safe_load_all((REPO / "docs/deploy" / name).read_text()) if d]
+
+    def fill(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {
+                k: registry if k == "repository" and v == PLACEHOLDER_REGISTRY else fill(v) for k, v in node.items()
+            }
+        return [fill(item) for item in node] if isinstance(node, list) else node
+
+    return [fill(d) for d in docs]

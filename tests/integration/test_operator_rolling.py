@@ -12,7 +12,6 @@ A digest (``version: sha256:…``) is used as is on every pool; the form the doc
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +20,12 @@ import yaml
 from helpers.hostenv import HOSTS, USERSPACE, make_host
 from helpers.operator_render import Rendered, clusterpolicy_from_values, render, require_renderer, talos_node
 from helpers.release import release_matrix
+from helpers.restamp import FIXTURE_RELEASE, restamped
 from helpers.support import REPO
 
 OWNER = "ghcr.io/example"
 REPOSITORY = f"{OWNER}/talos-nvidia-driver"
 POOLS = {"v1.13.8": "595.71.05", "v1.13.9": "595.91.07"}
-FIXTURE_DRIVER, FIXTURE_RELEASE = "595.91.07", "v1.13.9"  # what talos-1.13-open-595 and USERSPACE say
 KERNEL = "6.18.44-talos"  # the fixture host's kernel, given to both pools
 DIGEST = "sha256:" + "ab" * 32
 
@@ -70,26 +69,6 @@ def _driver_of(image: str) -> str:
     return str(driver)
 
 
-def _restamped(source: Path, dest: Path, driver: str, release: str) -> Path:
-    """A copy of a fixture tree whose files and names say ``driver`` and ``release`` (equal lengths)."""
-    shutil.copytree(source, dest, symlinks=True)
-    pairs = [(FIXTURE_DRIVER, driver), (FIXTURE_RELEASE, release)]
-    assert all(len(old) == len(new) for old, new in pairs)  # module files keep their layout
-    for path in sorted(dest.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        if path.is_file() and not path.is_symlink():
-            data = path.read_bytes()
-            for old, new in pairs:
-                data = data.replace(old.encode(), new.encode())
-            path.write_bytes(data)
-        if path.is_symlink():
-            target = str(path.readlink())
-            path.unlink()
-            path.symlink_to(target.replace(FIXTURE_DRIVER, driver))
-        if FIXTURE_DRIVER in path.name:
-            path.rename(path.with_name(path.name.replace(FIXTURE_DRIVER, driver)))
-    return dest
-
-
 @pytest.mark.timeout(240)
 def test_one_channel_gives_each_pool_the_userspace_its_talos_release_loads(tmp_path: Path) -> None:
     require_renderer()
@@ -99,8 +78,8 @@ def test_one_channel_gives_each_pool_the_userspace_its_talos_release_loads(tmp_p
     assert images == {r: f"{REPOSITORY}:production-talos{r}" for r in POOLS}
     drivers = {release: _driver_of(image) for release, image in images.items()}
     assert drivers == POOLS
-    hosts = {r: _restamped(HOSTS / "talos-1.13-open-595", tmp_path / f"host-{r}", d, r) for r, d in POOLS.items()}
-    userspaces = {d: _restamped(USERSPACE, tmp_path / f"userspace-{d}", d, FIXTURE_RELEASE) for d in POOLS.values()}
+    hosts = {r: restamped(HOSTS / "talos-1.13-open-595", tmp_path / f"host-{r}", d, r) for r, d in POOLS.items()}
+    userspaces = {d: restamped(USERSPACE, tmp_path / f"userspace-{d}", d, FIXTURE_RELEASE) for d in POOLS.values()}
     for release, host_tree in hosts.items():
         for driver, userspace in userspaces.items():
             host = make_host(tmp_path / f"run-{release}-{driver}", str(host_tree), userspace)

@@ -181,3 +181,30 @@ def test_standalone_example_uses_a_published_tag() -> None:
     image = ds["spec"]["template"]["spec"]["containers"][0]["image"]
     repo, _, tag = image.rpartition(":")
     assert image in rm.tags(rm.load(), tag.split("-")[0], repo) and repo == PUBLISHED
+
+
+def test_every_channel_tag_has_an_immutable_versioned_twin_and_the_follow_plan_adds_it() -> None:
+    """`version: production-<project version>` (docs/image.md, "Channel or digest"): for every Talos release R
+    and branch, `<channel>-<project>-talosR` names the image of the driver R ships on that branch, beside
+    the moving `<channel>-talosR`, and the daily plan adds it to an existing image that lacks it."""
+    releases, project = rm.load(), rm.project_version()
+    published = {t for d in rm.drivers(releases) for t in rm.tags(releases, d, "R", project)}
+    for r in releases:
+        for channel in rm.CHANNELS:
+            driver = getattr(r, channel)
+            assert f"R:{channel}-{project}-talos{r.release}" in rm.tags(releases, driver, "R", project)
+            assert f"R:{channel}-talos{r.release}" in rm.tags(releases, driver, "R", project)
+    versioned = {t for t in published if re.fullmatch(rf"R:(production|lts)-{re.escape(project)}-talos\S+", t)}
+    assert len(versioned) == sum(len({"production", "lts"}) for _ in releases)
+    # An image of this project version published before: only its versioned channel tags are missing.
+    before = {t.removeprefix("R:") for t in published - versioned}
+    current = rm.remote_releases("".join(f"{r.extensions_commit}\trefs/tags/{r.release}\n" for r in releases))
+    plan = rm.plan(releases, current, {}, before, project)
+    assert plan.build == [] and {f"R:{t}" for tags in plan.tag.values() for t in tags} == versioned
+    (r,) = [r for r in releases if r.release == "v1.13.9"]
+    assert plan.tag[f"{r.production}-{project}"][:1] == [f"production-{project}-talosv1.13.9"]
+    text = (REPO / "docs/image.md").read_text()
+    assert "`production-<project version>-talos<R>`, `lts-<project version>-talos<R>`" in text
+    assert f"`production-{project}-talosv1.13.9` ({r.production})" in text
+    assert "versioned channel: `version: production-<project version>`" in text
+    assert "`imagePullPolicy: IfNotPresent`" in text  # the moving channel's caveat

@@ -57,11 +57,13 @@ def test_a_new_talos_release_with_an_old_driver_is_only_tagged_by_digest() -> No
             "580.178.04-talosv1.13.10",
             f"580.178.04-{PROJECT}-talosv1.13.10",
             "lts-talosv1.13.10",
+            f"lts-{PROJECT}-talosv1.13.10",
         ],
         f"595.91.07-{PROJECT}": [
             "595.91.07-talosv1.13.10",
             f"595.91.07-{PROJECT}-talosv1.13.10",
             "production-talosv1.13.10",
+            f"production-{PROJECT}-talosv1.13.10",
         ],
     }
     (row,) = [r for r in done.rows if r.release == "v1.13.10"]
@@ -76,7 +78,12 @@ def test_a_new_driver_is_built_and_the_final_supersedes_its_rc() -> None:
     assert done.added == ["v1.14.0"] and done.dropped == ["v1.14.0-rc.1"]
     assert done.build == ["595.99.02"]  # its push carries all its tags, the manager's too
     assert done.tag == {
-        f"580.178.04-{PROJECT}": ["580.178.04-talosv1.14.0", f"580.178.04-{PROJECT}-talosv1.14.0", "lts-talosv1.14.0"]
+        f"580.178.04-{PROJECT}": [
+            "580.178.04-talosv1.14.0",
+            f"580.178.04-{PROJECT}-talosv1.14.0",
+            "lts-talosv1.14.0",
+            f"lts-{PROJECT}-talosv1.14.0",
+        ]
     }
     assert rm.manager_driver(done.rows) == "595.99.02"
     assert ":production-talosv1.14.0" in rm.tags(done.rows, "595.99.02", "", PROJECT)
@@ -145,8 +152,8 @@ def test_the_plan_command_writes_the_data_file(tmp_path: Path, capsys: pytest.Ca
 
 # --- every sample names a channel or a digest (docs/image.md, "Channel or digest") -------------------------
 
-DRIVER_VERSION_OK = re.compile(r"^(production|lts|sha256:[0-9a-f]{64}|\$\{?[A-Z_][A-Z0-9_]*\}?)$")
-MANAGER_VERSION_OK = re.compile(r"^(manager|sha256:[0-9a-f]{64}|\$\{?[A-Z_][A-Z0-9_]*\}?)$")
+DRIVER_VERSION_OK = re.compile(r"^((production|lts)(-\d+\.\d+\.\d+)?|sha256:[0-9a-f]{64}|\$\{?[A-Z_][A-Z0-9_]*\}?)$")
+MANAGER_VERSION_OK = re.compile(r"^(manager(-\d+\.\d+\.\d+)?|sha256:[0-9a-f]{64}|\$\{?[A-Z_][A-Z0-9_]*\}?)$")
 KEY = re.compile(r"^(\s*)(?:- )?([A-Za-z_][\w.-]*):\s*(.*?)\s*(?:#.*)?$")
 SET = re.compile(r"--set(?:-string)?[ =](driver(?:\.manager)?\.version)=(\S+)")
 
@@ -186,16 +193,26 @@ def _samples() -> dict[str, str]:
     return texts
 
 
+# NVIDIA's own driver image, whose tags are <driver>-<os> (the default NVIDIADriver of
+# docs/deploy/nvidiadriver-mixed-os.yaml, for the cluster's other OS): not this project's image.
+NVIDIA_IMAGE = re.compile(r"^\s*repository:\s*nvcr\.io/nvidia\s*$", re.M)
+
+
 def test_every_sample_sets_a_channel_or_a_digest_never_a_bare_driver_tag() -> None:
-    checked, wrong = 0, []
+    checked, wrong, nvidias = 0, [], []
     for where, text in _samples().items():
-        for key, value in driver_versions(text):
-            ok = MANAGER_VERSION_OK if key.endswith("manager.version") else DRIVER_VERSION_OK
-            checked += 1
-            if not ok.match(value):
-                wrong.append(f"{where}: {key}: {value}")
+        for document in re.split(r"^---\s*$", text, flags=re.M):
+            if NVIDIA_IMAGE.search(document):
+                nvidias.append(where)
+                continue
+            for key, value in driver_versions(document):
+                ok = MANAGER_VERSION_OK if key.endswith("manager.version") else DRIVER_VERSION_OK
+                checked += 1
+                if not ok.match(value):
+                    wrong.append(f"{where}: {key}: {value}")
     assert wrong == []
     assert checked >= 4  # both deploy samples, driver and manager
+    assert nvidias == ["docs/deploy/nvidiadriver-mixed-os.yaml"]
 
 
 def test_the_sample_reader_sees_every_form() -> None:
@@ -209,6 +226,8 @@ def test_the_sample_reader_sees_every_form() -> None:
     assert driver_versions(other) == []
     assert not DRIVER_VERSION_OK.match("595.91.07") and DRIVER_VERSION_OK.match("sha256:" + "a" * 64)
     assert DRIVER_VERSION_OK.match("${DRIVER_DIGEST}") and not MANAGER_VERSION_OK.match("production")
+    assert DRIVER_VERSION_OK.match("production-0.1.0") and MANAGER_VERSION_OK.match("manager-0.1.0")
+    assert not DRIVER_VERSION_OK.match("595.91.07-0.1.0") and not DRIVER_VERSION_OK.match("production-talosv1.13.9")
 
 
 # --- the daily workflow and its script ---------------------------------------------------------------------
