@@ -11,8 +11,8 @@ goes wrong - API unreachable, RBAC without the verb, a malformed answer - is log
 RBAC: ``patch`` on ``nodes`` (the annotations) and ``create`` on ``events``. The operator's driver
 ClusterRole grants get/list/patch/update/watch on nodes but nothing on events (NVIDIA/gpu-operator
 a22dbf67, assets/state-driver/0210_clusterrole.yaml and manifests/state-driver/0210_clusterrole.yaml):
-in an operator-managed pod the annotations work and the Event needs an extra ClusterRole
-(docs/operator.md).
+in an operator-managed pod the annotations work and the Event needs docs/deploy/driver-events-rbac.yaml
+(every service account of the operator's namespace: one per NVIDIADriver pool).
 """
 
 from __future__ import annotations

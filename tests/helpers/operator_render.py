@@ -595,3 +595,21 @@ def render(
         summary=done.stdout,
         warnings=warnings,
     )
+
+
+PLACEHOLDER_REGISTRY = "ghcr.io/OWNER"  # what docs/deploy's files leave for the user to fill
+
+
+def deploy_objects(name: str, registry: str) -> list[dict[str, Any]]:
+    """The objects of ``docs/deploy/<name>`` as shipped, with only the registry filled: every
+    ``repository: ghcr.io/OWNER`` becomes ``registry`` (what a user edits before applying them)."""
+    docs = [d for d in yaml.safe_load_all((REPO / "docs/deploy" / name).read_text()) if d]
+
+    def fill(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {
+                k: registry if k == "repository" and v == PLACEHOLDER_REGISTRY else fill(v) for k, v in node.items()
+            }
+        return [fill(item) for item in node] if isinstance(node, list) else node
+
+    return [fill(d) for d in docs]
