@@ -100,7 +100,9 @@ def test_the_values_ask_for_on_delete_and_the_driver_stays_on_delete_under_rolli
     values = _values(None)
     values.setdefault("daemonsets", {})["updateStrategy"] = "RollingUpdate"
     values["daemonsets"]["rollingUpdate"] = {"maxUnavailable": "1"}
-    (ds,) = render(nodes=[talos_node("gpu-a")], clusterpolicy=clusterpolicy_from_values(values), tmp=tmp_path).daemonsets
+    (ds,) = render(
+        nodes=[talos_node("gpu-a")], clusterpolicy=clusterpolicy_from_values(values), tmp=tmp_path
+    ).daemonsets
     assert ds["spec"]["updateStrategy"] == {"type": "OnDelete"}
 
 
