@@ -3,11 +3,12 @@
 Each fenced block is classified; a block of a kind this file does not know fails the test:
 
 - ``sh``: ``bash -n``; every heredoc it writes is checked by what it is (an Image Factory schematic, a
-  Kubernetes object), every ``--patch @docs/deploy/…`` names a patch that passes the Talos schema of the
-  release its section is for, and the ``helm install`` line (values file plus ``--set``s, the shell variables
-  of the page filled in) is rendered by gpu-operator v26.7.0's own code (tests/helpers/operator_render.py) on
-  a v1.13.9 and a v1.14.0-rc.1 node: both driver containers and both manager init containers must pull the
-  image by the digest the page looked up;
+  Kubernetes object), every ``--patch @docs/deploy/…`` is staged and names a patch that passes the Talos
+  schema of the release its section is for, the node reboots once (the upgrade to a ``<platform>-installer``),
+  and the ``helm install`` line (values file plus ``--set``s) with the NVIDIADriver the page applies (the shell
+  variables of the page filled in) is rendered by gpu-operator v26.7.0's own code
+  (tests/helpers/operator_render.py) for a v1.13.9 and a v1.14.0-rc.1 node: each pool's driver container
+  pulls the tag of its own release, with no digest to look up;
 - ``text``: what a command prints, not run.
 """
 
@@ -28,14 +29,13 @@ from helpers.schemas import kubernetes_errors, load, talos_errors
 from helpers.support import REPO
 from jsonschema import Draft202012Validator
 
-pytestmark = pytest.mark.timeout(120)  # two renders of ~0.6 s and a few bash -n
+pytestmark = pytest.mark.timeout(120)  # one render of ~0.6 s and a few bash -n
 
 PAGE = REPO / "docs" / "quickstart.md"
 BLOCK = re.compile(r"^```(\w*)\n(.*?)^```$", re.S | re.M)
 HEREDOC = re.compile(r"<<'?(\w+)'?\n(.*?)^\1$", re.S | re.M)
 ASSIGNMENT = re.compile(r"^([A-Z_]+)=(\S+)", re.M)
 VARIABLE = re.compile(r"\$\{?([A-Z_]+)\}?")
-SAMPLE_DIGEST = "sha256:" + "5f" * 32
 REGISTRY = "ghcr.io/example"  # the samples' ghcr.io/OWNER, as the release workflow's lower-case owner fills it
 # The extensions' manifest names (siderolabs/extensions nvidia-gpu/*/manifest.yaml.tmpl and
 # misc/glibc/manifest.yaml.tmpl, identical at v1.13.9 ec9d5f68fcfb and v1.14.0-rc.1 5732907953bd).
@@ -67,7 +67,7 @@ def _shell() -> list[str]:
 
 def _variables(**overrides: str) -> dict[str, str]:
     """The page's shell variables as the "Choose" block sets them."""
-    return {**dict(ASSIGNMENT.findall(_shell()[0])), "DRIVER_DIGEST": SAMPLE_DIGEST, **overrides}
+    return {**dict(ASSIGNMENT.findall(_shell()[0])), **overrides}
 
 
 def _expand(word: str, variables: dict[str, str]) -> str:
@@ -145,6 +145,8 @@ def test_the_schematic_names_only_shipped_extensions(kmod: str) -> None:
 def test_the_talos_patches_exist_and_validate_for_their_release() -> None:
     seen = {}
     for _lang, body, section in _blocks():
+        for line in body.splitlines():
+            assert "--patch" not in line or "--mode=staged" in line, line  # applied by the one reboot below
         for name in re.findall(r"--patch @(\S+)", body):
             release = "v1.14.0-rc.1" if "1.14" in section else "v1.13.9"
             path = REPO / name
@@ -168,7 +170,8 @@ def _set(values: dict[str, Any], dotted: str, value: str) -> None:
 
 def _helm_values(variables: dict[str, str]) -> dict[str, Any]:
     (line,) = [b for b in _shell() if "helm install" in b]
-    words = [_expand(w, variables) for w in shlex.split(line.split("helm install", 1)[1], comments=True)]
+    command = re.split(r"(?<!\\)\n", line.split("helm install", 1)[1])[0]  # up to its last continuation line
+    words = [_expand(w, variables) for w in shlex.split(command, comments=True)]
     values: dict[str, Any] = {}
     for flag, arg in itertools.pairwise(words):
         if flag == "-f":
@@ -181,26 +184,54 @@ def _helm_values(variables: dict[str, str]) -> dict[str, Any]:
     return values
 
 
-@pytest.mark.parametrize("release", ["v1.13.9", "v1.14.0-rc.1"])
-def test_the_helm_install_pulls_the_digest_on_every_talos_release(release: str, tmp_path: Path) -> None:
+def test_the_node_reboots_once_into_a_platform_installer() -> None:
+    text = "\n".join(_shell())
+    assert "talosctl reboot" not in text
+    assert text.count("talosctl upgrade ") == 1
+    (installer,) = re.findall(r'^INSTALLER="([^"]+)"', text, re.M)
+    # Image Factory's unified installer (siderolabs/image-factory internal/frontend/http/registry.go
+    # getRequestedImage, internal/profile/profile.go): <platform>-installer, never the legacy installer/ path
+    assert installer.startswith("factory.talos.dev/metal-installer/")
+    assert "factory.talos.dev/installer/" not in PAGE.read_text()
+    upgrade = next(b for b in _shell() if "talosctl upgrade" in b)
+    assert '--image "$INSTALLER"' in upgrade
+
+
+def _nvidiadriver(registry: str) -> dict[str, Any]:
+    """docs/deploy/nvidiadriver.yaml as the page's ``sed`` line fills it in."""
+    (line,) = [ln for b in _shell() for ln in b.splitlines() if "nvidiadriver.yaml" in ln]
+    assert line == 'sed "s|ghcr.io/OWNER|${REGISTRY}|" docs/deploy/nvidiadriver.yaml | kubectl apply -f -'
+    text = (REPO / "docs/deploy/nvidiadriver.yaml").read_text().replace("ghcr.io/OWNER", registry)
+    (doc,) = [d for d in yaml.safe_load_all(text) if d]
+    return dict(doc)
+
+
+def test_the_helm_install_and_the_nvidiadriver_give_each_release_its_own_tag(tmp_path: Path) -> None:
     values = _helm_values(_variables(REGISTRY=REGISTRY))
+    cr = _nvidiadriver(REGISTRY)
+    releases = ("v1.13.9", "v1.14.0-rc.1")
     rendered: Rendered = render(
-        nodes=[talos_node("gpu-1", release)], clusterpolicy=clusterpolicy_from_values(values), tmp=tmp_path
+        nodes=[talos_node(f"gpu-{r}", r) for r in releases],
+        clusterpolicy=clusterpolicy_from_values(values),
+        nvidiadrivers=[cr],
+        tmp=tmp_path,
     )
-    ds = rendered.daemonset("nvidia-driver-daemonset")
-    want = f"{REGISTRY}/talos-nvidia-driver@{SAMPLE_DIGEST}"
-    assert Rendered.container(ds, "nvidia-driver-ctr")["image"] == want
-    assert Rendered.container(ds, "k8s-driver-manager")["image"] == want
+    version = cr["spec"]["version"]
+    for release in releases:
+        ds = rendered.daemonset(f"nvidia-gpu-driver-talos{release}-")
+        want = f"{REGISTRY}/talos-nvidia-driver:{version}-talos{release}"
+        assert Rendered.container(ds, "nvidia-driver-ctr")["image"] == want
+        assert Rendered.container(ds, "k8s-driver-manager")["image"].startswith(f"{REGISTRY}/talos-nvidia-driver")
+    assert len(rendered.daemonsets) == len(releases)
 
 
-def test_the_digest_is_looked_up_for_the_tag_the_operator_would_pull() -> None:
-    (lookup,) = [b for b in _shell() if "DRIVER_DIGEST=$(" in b]
-    tag = "${REGISTRY}/talos-nvidia-driver:${DRIVER}-talos${TALOS}"
-    assert f'crane digest "{tag}"' in lookup and f'"{tag}" | tr -d' in lookup
-    assert _expand(tag, _variables()) == "ghcr.io/OWNER/talos-nvidia-driver:595.91.07-talosv1.13.9"
+def test_the_page_applies_the_events_rbac_for_every_pool() -> None:
+    text = "\n".join(_shell())
+    assert "kubectl apply -f docs/deploy/driver-events-rbac.yaml" in text
+    assert text.index("driver-events-rbac.yaml") < text.index("nvidiadriver.yaml")
 
 
 def test_the_page_links_the_channel_alternative_and_stays_short() -> None:
     text = PAGE.read_text()
-    assert "(image.md#channel-or-digest)" in text
+    assert "(image.md#channel-or-digest)" in text and "(operator.md#day-two)" in text
     assert len(text.splitlines()) < 250

@@ -89,6 +89,109 @@ def test_every_relative_link_and_anchor_in_the_docs_lands() -> None:
     assert broken == []
 
 
+# `docs/<page>.md, "Heading"` or `docs/<page>.md ("Heading")` in a deploy file's comments.
+_DEPLOY_REF = re.compile(r'docs/([\w.-]+\.md)(?:(?:,\s*|\s*\(\s*)"([^"]+)")?')
+
+
+def _headings(text: str) -> set[str]:
+    """Every heading's text outside fences, as a reader types it (backticks dropped, case ignored)."""
+    out: set[str] = set()
+    fenced = False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and (m := re.match(r"#{1,6} (.*)", line)):
+            out.add(m.group(1).replace("`", "").strip().lower())
+    return out
+
+
+def _deploy_comment_refs(text: str) -> list[tuple[str, str | None]]:
+    """(page, heading or None) of every docs page a deploy file's comments name; an unquoted section name
+    after the page (`docs/x.md, RBAC`) is returned as heading ``"?<name>"`` so it fails."""
+    refs: list[tuple[str, str | None]] = []
+    for line in text.splitlines():
+        comment = line.partition("#")[2] if "#" in line else ""
+        for m in _DEPLOY_REF.finditer(comment):
+            heading = m.group(2)
+            if heading is None and (bare := re.match(r",\s*([A-Z][\w -]*)[).;]", comment[m.end() :])):
+                heading = "?" + bare.group(1)
+            refs.append((m.group(1), heading))
+    return refs
+
+
+def test_the_deploy_checker_catches_a_wrong_page_heading_and_bare_name() -> None:
+    text = '# a (docs/upgrades.md, "No such heading") b (docs/nosuch.md) c (docs/operator.md, RBAC).\n'
+    assert _deploy_comment_refs(text) == [
+        ("upgrades.md", "No such heading"),
+        ("nosuch.md", None),
+        ("operator.md", "?RBAC"),
+    ]
+
+
+def test_every_docs_page_and_heading_a_deploy_file_names_exists() -> None:
+    broken = []
+    for path in sorted((DOCS / "deploy").glob("*.yaml")):
+        for page, heading in _deploy_comment_refs(path.read_text(encoding="utf-8")):
+            dest = DOCS / page
+            if not dest.is_file():
+                broken.append(f"{path.name}: docs/{page} (no such page)")
+            elif heading is not None and heading.replace("`", "").lower() not in _headings(_text(page)):
+                broken.append(f"{path.name}: docs/{page}, {heading!r} (no such heading)")
+    assert broken == []
+
+
+def _reader_text() -> dict[str, str]:
+    """Every page and deploy file a user reads, by name."""
+    paths = [REPO / "README.md", *sorted(DOCS.glob("*.md")), *sorted((DOCS / "deploy").glob("*.yaml"))]
+    return {str(p.relative_to(REPO)): p.read_text(encoding="utf-8") for p in paths}
+
+
+def test_image_factory_installer_is_the_platform_installer_never_the_legacy_path() -> None:
+    # siderolabs/image-factory internal/frontend/http/ui.go: from Talos 1.10 the factory names
+    # <platform>-installer (metal-installer for bare metal); installer/ is the legacy path
+    legacy = {name for name, text in _reader_text().items() if re.search(r"factory\.talos\.dev/installer", text)}
+    assert legacy == set()
+    assert "factory.talos.dev/metal-installer/" in _text("quickstart.md")
+
+
+def test_no_page_says_the_nri_plugin_injects_the_gpu() -> None:
+    # The device plugin answers with CDI device names (DEVICE_LIST_STRATEGY=cdi-annotations,cdi-cri) that
+    # containerd resolves; the toolkit's NRI plugin serves the operator's operand pods only
+    # (NVIDIA/gpu-operator controllers/object_controls.go setNRIPluginAnnotation, v26.7.0).
+    said = {name for name, text in _reader_text().items() if re.search(r"NRI plugin injects", text, re.I)}
+    assert said == set()
+    assert "containerd resolves them from the CDI spec" in _text("quickstart.md")
+
+
+def test_no_page_claims_a_talos_release_that_is_not_out() -> None:
+    # Talos 1.14.0 exists only as release candidates (v1.14.0-rc.1); a final 1.14.0 is named nowhere.
+    claims = {
+        name: re.findall(r".{0,40}\b1\.14\.0\b(?!-).{0,20}", text)
+        for name, text in _reader_text().items()
+        if re.search(r"\b1\.14\.0\b(?!-)", text)
+    }
+    assert claims == {}
+
+
+def test_the_glibc_extension_layout_is_the_one_it_ships() -> None:
+    # siderolabs/extensions v1.13.9 misc/glibc/pkg.yaml: --prefix=/usr/local; no /usr/local/glibc anywhere.
+    body, _ = _split_sources(_text("talos.md"))
+    for line in [ln for ln in body.splitlines() if "/usr/local/glibc" in ln]:
+        assert "no extension ships" in line, line
+    assert "`/usr/local/lib`" in body and "/usr/local/sbin" in body
+
+
+def test_the_manager_is_not_said_to_refuse_a_version_difference() -> None:
+    manager = _text("manager.md")
+    (row,) = [ln for ln in manager.splitlines() if ln.startswith("| `nvidia` loaded with a version other than")]
+    assert row.rstrip().endswith("| 0 |"), row
+    troubleshooting = _text("troubleshooting.md")
+    assert "they must be identical` (`driver-manager`)" not in troubleshooting
+    (symptom,) = [ln for ln in troubleshooting.splitlines() if ln.startswith("| Driver pod `Init:CrashLoopBackOff`")]
+    assert "version differs from the image's userspace, or" not in symptom
+    assert "A version difference" in symptom
+
+
 def test_operator_route_keeps_the_route_and_links_every_reference_page() -> None:
     route = _text("operator.md")
     for heading in (
