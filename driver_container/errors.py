@@ -261,7 +261,8 @@ class HostDriverPresentError(PathError):
 
 
 class VerdictFormatError(DriverContainerError):
-    """The module-file verdict in RUN_DIR does not parse (treated as absent); ``key``: the key at fault."""
+    """A document driver-manager hands to init in RUN_DIR (module-file verdict, pod context) does not parse
+    (treated as absent); ``key``: the key at fault."""
 
     def __init__(self, message: str, *, key: str | None = None, fix: str | None = None) -> None:
         super().__init__(message, fix=fix)

@@ -78,6 +78,7 @@ class Settings(NamedRecord):
     fabric_wait_timeout: float = 600.0  # FABRIC_WAIT_TIMEOUT seconds: FM up and the GPUs' fabric trained
     fabric_overrides: tuple[tuple[str, str], ...] = ()  # NVFM_CONFIG_<FIELD>=<value> (NVIDIA's names)
     root_procfs: RootProcfsChoice = "none"  # DRIVER_ROOT_PROCFS: the DRA driver's chrooted MPS server (docs/mps.md)
+    pod_name: str | None = None  # POD_NAME, else HOSTNAME: the pod's name in a pod (kube/ownpod.py)
 
     def unused_lines(self) -> list[str]:
         """Operator settings this image parses but does not act on, each with what to do instead.
@@ -111,6 +112,7 @@ class Settings(NamedRecord):
             fabric_wait_timeout=parse_seconds("FABRIC_WAIT_TIMEOUT", e.get("FABRIC_WAIT_TIMEOUT"), 600.0),
             fabric_overrides=fabric_overrides_from_env(e),
             root_procfs=parse_choice("DRIVER_ROOT_PROCFS", e.get("DRIVER_ROOT_PROCFS"), ROOT_PROCFS_CHOICES, "none"),
+            pod_name=(e.get("POD_NAME") or "").strip() or (e.get("HOSTNAME") or "").strip() or None,
         )
 
 

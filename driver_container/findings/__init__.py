@@ -4,7 +4,8 @@ Why the version checks are errors: nvidia-container-cli mounts only libraries wh
 the loaded module's version, and NVML refuses a kernel module of another version ("Driver/library version
 mismatch"), so every GPU pod would fail later; refusing here names the cause once.
 
-``modules`` checks the NVIDIA modules themselves, ``gpus`` the GPUs on the PCI bus against them, ``host``
+``modules`` checks the NVIDIA modules themselves, ``pod`` what driver-manager learned of the pod,
+``gpus`` the GPUs on the PCI bus against them, ``host``
 what is around them; ``model`` holds ``Finding``. The names below are the package's interface (callers
 import them from here).
 """
@@ -36,6 +37,7 @@ from driver_container.findings.modules import (
     versions_mismatch,
 )
 from driver_container.findings.operator import PEERMEM_ON_TALOS_FIX, companion_modules
+from driver_container.findings.pod import pod_findings
 
 if TYPE_CHECKING:
     from driver_container.inspect.hoststate import HostState
@@ -59,6 +61,7 @@ __all__ = [
 def check(state: HostState) -> list[Finding]:
     """Every finding for ``state``, errors first, in a stable order."""
     findings = module_presence(state) + companion_modules(state) + versions(state) + flavour(state)
+    findings += pod_findings(state, any(f.code == "VERSION_MISMATCH" for f in findings))
     findings += architecture(state)
     for name, module in state.modules.items():
         findings += file_checks(state, module, state.module_files.get(name))

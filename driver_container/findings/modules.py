@@ -15,6 +15,7 @@ from driver_container.findings.model import (
     Finding,
     talos_module_snippet,
 )
+from driver_container.findings.pod import mismatch_fix
 from driver_container.findings.userspace import userspace_absent
 from driver_container.formats.elfarch import machine_name, normalise_arch
 
@@ -113,19 +114,14 @@ def version_fix(loaded: str, userspace: str, platform: PlatformInfo) -> str:
     """What to set when the loaded module is ``loaded`` and an image ships ``userspace``: the two image
     settings pinned together (the operator appends ``-<OS tag>`` to the driver's tag, never to the
     manager's: NVIDIA/gpu-operator 10ee5b36 controllers/object_controls.go ``resolveDriverTag``), with the
-    tag the node's pod pulls where its os-release gives the OS tag; on Talos also the channel form, whose
-    tag follows each Talos release (docs/image.md)."""
+    tag the node's pod pulls where its os-release gives the OS tag. Without the pod context the setting in
+    force is unknown, so only the loaded version is named (an image of another version cannot have it set);
+    with one, ``findings/pod.py`` names the side that differs."""
     os_tag = platform.operator_os_tag
     tag = f"{loaded}-{os_tag}" if os_tag else f"{loaded}-<os tag>"
-    channel = (
-        ", or set driver.version to production or lts (the node's extension tier): its tag follows each Talos "
-        "release (docs/image.md)"
-        if platform.os_id == "talos"
-        else ""
-    )
     return (
         f"set driver.version={loaded} and driver.manager.version={loaded} (NVIDIADriver: spec.version and "
-        f"spec.manager.version; the driver pod then pulls {tag}), or pin both to one digest{channel}; or make "
+        f"spec.manager.version; the driver pod then pulls {tag}), or pin both to one digest; or make "
         f"the host load {userspace} modules (on Talos: the kmod extension of that version) and reboot"
     )
 
@@ -171,7 +167,9 @@ def versions(state: HostState) -> list[Finding]:
                 "VERSION_MISMATCH",
                 f"the loaded kernel module is {loaded} but the image's userspace is {us.version}: "
                 "GPU pods would fail with 'Driver/library version mismatch'",
-                version_fix(loaded or "", us.version or "", state.platform),
+                version_fix(loaded or "", us.version or "", state.platform)
+                if state.pod_context is None
+                else mismatch_fix(state, state.pod_context, loaded or "", us.version or ""),
             )
         )
     for m in state.modules.values():

@@ -49,6 +49,7 @@ from driver_container.settings import Settings
 if TYPE_CHECKING:
     from driver_container.driverroot.proof import RootProof
     from driver_container.inspect.modfiles import ModuleFile
+    from driver_container.inspect.podcontext import PodContext
     from driver_container.readers.fabric import FabricInfo
 
 log = logging.getLogger(__name__)
@@ -154,6 +155,7 @@ class HostState(NamedRecord):
     companions_loaded: frozenset[str] = frozenset()  # nvidia_fs / gdrdrv loaded (findings/operator.py)
     firmware_search_path: str | None = None  # the kernel's firmware_class.path (None: unreadable or absent)
     firmware_kernel_sees: frozenset[str] = frozenset()  # firmware names in the kernel's own search
+    pod_context: PodContext | None = None  # what driver-manager learned of this pod (podcontext.py)
 
     @property
     def kernel_release(self) -> str | None:
@@ -208,6 +210,15 @@ def _fabric(paths: HostPaths) -> FabricInfo | None:
     from driver_container.readers.fabric import inspect_fabric  # lazy, hot path: NVSwitch/NVLink5 nodes only
 
     return inspect_fabric(paths)
+
+
+def _pod_context(paths: HostPaths, settings: Settings) -> PodContext | None:
+    """driver-manager's pod context for this pod and boot (podcontext.py); None outside a pod or without one."""
+    if settings.pod_name is None:
+        return None
+    from driver_container.inspect.podcontext import load_context  # lazy, hot path: in a pod only
+
+    return load_context(paths, settings.pod_name)
 
 
 def inspect_host(
@@ -270,4 +281,5 @@ def inspect_host(
         driver_root_mount=mounts.holder if mounts else None,
         proc_sys=mounts.proc_sys if mounts else None,
         driver_root_flags=flags,
+        pod_context=_pod_context(paths, settings),
     )

@@ -1,12 +1,12 @@
 """The Talos-aware driver manager: what the operator's init container must do before the driver starts.
 
-NVIDIA's k8s-driver-manager (``uninstall_driver``) unloads the modules whenever the driver config
-digest changed; on Talos the pod has no CAP_SYS_MODULE and /run is empty after every reboot, so it
-crash-loops forever (docs/manager.md; NVIDIA/k8s-driver-manager cmd/driver-manager/main.go @ bd62ca7d).
-Here the modules belong to Talos: this
-manager never touches them. It keeps the rest of the stock contract: a host driver disables the
-driver pod on the node, operands are paused across a driver change so they restart against the new
-root, and leftovers of a previous driver container (a mount at the driver root, the pid file) go.
+NVIDIA's k8s-driver-manager (``uninstall_driver``) unloads the modules whenever the driver config digest
+changed; on Talos the pod has no CAP_SYS_MODULE and /run is empty after every reboot, so it crash-loops
+forever (docs/manager.md; NVIDIA/k8s-driver-manager cmd/driver-manager/main.go @ bd62ca7d). Here the
+modules belong to Talos: this manager never touches them. It keeps the rest of the stock contract: a host
+driver disables the driver pod on the node, operands are paused across a driver change so they restart
+against the new root, and leftovers of a previous driver container (a mount at the driver root, the pid
+file) go.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from driver_container.errors import (
 from driver_container.findings import check
 from driver_container.inspect import verdict
 from driver_container.inspect.hoststate import HostState, inspect_host
-from driver_container.manager import handoff
+from driver_container.manager import handoff, heal
 from driver_container.manager.facts import (
     NodeFacts,
     gather_facts,
@@ -226,6 +226,7 @@ def run_uninstall(
         return f"not a Talos node ({facts.platform_evidence}): the stock k8s-driver-manager applies here; nothing to do"
     runner = runner.forbid(MODULE_TOOLS)  # Talos owns the modules: no code path may unload one
     api = api_factory()
+    heal.heal_stale_pod(api, options, settings.pod_name, facts, paths, sleep=sleep)  # a stale pod goes
     if facts.host_smi is not None:
         disable_container_driver(api, options, facts, sleep)
     note = version_note(facts)

@@ -64,7 +64,7 @@ LOCAL_IMPORTS = {
     "formats/kmod/__init__.py": {"__getattr__"},  # modinfo's formatter: modinfo only
     "formats/kmod/compression.py": {"_zstd"},  # zstandard: a .ko.zst only
     "formats/modconf.py": {"shell_words"},  # shlex: a module parameter that needs quoting only
-    "inspect/hoststate.py": {"_fabric", "inspect_host"},  # fabric, verdict: NVSwitch, operator
+    "inspect/hoststate.py": {"_fabric", "inspect_host", "_pod_context"},  # fabric, verdict, pod context: operator
     "inspect/modfiles.py": {"read_module_file"},  # the module reader: not for status without module files
     "kube/endpoint.py": {"kubeconfig_endpoint"},  # yaml: never for the service account of init's report
     "kube/nodereport.py": {"_client", "_namespace"},  # the Kubernetes client and requests: in a cluster only
@@ -108,6 +108,7 @@ LIGHT_RECORD_MODULES = {
     "inspect/modfiles.py",
     "inspect/pcigpus.py",
     "inspect/platform.py",
+    "inspect/podcontext.py",
     "inspect/supportedgpus.py",
     "inspect/userspace.py",
     "inspect/verdict.py",
