@@ -21,7 +21,7 @@ from driver_container.cli import die_of_sigint, report_error, report_unexpected,
 from driver_container.errors import DriverContainerError, UsageError
 from driver_container.kube.client import KubeClient
 from driver_container.kube.endpoint import KubeConfig, namespace_of_service_account
-from driver_container.manager import manager
+from driver_container.manager import manager, remove
 from driver_container.manager.manager import ManagerOptions
 from driver_container.paths import HostPaths
 from driver_container.runtime.runner import Runner
@@ -55,6 +55,8 @@ NO_MOFED_WAIT = ("GPU_DIRECT_RDMA_ENABLED", "USE_HOST_MOFED")
 # Variables this command reads besides HostPaths' and Settings' (checked by tests/unit/project/test_manifests.py).
 ENV_NAMES = (
     "NODE_NAME",
+    "POD_NAME",  # with HOSTNAME: this pod, named by the node's verdict (kube/ownpod.py)
+    "HOSTNAME",
     "OPERATOR_NAMESPACE",
     "DRIVER_CONFIG_DIGEST",
     "FORCE_REINSTALL",
@@ -140,6 +142,15 @@ def uninstall_driver() -> None:
         for client in clients:
             client.close()
     typer.echo(f"driver-manager: {summary}")
+
+
+@app.command("uninstall")
+def uninstall() -> None:
+    """Removing this project from a node: unmount DRIVER_ROOT (its tmpfs and the mounts below it) and
+    remove the node's nvidia-driver-container/* annotations. Idempotent; never unloads a module."""
+
+    env = dict(os.environ)
+    typer.echo(f"driver-manager: {remove.run_remove(HostPaths.from_env(env), Runner(), env)}")
 
 
 @app.command("preflight_check")

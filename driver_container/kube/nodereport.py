@@ -1,6 +1,12 @@
-"""The node-level verdict of ``init``, visible without a shell on the node: Node annotations, and an Event
-when ``init`` refuses (a version or module-file mismatch, a root it cannot make executable, a module that
-never loaded).
+"""The node's verdict, visible without a shell on the node: Node annotations, and an Event when ``init``
+refuses (a version or module-file mismatch, a root it cannot make executable, a module that never loaded).
+
+Its states (docs/operator.md, "The node's verdict"): ``pending`` (driver-manager, before anything else;
+a deleted pod whose DaemonSet still selects the node), ``ready`` or ``refused`` (``init``),
+``pre-installed`` (driver-manager's relabel), and no annotation at all after a final stop or
+``driver-manager uninstall``. Each verdict names this pod (``pod``: namespace/name), its driver image
+(``image``, from the pod spec) and the build (``build``: this project's version, and the image digest the
+runtime resolved once the driver container runs), read with one GET of the pod.
 
 Kept off the critical path: nothing here can fail ``init``. Outside a cluster (no NODE_NAME, or neither
 KUBERNETES_SERVICE_HOST nor KUBECONFIG) it does nothing and imports nothing; in a cluster the client
@@ -24,6 +30,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal
 
+from driver_container import __version__
 from driver_container.errors import DriverContainerError
 from driver_container.records import NamedRecord
 
@@ -33,11 +40,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# annotation keys: <PREFIX>version, flavour, result, module-files, reason, warnings
+# annotation keys: <PREFIX>result, version, flavour, module-files, reason, warnings, pod, image, build
 PREFIX = "nvidia-driver-container/"
-VerdictResult = Literal["ready", "refused"]
+KEYS = ("result", "version", "flavour", "module-files", "reason", "warnings", "pod", "image", "build")
+VerdictResult = Literal["pending", "ready", "refused", "pre-installed"]
+PENDING: Final = "pending"
 READY: Final = "ready"
 REFUSED: Final = "refused"
+PRE_INSTALLED: Final = "pre-installed"
 MAX_REASON = 512  # an annotation value, shown by `kubectl describe node`: one line, bounded
 MAX_MESSAGE = 1024  # what the events API keeps of a message (events.k8s.io/v1 note limit)
 COMPONENT = "nvidia-driver"
@@ -50,6 +60,9 @@ class NodeVerdict(NamedRecord):
     module_files: str | None = None  # where the module-file facts came from (HostState.module_files_source)
     reason: str | None = None  # for a refusal: the error line and its fix
     warnings: str | None = None  # when ready: "CODE: message" of each warning finding (PARAMETER_DIFFERS...)
+    pod: str | None = None  # namespace/name of the pod the verdict is about; None: looked up by ``report``
+    image: str | None = None  # its driver container's image, from the pod spec
+    build: str | None = None  # this project's version, "@" and the image digest once the runtime resolved it
 
 
 def _one_line(text: str, limit: int) -> str:
@@ -66,7 +79,32 @@ def annotation_patch(verdict: NodeVerdict) -> dict[str, str | None]:
         f"{PREFIX}module-files": verdict.module_files,
         f"{PREFIX}reason": _one_line(verdict.reason, MAX_REASON) if verdict.reason else None,
         f"{PREFIX}warnings": _one_line(verdict.warnings, MAX_REASON) if verdict.warnings else None,
+        f"{PREFIX}pod": verdict.pod,
+        f"{PREFIX}image": verdict.image,
+        f"{PREFIX}build": verdict.build,
     }
+
+
+def clear_patch(annotations: Mapping[str, str] | None = None) -> dict[str, str | None]:
+    """The merge patch removing every ``nvidia-driver-container/`` annotation: the known keys and any
+    other one the Node carries (``annotations``), so nothing of this project is left on it."""
+    keys = [f"{PREFIX}{key}" for key in KEYS] + [k for k in (annotations or {}) if k.startswith(PREFIX)]
+    return dict.fromkeys(keys)
+
+
+def build_of(image_ref: str | None) -> str:
+    """This project's version (the package's ``__version__``, the one source) and the image's digest."""
+    digest = image_ref.rsplit("@", 1)[-1] if image_ref else ""
+    return f"{__version__}@{digest}" if digest else __version__
+
+
+def with_pod(verdict: NodeVerdict, namespace: str, name: str, pod: Mapping[str, Any] | None) -> NodeVerdict:
+    """``verdict`` naming the pod ``namespace/name``, its driver image and the build (``pod``: the API's
+    object, None where it could not be read: then the image is not known)."""
+    from driver_container.kube.ownpod import DRIVER_CONTAINER, image_id, images  # lazy, hot path: in a cluster
+
+    image = images(pod).get(DRIVER_CONTAINER) if pod else None
+    return verdict._replace(pod=f"{namespace}/{name}", image=image, build=build_of(image_id(pod) if pod else None))
 
 
 def event(verdict: NodeVerdict, node: str, namespace: str, now: datetime.datetime) -> dict[str, Any]:
@@ -107,7 +145,7 @@ def _client(env: Mapping[str, str], stop: Callable[[], bool] | None = None) -> K
     return KubeClient.from_env(env, KubeConfig(timeout=CALL_DEADLINE_S, attempts=1), stop=stop)
 
 
-def _namespace(env: Mapping[str, str]) -> str:
+def namespace_of(env: Mapping[str, str]) -> str:
     from driver_container.kube.endpoint import KubeConfig, namespace_of_service_account  # lazy, hot path: as above
 
     return env.get("OPERATOR_NAMESPACE", "").strip() or namespace_of_service_account(KubeConfig()) or "default"
@@ -118,7 +156,7 @@ def report(
     env: Mapping[str, str] | None = None,
     *,
     client_factory: Callable[[Mapping[str, str], Callable[[], bool] | None], KubeClient] = _client,
-    namespace: Callable[[Mapping[str, str]], str] = _namespace,
+    namespace: Callable[[Mapping[str, str]], str] = namespace_of,
     stop: Callable[[], bool] | None = None,
 ) -> bool:
     """Annotate the Node (and post an Event on a refusal). True when everything was accepted; never raises.
@@ -152,6 +190,8 @@ def _report_calls(
     failures: list[str],
 ) -> None:
     with client:
+        if verdict.pod is None:
+            verdict = _own_pod(verdict, e, client, namespace, failures)
         calls: list[tuple[str, Callable[[], None]]] = [
             ("annotate node", lambda: client.patch_node_annotations(node, annotation_patch(verdict)))
         ]
@@ -164,3 +204,41 @@ def _report_calls(
                 call()
             except DriverContainerError as exc:
                 failures.append(f"{what}: {exc.message}")
+
+
+def _own_pod(
+    verdict: NodeVerdict,
+    e: Mapping[str, str],
+    client: KubeClient,
+    namespace: Callable[[Mapping[str, str]], str],
+    failures: list[str],
+) -> NodeVerdict:
+    """``verdict`` with this pod, its image and build (one GET, the call's deadline); unchanged outside a pod."""
+    from driver_container.kube.ownpod import own_pod_name  # lazy, hot path: in a cluster only
+
+    name = own_pod_name(e)
+    if name is None:
+        return verdict
+    ns = namespace(e)
+    try:
+        pod = client.get_pod(ns, name)
+    except DriverContainerError as exc:
+        failures.append(f"get pod {ns}/{name}: {exc.message}")
+        pod = None
+    return with_pod(verdict, ns, name, pod)
+
+
+def clear(
+    env: Mapping[str, str],
+    client_factory: Callable[[Mapping[str, str], Callable[[], bool] | None], KubeClient] = _client,
+) -> bool:
+    """Remove every ``nvidia-driver-container/`` annotation from this node (``driver-manager uninstall``);
+    False outside a cluster. Raises KubernetesError: the person who asked for it is told why not."""
+    if not in_cluster(env):
+        return False
+    node = env["NODE_NAME"].strip()
+    with client_factory(env, None) as client:
+        annotations = client.get_node(node).get("metadata", {}).get("annotations")
+        client.patch_node_annotations(node, clear_patch(annotations if isinstance(annotations, Mapping) else None))
+    log.info("node %s: every %s annotation removed", node, PREFIX)
+    return True

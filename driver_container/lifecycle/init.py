@@ -4,12 +4,14 @@
 On Talos the modules belong to machined (talos.md): the runner is narrowed with ``MODULE_TOOLS`` before
 any step, so no path - start, signal or error - can run modprobe, rmmod or insmod. Signals only set a
 flag and wake the waits through a pipe (``signal.set_wakeup_fd``), so a SIGTERM ends a wait at once and
-the cleanup (stop daemons, remove the pid file, keep DRIVER_ROOT) runs in ordinary code.
+the cleanup (stop daemons, remove the pid file, keep DRIVER_ROOT but on a final stop: finalstop.py) runs
+in ordinary code.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -20,7 +22,7 @@ from driver_container.errors import (
     DriverContainerError,
     HostReadError,
 )
-from driver_container.kube.nodereport import REFUSED, NodeVerdict, report
+from driver_container.kube.nodereport import REFUSED, NodeVerdict, in_cluster, report
 from driver_container.lifecycle.hostcheck import detect
 from driver_container.lifecycle.modwait import POLL_S, PROGRESS_S, required_modules, wait_for_modules
 from driver_container.lifecycle.publishing import after_ready, check_and_publish, report_ready, require_usable_root
@@ -112,6 +114,10 @@ def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: Init
             from driver_container.lifecycle.generic_host import unload_generic  # lazy, hot path: not on Talos
 
             unload_generic(paths, settings, started.runner.stoppable(None), started.platform)  # after the signal
+        if shutdown.requested and lock.held and not opts.no_wait and in_cluster(os.environ):
+            from driver_container.lifecycle.finalstop import on_signal  # lazy, hot path: a signal in a cluster only
+
+            on_signal(paths, started.runner.stoppable(None), os.environ)  # a final stop unmounts DRIVER_ROOT
         lock.release()
         shutdown.restore()
 

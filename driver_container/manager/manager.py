@@ -27,12 +27,8 @@ from driver_container.errors import (
 from driver_container.findings import check
 from driver_container.inspect import verdict
 from driver_container.inspect.hoststate import HostState, inspect_host
-from driver_container.manager import handoff, heal
-from driver_container.manager.facts import (
-    NodeFacts,
-    gather_facts,
-    version_note,
-)
+from driver_container.manager import handoff, heal, verdicts
+from driver_container.manager.facts import NodeFacts, gather_facts, version_note
 from driver_container.manager.labels import (
     CLIENT_LABEL,
     DRA_DRIVER_LABEL,
@@ -138,6 +134,7 @@ def disable_container_driver(
         relabel_command(options.node_name),
     )
     api.patch_node_labels(options.node_name, {DRIVER_DEPLOY_LABEL: PRE_INSTALLED})
+    verdicts.mark_pre_installed(options.node_name, facts.host_smi)  # no longer ready (never fatal)
     sleep(options.host_driver_delay)  # stock behaviour: give the operator time to delete this pod
     raise HostDriverPresentError(
         f"host nvidia-smi {facts.host_smi} found: the node has a pre-installed driver; "
@@ -224,6 +221,7 @@ def run_uninstall(
     facts = facts or gather_facts(paths, settings)
     if facts.platform != "talos":
         return f"not a Talos node ({facts.platform_evidence}): the stock k8s-driver-manager applies here; nothing to do"
+    verdicts.mark_pending()  # before anything else: an earlier pod's ready must not stand (never fatal)
     runner = runner.forbid(MODULE_TOOLS)  # Talos owns the modules: no code path may unload one
     api = api_factory()
     heal.heal_stale_pod(api, options, settings.pod_name, facts, paths, sleep=sleep)  # a stale pod goes

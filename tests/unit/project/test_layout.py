@@ -67,7 +67,7 @@ LOCAL_IMPORTS = {
     "inspect/hoststate.py": {"_fabric", "inspect_host", "_pod_context"},  # fabric, verdict, pod context: operator
     "inspect/modfiles.py": {"read_module_file"},  # the module reader: not for status without module files
     "kube/endpoint.py": {"kubeconfig_endpoint"},  # yaml: never for the service account of init's report
-    "kube/nodereport.py": {"_client", "_namespace"},  # the Kubernetes client and requests: in a cluster only
+    "kube/nodereport.py": {"_client", "namespace_of", "with_pod", "_own_pod"},  # the client, requests: in a cluster
     "lifecycle/init.py": {
         "_check_alive",
         "_init_stages",
