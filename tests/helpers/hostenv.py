@@ -108,28 +108,3 @@ def make_host(base: Path, scenario: str = SCENARIO, userspace: Path = USERSPACE)
     env = fixture_host_env(root, base, image, drop=("DRIVER_ROOT", "CI"))
     host.env = env
     return host
-
-
-def restamped(source: Path, dest: Path, pairs: list[tuple[str, str]]) -> Path:
-    """A copy of a fixture tree whose files, link targets and names say each pair's second string instead
-    of its first (equal lengths, so module files keep their layout)."""
-    shutil.copytree(source, dest, symlinks=True)
-    assert all(len(old) == len(new) for old, new in pairs)
-    for path in sorted(dest.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        if path.is_file() and not path.is_symlink():
-            data = path.read_bytes()
-            for old, new in pairs:
-                data = data.replace(old.encode(), new.encode())
-            path.write_bytes(data)
-        if path.is_symlink():
-            target = str(path.readlink())
-            path.unlink()
-            for old, new in pairs:
-                target = target.replace(old, new)
-            path.symlink_to(target)
-        name = path.name
-        for old, new in pairs:
-            name = name.replace(old, new)
-        if name != path.name:
-            path.rename(path.with_name(name))
-    return dest

@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 import yaml
 from helpers.apiserver import NODE, NS, Server, endpoint
-from helpers.hostenv import HOSTS, SCENARIO, Host, make_host, restamped
+from helpers.hostenv import HOSTS, SCENARIO, Host, make_host
 from helpers.operator_render import Rendered, clusterpolicy_from_values, render, require_renderer, talos_node
+from helpers.restamp import restamped_pairs as restamped
 from helpers.support import REPO
 
 from driver_container.errors import KubernetesError
