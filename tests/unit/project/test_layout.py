@@ -47,7 +47,9 @@ CACHE_FLAGS_64 = {0x0303, 0x0A03}  # glibc dl-cache.h FLAG_X8664_LIB64, FLAG_AAR
 # the unchanged restart or the probe (bench/README.md, "Function-local imports": what each keeps out and
 # what it measured). tests/integration/test_startup_imports.py and test_status.py check the outcome.
 LOCAL_IMPORTS = {
+    "__init__.py": {"project_version"},  # importlib.metadata: the version is shown, never needed on a restart
     "beneath.py": {"_openat2"},  # ctypes: never on a restart
+    "cli/about.py": {"version_lines"},  # the userspace inspection: --version only
     "cli/__init__.py": {  # the probe's floor is a bare interpreter: typer, logging, signal only when needed
         "_console_entry",
         "_probe_fast_path",
