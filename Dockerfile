@@ -20,6 +20,9 @@ ARG FABRIC_SOURCE=none
 # ---------------------------------------------------------------------------------------------------
 FROM ${BASE_IMAGE} AS python-base
 # The entrypoint needs only the interpreter (no pip, no venv module) in the final image.
+# hadolint DL3008 (apt versions unpinned): the Debian suite of the base image is the pin; an exact version leaves
+# the archive at its next security update and would break every rebuild.
+# hadolint ignore=DL3008
 RUN set -eu; \
     if ! command -v python3 >/dev/null; then \
       apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3 \
@@ -29,6 +32,9 @@ RUN set -eu; \
 
 # ---------------------------------------------------------------------------------------------------
 FROM python-base AS venv
+# hadolint DL3008 (apt versions unpinned): the Debian suite of the base image is the pin; an exact version leaves
+# the archive at its next security update and would break every rebuild.
+# hadolint ignore=DL3008
 RUN apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-venv
 COPY pyproject.toml README.md /src/
 COPY driver_container /src/driver_container
@@ -72,6 +78,10 @@ ARG NVIDIA_RUN_SHA256=""
 ARG NVIDIA_RUN_SHA256_AMD64=""
 ARG NVIDIA_RUN_SHA256_ARM64=""
 ARG NVIDIA_DOWNLOAD_BASE=https://us.download.nvidia.com/tesla
+# hadolint DL3008 (apt versions unpinned): the Debian suite of the base image is the pin; an exact version leaves
+# the archive at its next security update and would break every rebuild.
+# hadolint DL4006 (pipefail): the one pipe starts with echo, which cannot fail; sha256sum -c ends it.
+# hadolint ignore=DL3008,DL4006
 RUN set -eu; \
     test -n "${DRIVER_VERSION}" || { echo "DRIVER_VERSION build arg is required" >&2; exit 1; }; \
     case "${TARGETARCH:-amd64}" in amd64) arch=x86_64 pin="${NVIDIA_RUN_SHA256_AMD64}" ;; \
@@ -89,9 +99,13 @@ FROM nvidia-extracted-installer AS nvidia-fetch-tree
 ARG NVIDIA_TREE=nvidia-tree
 COPY ${NVIDIA_TREE}/ /nv/
 
+# hadolint DL3006 (untagged FROM): a stage of this file chosen by a build argument, not an image.
+# hadolint ignore=DL3006
 FROM nvidia-fetch-${USERSPACE_SOURCE} AS nvidia-layout
 ARG DRIVER_VERSION
 ARG TARGETARCH
+# hadolint DL3003 (cd): cd inside this RUN only; a WORKDIR would stay for every later instruction.
+# hadolint ignore=DL3003
 RUN set -eu; \
     v="${DRIVER_VERSION}"; test -n "$v" || v="$(sed -n 2p /nv/.manifest)"; \
     case "${TARGETARCH:-amd64}" in amd64) triplet=x86_64-linux-gnu ;; arm64) triplet=aarch64-linux-gnu ;; esac; \
@@ -131,6 +145,11 @@ FROM python-base AS nvidia-debian-install
 ARG DRIVER_VERSION=""
 # A separate sources list keeps the base's own list untouched; 535.x updates come through the security
 # suite (bookworm itself lags behind). Recommends are off so nvidia-kernel-dkms, headers and gcc stay out.
+# hadolint DL3008 (apt versions unpinned): the Debian suite of the base image is the pin; an exact version leaves
+# the archive at its next security update and would break every rebuild.
+# hadolint DL3009 (apt lists kept): a build stage; only /staging leaves it (COPY --from).
+# hadolint DL4006 (pipefail): dpkg-query reads nvidia-smi, installed by the line before; a wrong version fails below.
+# hadolint ignore=DL3008,DL3009,DL4006
 RUN set -eu; \
     printf '%s\n' \
       "deb http://deb.debian.org/debian bookworm main contrib non-free non-free-firmware" \
@@ -151,6 +170,9 @@ RUN set -eu; \
 # that make libcuda.so.1 etc. resolve) under /staging with relative links only, so that the tree is
 # also valid when copied under another root.
 FROM nvidia-debian-install AS nvidia-debian-layout
+# hadolint DL4006 (pipefail): the pipes filter dpkg's own lists of packages installed in the stage before; the
+# staged tree is then checked (firmware present, no dangling link).
+# hadolint ignore=DL4006
 RUN set -eu; \
     s=/staging; v="$(cat /tmp/driver-version)"; mkdir -p "$s"; \
     dpkg-query -W -f='${Package}\n' | grep -E 'nvidia|cuda' >/tmp/pkgs; \
@@ -186,6 +208,9 @@ COPY --from=nvidia-debian-layout /staging/ /
 # `init` publishes as bin/sh so that NVIDIA's DRA driver runs its MPS control daemon chrooted in the root
 # (driver_container/publish/static_tools.py, docs/operator.md "MPS").
 FROM python-base AS busybox
+# hadolint DL3008 (apt versions unpinned): the Debian suite of the base image is the pin; an exact version leaves
+# the archive at its next security update and would break every rebuild.
+# hadolint ignore=DL3008
 RUN set -eu; \
     apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends busybox-static; \
     mkdir -p /staging/usr/bin; cp -p "$(readlink -f /bin/busybox)" /staging/usr/bin/busybox
@@ -212,6 +237,10 @@ ARG DRIVER_VERSION
 ARG NVLSM_VERSION=""
 ARG TARGETARCH
 ARG NVIDIA_REDIST_BASE=https://developer.download.nvidia.com/compute
+# hadolint DL3008 (apt versions unpinned): the Debian suite of the base image is the pin; an exact version leaves
+# the archive at its next security update and would break every rebuild.
+# hadolint DL3003 (cd): cd inside this RUN only; a WORKDIR would stay for every later instruction.
+# hadolint ignore=DL3003,DL3008
 RUN set -eu; \
     test -n "${DRIVER_VERSION}" || { echo "FABRIC_SOURCE=download needs DRIVER_VERSION" >&2; exit 1; }; \
     case "${TARGETARCH:-amd64}" in amd64) a=x86_64 ;; arm64) a=sbsa ;; esac; \
@@ -221,8 +250,16 @@ RUN set -eu; \
     if [ -n "${NVLSM_VERSION}" ]; then \
       curl -fsSLO --retry 3 "${NVIDIA_REDIST_BASE}/cuda/redist/nvlsm/linux-$a/nvlsm-linux-$a-${NVLSM_VERSION}-archive.tar.xz"; fi
 
+# hadolint DL3006 (untagged FROM): a stage of this file chosen by a build argument, not an image.
+# hadolint ignore=DL3006
 FROM fabric-get-${FABRIC_SOURCE} AS fabric-layout
 ARG TARGETARCH
+# hadolint DL3008 (apt versions unpinned): the Debian suite of the base image is the pin; an exact version leaves
+# the archive at its next security update and would break every rebuild.
+# hadolint DL3003 (cd): cd inside this RUN only; a WORKDIR would stay for every later instruction.
+# hadolint DL4006 (pipefail): the pipes only print a version; an empty one fails the final stage's comparison
+# with the driver's version.
+# hadolint ignore=DL3003,DL3008,DL4006
 RUN set -eu; \
     s=/staging; cd /fabric-in; \
     case "${TARGETARCH:-amd64}" in amd64) triplet=x86_64-linux-gnu ;; arm64) triplet=aarch64-linux-gnu ;; esac; \
@@ -248,13 +285,20 @@ RUN set -eu; \
       mkdir -p "$s/usr/share/nvidia"; cp /tmp/fm-version "$s/usr/share/nvidia/fabricmanager-version"; fi
 
 # ---------------------------------------------------------------------------------------------------
+# hadolint DL3006 (untagged FROM): a stage of this file chosen by a build argument, not an image.
+# hadolint ignore=DL3006
 FROM userspace-${USERSPACE_SOURCE} AS final
 ARG DRIVER_VERSION=""
 ARG USERSPACE_SOURCE
-ARG VERSION=0.1.0
+# The project's version (pyproject.toml, the one source): the build scripts pass it.
+ARG VERSION
 COPY --from=venv /opt/nvidia-driver /opt/nvidia-driver
 COPY --from=fabric-layout /staging/ /
 COPY --from=busybox /staging/ /
+# hadolint DL3003 (cd): cd in a subshell of this RUN, to run busybox as ./sh once.
+# hadolint DL4006 (pipefail): ldd fails on every non-ELF file by design (its errors are discarded), and the pipe
+# prints only what is missing: the checks that fail the build are the tests before it.
+# hadolint ignore=DL3003,DL4006
 RUN set -eu; \
     # Fabric Manager must be the driver's exact version (NVIDIA pins nvidia-fabricmanager=${DRIVER_VERSION}).
     if [ -f /usr/share/nvidia/fabricmanager-version ] && [ "$(cat /usr/share/nvidia/fabricmanager-version)" != \

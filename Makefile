@@ -1,7 +1,8 @@
 # The contributor's front door (docs/development.md, "The loop"). Every target runs the tools of the
 # project's virtual environment; `make setup` creates it without root.
 #
-#   make check    the quick lane: format, lint, types, import contracts, unit and property tests
+#   make check    the quick lane: format, lint, types, import contracts, the repository linters (ShellCheck,
+#                 hadolint, zizmor), unit and property tests
 #                 (no root, no Docker engine, no network, no downloaded artefacts)
 #   make test     everything, exactly as CI runs it (bash .ci/run: as root, sets the machine up first)
 
@@ -18,7 +19,7 @@ QUICK_MARKERS := not root and not artefact and not container
 QUICK_PATH := $(PATH):/usr/sbin:/sbin
 
 .DEFAULT_GOAL := help
-.PHONY: help setup check format-check lint types imports unit format test bench
+.PHONY: help setup check format-check lint types imports repo-lint unit format test bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -27,7 +28,7 @@ setup: ## create .venv (no root): the package editable with the test extra
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q -e '.[test]'
 
-check: format-check lint types imports unit ## the quick lane: format, lint, types, import contracts, unit tests (no root, < 2 min)
+check: format-check lint types imports repo-lint unit ## the quick lane: format, lint, types, import contracts, shell/Dockerfile/workflow linters, unit tests (no root, < 2.5 min)
 
 format-check: ## ruff format --check (what `make format` would change fails)
 	$(VENV)/bin/ruff format --check .
@@ -40,6 +41,9 @@ types: ## mypy --strict over the package and tests/helpers
 
 imports: ## the import-linter contracts of pyproject.toml (layers, formats/ pure, no cycle)
 	$(VENV)/bin/lint-imports
+
+repo-lint: ## ShellCheck (every shell script), hadolint (Dockerfile), zizmor (.github/): scripts/lint-repo.sh
+	VENV=$(VENV) bash scripts/lint-repo.sh
 
 unit: ## the unit and property tests without root, engines or artefacts
 	CI=false PATH='$(QUICK_PATH)' $(PY) -m pytest $(QUICK_TESTS) -q -p no:cacheprovider -m '$(QUICK_MARKERS)'

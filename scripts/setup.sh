@@ -121,6 +121,7 @@ step "image $IMAGE (USERSPACE_SOURCE=debian, offline route)"
 started=$SECONDS
 docker_build --network host --progress plain \
   --build-arg USERSPACE_SOURCE=debian --build-arg DRIVER_VERSION=535.309.01 \
+  --build-arg "VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)" \
   -t "$IMAGE" . >"$CACHE/image-build.log" 2>&1 \
   || { tail -40 "$CACHE/image-build.log" >&2; die "image build failed (log: $CACHE/image-build.log)"; }
 echo "built in $((SECONDS - started)) s; $(docker image inspect -f '{{.Size}}' "$IMAGE") bytes" >&2
