@@ -18,7 +18,7 @@ yaml = require_module("yaml")
 
 SCRIPT = REPO / "scripts" / "release-build.sh"
 WORKFLOW = REPO / ".github" / "workflows" / "release.yml"
-PUBLISHED = "ghcr.io/OWNER/talos-nvidia-driver"  # docs/image.md, "Published images"
+PUBLISHED = "registry.invalid/talos-nvidia-driver"  # the samples' placeholder registry (docs/deploy)
 DOCKER_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
