@@ -104,6 +104,7 @@ phase_build() {
   for platform in "${PLATFORM_LIST[@]}"; do
     arch="${platform#linux/}"; tag="$(local_tag "$arch")"
     log="${BUILD_LOG:-$REPO/.cache/release-build-$DRIVER-$arch.log}"
+    mkdir -p "$(dirname "$log")"   # a fresh clone has no .cache yet (make image)
     ensure_binfmt "$arch"; foreign_wheels "$arch"
     log "build $tag ($platform, USERSPACE_SOURCE=$USERSPACE_SOURCE); log: $log"
     started=$SECONDS

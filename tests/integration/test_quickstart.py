@@ -8,7 +8,8 @@ Each fenced block is classified; a block of a kind this file does not know fails
   and the ``helm install`` line (values file plus ``--set``s) with the NVIDIADriver the page applies (the shell
   variables of the page filled in) is rendered by gpu-operator v26.7.0's own code
   (tests/helpers/operator_render.py) for a v1.13.9 and a v1.14.0-rc.1 node: each pool's driver container
-  pulls the tag of its own release, with no digest to look up;
+  pulls the tag of its own release, its manager the digest the page's ``make image`` block took (the
+  NVIDIADriver line stops on an empty one);
 - ``text``: what a command prints, not run.
 """
 

@@ -131,12 +131,14 @@ def test_a_push_without_a_digest_fails_and_prints_no_lines(tmp_path: Path, diges
 
 def test_push_0_builds_without_pushing_and_says_there_is_no_digest(tmp_path: Path) -> None:
     native = "amd64" if os.uname().machine == "x86_64" else "arm64"
-    env = {"PUSH": "0", "PLATFORMS": f"linux/{native}", "BUILD_LOG": str(tmp_path / "build.log")}
+    # a fresh clone has no .cache: the build log's directory is made, not assumed
+    env = {"PUSH": "0", "PLATFORMS": f"linux/{native}", "BUILD_LOG": str(tmp_path / "no-such-dir" / "build.log")}
     done, calls = _run(tmp_path, "v1.12.11", "production", REGISTRY, env=env)
     assert done.returncode == 0, done.stderr
     builds = [c for c in calls if c.startswith("docker buildx build ")]
     assert len(builds) == 1 and "--load" in builds[0] and "--push" not in builds[0]
     assert f"-t {IMAGE}:570.211.01 " in builds[0] + " "
+    assert (tmp_path / "no-such-dir" / "build.log").is_file()
     assert "digest: none: PUSH=0 pushed nothing" in done.stdout
     assert not re.search(r"^digest: *$", done.stdout, re.M)
     spec = _applied(done.stdout)["spec"]
