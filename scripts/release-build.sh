@@ -16,7 +16,9 @@
 #        <channel>-<project version>-talos<release> ones, which it refuses to push twice, and the manager's
 #        where the driver carries them),
 #        from the build cache, with an SBOM and max provenance attestations, then a cosign signature of
-#        the pushed index (keyless in GitHub Actions, or COSIGN_KEY). Needs docker buildx and cosign.
+#        the pushed index (keyless in GitHub Actions, or COSIGN_KEY). Needs docker buildx and cosign
+#        (SIGN=if-present: sign only where cosign is on PATH, say so otherwise: scripts/image.sh, a
+#        user's build). The pushed index's digest, checked to be one, goes to $DIGEST_FILE when set.
 #        PUSH unset: says what it would push and stops (no registry is reachable on the project machines).
 #
 # Environment: IMAGE_REPO (default talos-nvidia-driver), PLATFORMS (default linux/amd64,linux/arm64),
@@ -102,6 +104,7 @@ phase_build() {
   for platform in "${PLATFORM_LIST[@]}"; do
     arch="${platform#linux/}"; tag="$(local_tag "$arch")"
     log="${BUILD_LOG:-$REPO/.cache/release-build-$DRIVER-$arch.log}"
+    mkdir -p "$(dirname "$log")"   # a fresh clone has no .cache yet (make image)
     ensure_binfmt "$arch"; foreign_wheels "$arch"
     log "build $tag ($platform, USERSPACE_SOURCE=$USERSPACE_SOURCE); log: $log"
     started=$SECONDS
@@ -140,7 +143,11 @@ phase_push() {
   fi
   ((${#TAGS[@]} > 1)) || die "$DRIVER is not a driver that a Talos release ships (release/talos-drivers.toml)"
   docker buildx version >/dev/null 2>&1 || die "PUSH=1 needs docker buildx (multi-platform push)"
-  command -v cosign >/dev/null || die "PUSH=1 needs cosign"
+  local sign=1
+  if ! command -v cosign >/dev/null; then
+    [[ "${SIGN:-required}" == if-present ]] || die "PUSH=1 needs cosign"
+    sign=0
+  fi
   # <driver>-<project version>[-talos<release>] name one build for good (docs/image.md, "Tags"): never re-pushed.
   ! docker buildx imagetools inspect "$IMAGE_REPO:$DRIVER-$PROJECT_VERSION" >/dev/null 2>&1 \
     || die "$IMAGE_REPO:$DRIVER-$PROJECT_VERSION is published already: its tags are immutable (bump the version)"
@@ -153,8 +160,15 @@ phase_push() {
   mapfile -t -O "${#args[@]}" args < <(build_args all)
   docker buildx build --platform "$PLATFORMS" --push --sbom=true --provenance=mode=max \
     --metadata-file "$meta" "${args[@]}" .
-  digest="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["containerimage.digest"])' "$meta")"
+  digest="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("containerimage.digest", ""))' "$meta")"
   rm -f "$meta"
+  # An empty or malformed digest would sign and print nothing usable: stop instead.
+  [[ "$digest" =~ ^sha256:[0-9a-f]{64}$ ]] || die "the push reported no image digest (got '$digest')"
+  [[ -z "${DIGEST_FILE:-}" ]] || printf '%s\n' "$digest" >"$DIGEST_FILE"
+  if ((sign == 0)); then
+    log "pushed $IMAGE_REPO@$digest: ${TAGS[*]}; NOT signed: no cosign on PATH"
+    return 0
+  fi
   # Keyless (Sigstore OIDC) in GitHub Actions; COSIGN_KEY for a key pair. One signature covers the index.
   if [[ -n "${COSIGN_KEY:-}" ]]; then cosign sign --yes --key "$COSIGN_KEY" "$IMAGE_REPO@$digest"
   else cosign sign --yes "$IMAGE_REPO@$digest"; fi

@@ -117,9 +117,9 @@ def test_the_documented_cosign_verify_accepts_every_publishing_workflow() -> Non
     assert publishing == ["follow-talos.yml", "release.yml"]
     (regexp,) = re.findall(r"--certificate-identity-regexp '([^']+)'", (REPO / "docs/image.md").read_text())
     for name in publishing:
-        identity = f"https://github.com/OWNER/talos-nvidia-driver/.github/workflows/{name}@refs/heads/main"
+        identity = f"https://github.com/<account>/talos-nvidia-driver/.github/workflows/{name}@refs/heads/main"
         assert re.fullmatch(regexp, identity), name
-    assert not re.fullmatch(regexp, "https://github.com/OWNER/x/.github/workflows/pull-request.yml@refs/heads/main")
+    assert not re.fullmatch(regexp, "https://github.com/<account>/x/.github/workflows/pull-request.yml@refs/heads/main")
 
 
 def test_make_check_runs_the_repository_linters() -> None:
