@@ -20,6 +20,9 @@ siderolabs/extensions nvidia-gpu/vars.yaml at each release tag). Commands:
                          --write also rewrites the data file
   pending --tags FILE    "<release> <commit>" of each followed release the data file lacks (whose vars.yaml
                          plan needs)
+  pins DRIVER ARCH       the NVIDIA driver archive a Talos release pins for DRIVER on ARCH (amd64|arm64), as
+                         build arguments (NVIDIA_ARCHIVE_URL=, NVIDIA_ARCHIVE_SHA256=, NVIDIA_ARCHIVE_SHA512=, one
+                         a line) for the Dockerfile's archive route; exit 1 when no row records both hashes
   verify EXTENSIONS_GIT  re-read every release from a siderolabs/extensions clone (git dir or work tree):
                          tag commit, NVIDIA_DRIVER_{PRODUCTION,LTS}_VERSION, and that the kmod packages'
                          vars.yaml still take their VERSION from those two variables
@@ -135,6 +138,51 @@ def tags(releases: list[TalosRelease], driver: str, repo: str, project: str | No
     if releases and driver == manager_driver(releases):
         names += [MANAGER, f"{MANAGER}-{project}"]
     return [f"{repo}:{name}" for name in dict.fromkeys(names)]
+
+
+# NVIDIA's redist URL of the driver archive (siderolabs/extensions nvidia-gpu/nvidia-container-toolkit/nvidia-pkgs/
+# production/pkg.yaml @ 26822f5c95ab): NVIDIA names arm64 "sbsa".
+ARCHIVE_URL = (
+    "https://developer.download.nvidia.com/compute/nvidia-driver/redist/nvidia_driver/linux-{a}/"
+    "nvidia_driver-linux-{a}-{v}-archive.tar.xz"
+)
+NVIDIA_ARCH = {"amd64": "x86_64", "arm64": "sbsa"}
+
+
+def _flat(value: object, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], object]:
+    """Every leaf of a TOML table by its key path, each key split at ``_``/``-`` and lower-cased."""
+    if isinstance(value, dict):
+        out: dict[tuple[str, ...], object] = {}
+        for key, item in value.items():
+            out |= _flat(item, path + tuple(re.split(r"[_\-.]", str(key).lower())))
+        return out
+    return {path: value}
+
+
+def pins(path: Path, driver: str, arch: str) -> dict[str, str] | None:
+    """The archive pins of ``driver`` on ``arch`` from the first row (a Talos release) shipping it that records
+    them: leaves whose key path names the row's tier (production|lts), the arch (amd64|arm64, or NVIDIA's
+    x86_64|sbsa) and url/sha256/sha512, whatever the nesting (``production_amd64_sha256`` or
+    ``[talos.pins.production.amd64] sha256``). Without a recorded URL, NVIDIA's redist URL of the version."""
+    if arch not in NVIDIA_ARCH:
+        raise ValueError(f"arch {arch!r}: amd64 or arm64")
+    for row in tomllib.loads(path.read_text()).get("talos", []):
+        for tier in (t for t in CHANNELS if row.get(t) == driver):
+            found: dict[str, str] = {}
+            for keys, value in _flat(row).items():
+                names = set(keys)
+                if tier in names and names & {arch, NVIDIA_ARCH[arch]} and isinstance(value, str):
+                    for what in ("url", "sha256", "sha512"):
+                        if what in names:
+                            found[what] = value
+            if "sha256" in found and "sha512" in found:
+                url = found.get("url") or ARCHIVE_URL.format(a=NVIDIA_ARCH[arch], v=driver)
+                return {
+                    "NVIDIA_ARCHIVE_URL": url,
+                    "NVIDIA_ARCHIVE_SHA256": found["sha256"],
+                    "NVIDIA_ARCHIVE_SHA512": found["sha512"],
+                }
+    return None
 
 
 def _git(git_dir: str, *args: str) -> str:
@@ -258,6 +306,19 @@ def _plan_command(argv: list[str], data: Path) -> int:
 
 
 def main(argv: list[str], data: Path = DATA) -> int:
+    if len(argv) == 3 and argv[0] == "pins":
+        try:
+            found = pins(data, argv[1], argv[2])
+        except (OSError, ValueError) as error:
+            print(f"release-matrix.py pins: {error}", file=sys.stderr)
+            return 1
+        if found is None:
+            print(
+                f"release-matrix.py pins: no Talos release records the {argv[2]} archive of {argv[1]}", file=sys.stderr
+            )
+            return 1
+        print("\n".join(f"{key}={value}" for key, value in found.items()))
+        return 0
     if argv[:1] == ["plan"]:
         try:
             return _plan_command(argv[1:], data)
