@@ -6,8 +6,9 @@
 #
 # build  one image per platform, loaded into the local engine: $LOCAL_TAG for the native platform,
 #        $LOCAL_TAG-<arch> for each other one (built under qemu/binfmt). The Dockerfile's USERSPACE_SOURCE
-#        route (default run: NVIDIA's .run installer; tree: the extracted installer at NVIDIA_TREE, which is
-#        what the run route does after its download). OCI labels: source, revision, created, version.
+#        route (default archive: NVIDIA's driver archive, its URL, sha256 and sha512 per platform from the
+#        release data, `scripts/release-matrix.py pins DRIVER ARCH`; tree: an extracted .run installer at
+#        NVIDIA_TREE). OCI labels: source, revision, created, version.
 # test   the container tests (pytest $TESTS, default tests/container) against the native image, with
 #        IMAGE=$LOCAL_TAG and IMAGE_DRIVER_VERSION=DRIVER_VERSION; a smoke run (--help, status naming the
 #        userspace version) of every other platform's image. Needs the project venv (scripts/setup.sh).
@@ -22,7 +23,8 @@
 #        PUSH unset: says what it would push and stops (no registry is reachable on the project machines).
 #
 # Environment: IMAGE_REPO (default talos-nvidia-driver), PLATFORMS (default linux/amd64,linux/arm64),
-# USERSPACE_SOURCE, NVIDIA_TREE, NVIDIA_RUN_SHA256_AMD64 / _ARM64 (pins of the .run), BASE_IMAGE_AMD64 /
+# USERSPACE_SOURCE, NVIDIA_TREE, NVIDIA_ARCHIVE_URL / _SHA256 / _SHA512 (another archive and its pins for every
+# platform instead of the release data's, e.g. a test archive served locally), BASE_IMAGE_AMD64 /
 # _ARM64 (a base image per platform; default the Dockerfile's), LOCAL_TAG (default
 # $IMAGE_REPO:$DRIVER_VERSION), TESTS, BUILD_LOG (default .cache/release-build-<driver>-<arch>.log),
 # SOURCE_URL (default from GITHUB_SERVER_URL/GITHUB_REPOSITORY or the git remote).
@@ -44,7 +46,7 @@ PHASES=("$@")
 ((${#PHASES[@]})) || PHASES=(build test push)
 IMAGE_REPO="${IMAGE_REPO:-talos-nvidia-driver}"
 PLATFORMS="${PLATFORMS:-linux/amd64,linux/arm64}"
-USERSPACE_SOURCE="${USERSPACE_SOURCE:-run}"
+USERSPACE_SOURCE="${USERSPACE_SOURCE:-archive}"
 LOCAL_TAG="${LOCAL_TAG:-$IMAGE_REPO:$DRIVER}"
 NATIVE="$(uname -m | sed 's/x86_64/amd64/; s/aarch64/arm64/')"
 PROJECT_VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)"
@@ -67,13 +69,31 @@ oci_labels() {
     "org.opencontainers.image.created=$created" "org.opencontainers.image.ref.name=$DRIVER"
 }
 
+# The archive route's pins: NVIDIA_ARCHIVE_URL/_SHA256/_SHA512 from the environment when set, else each
+# platform's from the release data (the URL and both hashes Talos pins, as NVIDIA_ARCHIVE_*_<ARCH>).
+archive_args() {
+  local arch="$1" a line
+  local -a pins
+  if [[ -n "${NVIDIA_ARCHIVE_SHA256:-}" ]]; then
+    printf '%s\n' --build-arg "NVIDIA_ARCHIVE_SHA256=$NVIDIA_ARCHIVE_SHA256" \
+      --build-arg "NVIDIA_ARCHIVE_SHA512=${NVIDIA_ARCHIVE_SHA512:-}"
+    [[ -z "${NVIDIA_ARCHIVE_URL:-}" ]] || printf '%s\n' --build-arg "NVIDIA_ARCHIVE_URL=$NVIDIA_ARCHIVE_URL"
+    return 0
+  fi
+  for a in amd64 arm64; do
+    [[ "$arch" == all || "$arch" == "$a" ]] || continue
+    mapfile -t pins < <(python3 scripts/release-matrix.py pins "$DRIVER" "$a")
+    ((${#pins[@]} == 3)) || die "no archive pins for $DRIVER $a in release/talos-drivers.toml"
+    for line in "${pins[@]}"; do printf '%s\n' --build-arg "${line%%=*}_$(upper "$a")=${line#*=}"; done
+  done
+}
+
 build_args() {  # the build arguments of this driver; $1: the platform's arch, or "all" (multi-platform)
   local arch="$1" base label
   printf '%s\n' --build-arg "DRIVER_VERSION=$DRIVER" --build-arg "USERSPACE_SOURCE=$USERSPACE_SOURCE" \
     --build-arg "VERSION=$PROJECT_VERSION"
   [[ -z "${NVIDIA_TREE:-}" ]] || printf '%s\n' --build-arg "NVIDIA_TREE=$NVIDIA_TREE"
-  [[ -z "${NVIDIA_RUN_SHA256_AMD64:-}" ]] || printf '%s\n' --build-arg "NVIDIA_RUN_SHA256_AMD64=$NVIDIA_RUN_SHA256_AMD64"
-  [[ -z "${NVIDIA_RUN_SHA256_ARM64:-}" ]] || printf '%s\n' --build-arg "NVIDIA_RUN_SHA256_ARM64=$NVIDIA_RUN_SHA256_ARM64"
+  [[ "$USERSPACE_SOURCE" != archive ]] || archive_args "$arch"
   base="BASE_IMAGE_$(upper "$arch")"
   [[ "$arch" == all || -z "${!base:-}" ]] || printf '%s\n' --build-arg "BASE_IMAGE=${!base}"
   while read -r label; do printf '%s\n' --label "$label"; done < <(oci_labels)
@@ -106,6 +126,10 @@ phase_build() {
     log="${BUILD_LOG:-$REPO/.cache/release-build-$DRIVER-$arch.log}"
     mkdir -p "$(dirname "$log")"   # a fresh clone has no .cache yet (make image)
     ensure_binfmt "$arch"; foreign_wheels "$arch"
+    # build_args runs in a subshell: a missing pin is caught here, before the build.
+    [[ "$USERSPACE_SOURCE" != archive || -n "${NVIDIA_ARCHIVE_SHA256:-}" ]] \
+      || python3 scripts/release-matrix.py pins "$DRIVER" "$arch" >/dev/null \
+      || die "no archive pins for $DRIVER $arch in release/talos-drivers.toml"
     log "build $tag ($platform, USERSPACE_SOURCE=$USERSPACE_SOURCE); log: $log"
     started=$SECONDS
     mapfile -t args < <(build_args "$arch")

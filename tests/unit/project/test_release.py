@@ -157,7 +157,7 @@ def test_workflow_builds_each_driver_multi_arch_with_the_local_script() -> None:
     assert "bash .ci/run" in [s.get("run") for s in _steps(jobs["suite"])]
     assert image["strategy"]["matrix"] == "${{ fromJSON(needs.matrix.outputs.matrix) }}"
     assert set(image["env"]["PLATFORMS"].split(",")) == {"linux/amd64", "linux/arm64"}
-    assert image["env"]["USERSPACE_SOURCE"] == "run"
+    assert image["env"]["USERSPACE_SOURCE"] == "archive"
     uses = [s["uses"].split("@")[0] for s in _steps(image) if "uses" in s]
     for action in (
         "docker/setup-qemu-action",
@@ -181,9 +181,13 @@ def test_workflow_builds_each_driver_multi_arch_with_the_local_script() -> None:
 def test_ci_builds_and_tests_the_image_through_the_release_script() -> None:
     setup = (REPO / "scripts" / "setup.sh").read_text().replace("\\\n", " ")
     test = (REPO / "scripts" / "test.sh").read_text().replace("\\\n", " ")
-    (build,) = [line for line in setup.splitlines() if "bash scripts/release-build.sh" in line]
-    assert 'LOCAL_TAG="$IMAGE_TREE"' in build and "USERSPACE_SOURCE=tree" in build
-    assert build.split("release-build.sh 535.309.01")[1].split()[0] == "build"
+    builds = [line for line in setup.splitlines() if "bash scripts/release-build.sh" in line]
+    (tree,) = [line for line in builds if 'LOCAL_TAG="$IMAGE_TREE"' in line]
+    (archive,) = [line for line in builds if 'LOCAL_TAG="$IMAGE_ARCHIVE"' in line]
+    assert "USERSPACE_SOURCE=tree" in tree and "USERSPACE_SOURCE=archive" in archive
+    # The archive route's build gets both pins of the archive CI made (a wrong one: test_archive_image.py).
+    assert 'NVIDIA_ARCHIVE_SHA256="$(cat "$ARCHIVE.sha256")"' in archive and "$ARCHIVE.sha512" in archive
+    assert all(b.split("release-build.sh 535.309.01")[1].split()[0] == "build" for b in builds)
     (run,) = [line for line in test.splitlines() if "bash scripts/release-build.sh" in line]
     assert run.split("release-build.sh 535.309.01")[1].split()[:2] == ["test", "push"]
     assert "PUSH" not in run  # stops before the push: no registry here
