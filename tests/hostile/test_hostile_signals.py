@@ -60,7 +60,10 @@ class _Pause:
         if name == os.environ["PAUSE_AT_IMPORT"]:
             sys.meta_path.remove(self)
             open(os.environ["PAUSE_MARK"], "w").close()
-            time.sleep(20)
+            # Short sleeps: a signal that lands between the mark and a long sleep's syscall would wait
+            # for the whole sleep (CPython runs a handler between bytecodes, PEP 475 resumes the sleep).
+            for _ in range(2000):
+                time.sleep(0.01)
         return None
 if os.environ.get("PAUSE_AT_IMPORT"):
     sys.meta_path.insert(0, _Pause())
