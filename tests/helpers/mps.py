@@ -157,6 +157,7 @@ def dra(root: Path, work: Path) -> dict[str, Any]:
     # The daemon's /dev/shm must be the claim's shm directory, which the plugin's CDI edits give the workload.
     probe = _run([*run, ": > /dev/shm/probe-from-the-daemon"], env)
     quit_ = _run([*run, "nvidia-cuda-mps-control"], env, "quit")
+    left = _wait_until_gone()  # first: the daemon logs its last commands as it ends
     return {
         "branch": branch,
         "start": start,
@@ -166,7 +167,7 @@ def dra(root: Path, work: Path) -> dict[str, Any]:
         "shm_shared": (shm / "probe-from-the-daemon").exists(),
         "control_log": _read(log / "control.log"),
         "server_log": _read(log / "server.log"),
-        "left": _wait_until_gone(),
+        "left": left,
     }
 
 
@@ -195,6 +196,7 @@ def plugin(root: Path, work: Path) -> dict[str, Any]:
     _wait_for_server(ctr / log.lstrip("/"))
     healthy = _run(control, env, "get_default_active_thread_percentage")  # AssertHealthy
     quit_ = _run(control, env, "quit")
+    left = _wait_until_gone()  # first: the daemon logs its last commands as it ends
     logs = ctr / log.lstrip("/")
     return {
         "start": start,
@@ -204,7 +206,7 @@ def plugin(root: Path, work: Path) -> dict[str, Any]:
         "quit": quit_,
         "control_log": _read(logs / "control.log"),
         "server_log": _read(logs / "server.log"),
-        "left": _wait_until_gone(),
+        "left": left,
     }
 
 

@@ -60,7 +60,10 @@ class _Pause:
         if name == os.environ["PAUSE_AT_IMPORT"]:
             sys.meta_path.remove(self)
             open(os.environ["PAUSE_MARK"], "w").close()
-            time.sleep(20)
+            # Short sleeps: a signal that lands between the mark and a long sleep's syscall would wait
+            # for the whole sleep (CPython runs a handler between bytecodes, PEP 475 resumes the sleep).
+            for _ in range(2000):
+                time.sleep(0.01)
         return None
 if os.environ.get("PAUSE_AT_IMPORT"):
     sys.meta_path.insert(0, _Pause())
@@ -210,8 +213,11 @@ def test_sigint_at_any_point_ends_a_command_as_sigterm_does(
             "PAUSE_MARK": str(mark),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(site), h.env.get("PYTHONPATH")])),
         }
+        # SIGINT at its default, as the kubelet starts a probe or a container: a shell's background job
+        # (CI started with `&`) inherits SIGINT ignored, and the probe's fast path keeps what it inherits.
+        entry = f"import signal; signal.signal(signal.SIGINT, signal.SIG_DFL); {_entry(script)}"
         proc = subprocess.Popen(
-            [sys.executable, "-c", _entry(script), *args],
+            [sys.executable, "-c", entry, *args],
             env=env,
             cwd=h.base,
             stdout=subprocess.PIPE,
