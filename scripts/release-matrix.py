@@ -239,8 +239,6 @@ def tags(releases: list[TalosRelease], driver: str, repo: str, project: str | No
     return [f"{repo}:{name}" for name in dict.fromkeys(names)]
 
 
-
-
 def _git(git_dir: str, *args: str) -> str:
     done = subprocess.run(["git", "-C", git_dir, *args], capture_output=True, text=True, check=True, timeout=60)
     return done.stdout

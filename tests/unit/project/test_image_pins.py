@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from pathlib import Path
 
-import pytest
 from helpers.release import release_matrix
 from helpers.support import REPO, require_module
 
