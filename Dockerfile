@@ -4,22 +4,33 @@
 # Needs BuildKit (`docker buildx build`, or `DOCKER_BUILDKIT=1 docker build` with a 20.10-22.x client):
 # only the userspace stage selected by USERSPACE_SOURCE is built, and TARGETARCH is set by the builder.
 #
-#   USERSPACE_SOURCE=run     (default) NVIDIA's .run installer from NVIDIA's download server, optionally
-#                            checked against NVIDIA_RUN_SHA256; extracted with `-x`, userspace files only.
-#   USERSPACE_SOURCE=tree    the same installer already extracted (`sh NVIDIA-Linux-*.run -x`) at
+#   USERSPACE_SOURCE=archive (default) NVIDIA's driver archive, the payload Talos ships
+#                            (nvidia_driver-linux-<arch>-<v>-archive.tar.xz), downloaded and checked against
+#                            NVIDIA_ARCHIVE_SHA256 and NVIDIA_ARCHIVE_SHA512 (both required; per platform
+#                            NVIDIA_ARCHIVE_*_AMD64/_ARM64; URL: NVIDIA_ARCHIVE_URL, default NVIDIA's redist
+#                            server); the file set is the archive's MANIFEST.
+#   USERSPACE_SOURCE=tree    NVIDIA's .run installer already extracted (`sh NVIDIA-Linux-*.run -x`) at
 #                            NVIDIA_TREE inside the build context (air-gapped builds).
 #   USERSPACE_SOURCE=debian  Debian bookworm's non-free packages (apt over plain http; BASE_IMAGE must be
 #                            Debian bookworm). Gives 535.x, the version Debian ships.
-# Python: wheels found in .cache/image-wheels/ of the context are installed with --no-index (prepare them
-# with `pip wheel . -w .cache/image-wheels`); without them pip installs from the index.
+# Python: the packages of requirements/image.txt (hash-locked, pip --require-hashes), from the wheels in
+# .cache/image-wheels/ of the context when present (--no-index; prepare them with `pip download
+# --require-hashes -r requirements/image.txt -d .cache/image-wheels`), else from the index.
+# BASE_IMAGE: Debian bookworm-slim by digest; offline machines build with a local image named by its tag
+# (scripts/make-base-image.sh, BASE_IMAGE=debian:bookworm-slim).
 
-ARG BASE_IMAGE=debian:bookworm-slim
-ARG USERSPACE_SOURCE=run
+# Debian bookworm-slim's multi-platform index as docker-library records it (docker-library/repo-info
+# repos/debian/remote/bookworm-slim.md @ 05f354f0a08a, build of 2026-08-03); Dependabot keeps it current.
+ARG BASE_IMAGE=debian:bookworm-slim@sha256:abd67ffcfa541b485a3dff59865ab629aa048a6c613e639d36e7456b0b229241
+ARG USERSPACE_SOURCE=archive
 ARG FABRIC_SOURCE=none
 
 # ---------------------------------------------------------------------------------------------------
 FROM ${BASE_IMAGE} AS python-base
 # The entrypoint needs only the interpreter (no pip, no venv module) in the final image.
+# hadolint DL3008 (apt versions unpinned): the Debian suite of the base image is the pin; an exact version leaves
+# the archive at its next security update and would break every rebuild.
+# hadolint ignore=DL3008
 RUN set -eu; \
     if ! command -v python3 >/dev/null; then \
       apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3 \
@@ -29,18 +40,27 @@ RUN set -eu; \
 
 # ---------------------------------------------------------------------------------------------------
 FROM python-base AS venv
+# hadolint DL3008 (apt versions unpinned): the Debian suite of the base image is the pin; an exact version leaves
+# the archive at its next security update and would break every rebuild.
+# hadolint ignore=DL3008
 RUN apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-venv
-COPY pyproject.toml README.md /src/
+COPY pyproject.toml README.md LICENSE NOTICE /src/
+COPY requirements/image.txt /src/requirements/image.txt
 COPY driver_container /src/driver_container
 # The wildcard lets the directory be absent (BuildKit accepts an empty match): then pip uses the index.
 COPY .cache/image-wheel[s] /wheels/
+# The dependencies only as requirements/image.txt pins them (versions and wheel hashes, --require-hashes);
+# then the project itself, without dependencies (its wheel from /wheels, or built from /src).
 RUN set -eu; \
-    python3 -m venv /opt/nvidia-driver; \
+    python3 -m venv /opt/nvidia-driver; pip=/opt/nvidia-driver/bin/pip; \
     if ls /wheels/*.whl >/dev/null 2>&1; then \
-      /opt/nvidia-driver/bin/pip install -q --no-index --find-links /wheels talos-nvidia-driver-container; \
+      "$pip" install -q --no-index --find-links /wheels --require-hashes --no-deps -r /src/requirements/image.txt; \
+      "$pip" install -q --no-index --find-links /wheels --no-deps talos-nvidia-driver-container; \
     else \
-      /opt/nvidia-driver/bin/pip install -q /src; \
+      "$pip" install -q --require-hashes --no-deps -r /src/requirements/image.txt; \
+      "$pip" install -q --no-deps /src; \
     fi; \
+    "$pip" check; \
     # Rich (with pygments and markdown-it: 14 MB, ~60 ms per start) only colours typer's help and
     # tracebacks; the final stage sets TYPER_USE_RICH=0, which makes typer format them with click's plain
     # formatter and never import rich.
@@ -55,43 +75,90 @@ RUN set -eu; \
     TYPER_USE_RICH=0 /opt/nvidia-driver/bin/nvidia-driver --help >/dev/null
 
 # ---------------------------------------------------------------------------------------------------
-# Lay an extracted .run installer out in the standard paths under /staging. 64-bit userspace only (the
-# 32/ compat libraries are not used by containers); kernel module sources (kernel/, kernel-open/), the
-# installer itself, X driver and man pages are left behind. Firmware goes to /usr/share/nvidia/firmware,
-# because at runtime gpu-operator mounts the host's <driver root>/lib/firmware over the container's
-# /lib/firmware (= /usr/lib/firmware on merged-/usr bases), hiding anything baked in there.
+# USERSPACE_SOURCE=archive: NVIDIA's driver archive, the payload Talos ships. siderolabs/extensions pins it per
+# Talos release and tier (nvidia-gpu/vars.yaml NVIDIA_PKGS_<TIER>_<ARCH>_SHA256/_SHA512) and downloads it from
+# NVIDIA's redist server (nvidia-gpu/nvidia-container-toolkit/nvidia-pkgs/*/pkg.yaml @ 26822f5c95ab); the
+# release data carries the same URL and both hashes (release/talos-drivers.toml, scripts/release-build.sh).
+# A build without both hashes, or whose download has other ones, fails and prints expected and actual values.
+FROM python-base AS nvidia-fetch-archive
+# Before the pins are declared: a build with other pins (or a wrong one) reuses this layer.
+# hadolint DL3008 (apt versions unpinned): the Debian suite of the base image is the pin; an exact version leaves
+# the archive at its next security update and would break every rebuild.
+# hadolint ignore=DL3008
+RUN apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+      ca-certificates curl xz-utils && rm -rf /var/lib/apt/lists/*
+ARG DRIVER_VERSION
+ARG TARGETARCH
+ARG NVIDIA_ARCHIVE_URL=""
+ARG NVIDIA_ARCHIVE_SHA256=""
+ARG NVIDIA_ARCHIVE_SHA512=""
+# Per-platform pins for one multi-platform build (scripts/release-build.sh); each overrides the plain one.
+ARG NVIDIA_ARCHIVE_URL_AMD64=""
+ARG NVIDIA_ARCHIVE_SHA256_AMD64=""
+ARG NVIDIA_ARCHIVE_SHA512_AMD64=""
+ARG NVIDIA_ARCHIVE_URL_ARM64=""
+ARG NVIDIA_ARCHIVE_SHA256_ARM64=""
+ARG NVIDIA_ARCHIVE_SHA512_ARM64=""
+ARG NVIDIA_REDIST_BASE=https://developer.download.nvidia.com/compute
+# hadolint DL4006 (pipefail): each pipe ends in cut over a hash sum of a file that exists; an empty sum fails
+# the comparison with the pin.
+# hadolint ignore=DL4006
+RUN set -eu; \
+    test -n "${DRIVER_VERSION}" || { echo "DRIVER_VERSION build arg is required" >&2; exit 1; }; \
+    case "${TARGETARCH:-amd64}" in \
+      amd64) a=x86_64 url="${NVIDIA_ARCHIVE_URL_AMD64}" s256="${NVIDIA_ARCHIVE_SHA256_AMD64}" s512="${NVIDIA_ARCHIVE_SHA512_AMD64}" ;; \
+      arm64) a=sbsa url="${NVIDIA_ARCHIVE_URL_ARM64}" s256="${NVIDIA_ARCHIVE_SHA256_ARM64}" s512="${NVIDIA_ARCHIVE_SHA512_ARM64}" ;; \
+      *) echo "unsupported TARGETARCH ${TARGETARCH}" >&2; exit 1 ;; esac; \
+    url="${url:-${NVIDIA_ARCHIVE_URL:-${NVIDIA_REDIST_BASE}/nvidia-driver/redist/nvidia_driver/linux-$a/nvidia_driver-linux-$a-${DRIVER_VERSION}-archive.tar.xz}}"; \
+    s256="${s256:-${NVIDIA_ARCHIVE_SHA256}}"; s512="${s512:-${NVIDIA_ARCHIVE_SHA512}}"; \
+    if [ -z "$s256" ] || [ -z "$s512" ]; then \
+      echo "NVIDIA_ARCHIVE_SHA256 and NVIDIA_ARCHIVE_SHA512 are both required (release/talos-drivers.toml)" >&2; exit 1; fi; \
+    # Bounded: 30 s to connect, 30 min and 4 GiB at most; --fail: an HTTP error fails, no error page is kept.
+    curl --fail --silent --show-error --location --retry 3 --connect-timeout 30 --max-time 1800 \
+      --max-filesize 4294967296 -o /tmp/nvidia.tar.xz "$url"; \
+    got256="$(sha256sum /tmp/nvidia.tar.xz | cut -d' ' -f1)"; got512="$(sha512sum /tmp/nvidia.tar.xz | cut -d' ' -f1)"; \
+    if [ "$got256" != "$s256" ] || [ "$got512" != "$s512" ]; then \
+      printf '%s\n' "$url does not match its pins:" "  sha256 expected $s256" "  sha256 actual   $got256" \
+        "  sha512 expected $s512" "  sha512 actual   $got512" >&2; exit 1; fi; \
+    mkdir -p /nv; tar -xJf /tmp/nvidia.tar.xz --strip-components=1 --no-same-owner -C /nv; rm -f /tmp/nvidia.tar.xz; \
+    printf 'url=%s\nsha256=%s\nsha512=%s\n' "$url" "$s256" "$s512" >/tmp/driver-archive
+
+# The file set is the archive's MANIFEST (what nvidia-installer installs), not a pattern over its files:
+# scripts/nvidia-archive-layout.py. SONAME links as the dynamic linker looks them up (ldconfig -n).
+FROM nvidia-fetch-archive AS nvidia-archive-layout
+ARG DRIVER_VERSION
+ARG TARGETARCH
+COPY scripts/nvidia-archive-layout.py /usr/local/lib/nvidia-archive-layout.py
+RUN set -eu; \
+    case "${TARGETARCH:-amd64}" in amd64) triplet=x86_64-linux-gnu ;; arm64) triplet=aarch64-linux-gnu ;; esac; \
+    python3 /usr/local/lib/nvidia-archive-layout.py /nv /staging "$triplet" "${DRIVER_VERSION}"; \
+    cp /tmp/driver-archive /staging/usr/share/nvidia/driver-archive; \
+    ldconfig -n "/staging/usr/lib/$triplet"; \
+    if [ -d "/staging/usr/lib/$triplet/vdpau" ]; then ldconfig -n "/staging/usr/lib/$triplet/vdpau"; fi
+
+FROM python-base AS userspace-archive
+COPY --from=nvidia-archive-layout /staging/ /
+
+# ---------------------------------------------------------------------------------------------------
+# USERSPACE_SOURCE=tree: an extracted .run installer (`sh NVIDIA-Linux-<arch>-<v>.run -x`) in the build context,
+# laid out in the standard paths under /staging. 64-bit userspace only (the 32/ compat libraries are not used
+# by containers); kernel module sources (kernel/, kernel-open/), the installer itself, X driver and man pages
+# are left behind. Firmware goes to /usr/share/nvidia/firmware, because at runtime gpu-operator mounts the
+# host's <driver root>/lib/firmware over the container's /lib/firmware (= /usr/lib/firmware on merged-/usr
+# bases), hiding anything baked in there.
 FROM python-base AS nvidia-extracted-installer
 ARG DRIVER_VERSION
 RUN set -eu; mkdir -p /nv /staging
-
-FROM nvidia-extracted-installer AS nvidia-fetch-run
-ARG DRIVER_VERSION
-ARG TARGETARCH
-ARG NVIDIA_RUN_SHA256=""
-# Per-platform pins for one multi-platform build (scripts/release-build.sh); each overrides NVIDIA_RUN_SHA256.
-ARG NVIDIA_RUN_SHA256_AMD64=""
-ARG NVIDIA_RUN_SHA256_ARM64=""
-ARG NVIDIA_DOWNLOAD_BASE=https://us.download.nvidia.com/tesla
-RUN set -eu; \
-    test -n "${DRIVER_VERSION}" || { echo "DRIVER_VERSION build arg is required" >&2; exit 1; }; \
-    case "${TARGETARCH:-amd64}" in amd64) arch=x86_64 pin="${NVIDIA_RUN_SHA256_AMD64}" ;; \
-      arm64) arch=aarch64 pin="${NVIDIA_RUN_SHA256_ARM64}" ;; \
-      *) echo "unsupported TARGETARCH ${TARGETARCH}" >&2; exit 1 ;; esac; \
-    NVIDIA_RUN_SHA256="${pin:-${NVIDIA_RUN_SHA256}}"; \
-    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-      ca-certificates curl xz-utils; \
-    run="NVIDIA-Linux-${arch}-${DRIVER_VERSION}.run"; \
-    curl -fsSL --retry 3 -o "/tmp/${run}" "${NVIDIA_DOWNLOAD_BASE}/${DRIVER_VERSION}/${run}"; \
-    if [ -n "${NVIDIA_RUN_SHA256}" ]; then echo "${NVIDIA_RUN_SHA256}  /tmp/${run}" | sha256sum -c -; fi; \
-    rm -rf /nv; sh "/tmp/${run}" -x --target /nv >/dev/null; rm -f "/tmp/${run}"
 
 FROM nvidia-extracted-installer AS nvidia-fetch-tree
 ARG NVIDIA_TREE=nvidia-tree
 COPY ${NVIDIA_TREE}/ /nv/
 
-FROM nvidia-fetch-${USERSPACE_SOURCE} AS nvidia-layout
+FROM nvidia-fetch-tree AS nvidia-layout
 ARG DRIVER_VERSION
 ARG TARGETARCH
+# hadolint DL3003 (cd): cd inside this RUN only; a WORKDIR would stay for every later instruction.
+# hadolint ignore=DL3003
 RUN set -eu; \
     v="${DRIVER_VERSION}"; test -n "$v" || v="$(sed -n 2p /nv/.manifest)"; \
     case "${TARGETARCH:-amd64}" in amd64) triplet=x86_64-linux-gnu ;; arm64) triplet=aarch64-linux-gnu ;; esac; \
@@ -119,10 +186,8 @@ RUN set -eu; \
     ldconfig -n "$lib"; \
     echo "$v" >"$s/usr/share/nvidia/driver-version"
 
-FROM python-base AS userspace-run
+FROM python-base AS userspace-tree
 COPY --from=nvidia-layout /staging/ /
-
-FROM userspace-run AS userspace-tree
 
 # Debian's packages are installed in a throw-away stage and only NVIDIA's files are copied on: installing
 # them in the final stage would also bring their dependencies (ocl-icd, libssl, ...) and apt's lists,
@@ -131,6 +196,11 @@ FROM python-base AS nvidia-debian-install
 ARG DRIVER_VERSION=""
 # A separate sources list keeps the base's own list untouched; 535.x updates come through the security
 # suite (bookworm itself lags behind). Recommends are off so nvidia-kernel-dkms, headers and gcc stay out.
+# hadolint DL3008 (apt versions unpinned): the Debian suite of the base image is the pin; an exact version leaves
+# the archive at its next security update and would break every rebuild.
+# hadolint DL3009 (apt lists kept): a build stage; only /staging leaves it (COPY --from).
+# hadolint DL4006 (pipefail): dpkg-query reads nvidia-smi, installed by the line before; a wrong version fails below.
+# hadolint ignore=DL3008,DL3009,DL4006
 RUN set -eu; \
     printf '%s\n' \
       "deb http://deb.debian.org/debian bookworm main contrib non-free non-free-firmware" \
@@ -151,6 +221,9 @@ RUN set -eu; \
 # that make libcuda.so.1 etc. resolve) under /staging with relative links only, so that the tree is
 # also valid when copied under another root.
 FROM nvidia-debian-install AS nvidia-debian-layout
+# hadolint DL4006 (pipefail): the pipes filter dpkg's own lists of packages installed in the stage before; the
+# staged tree is then checked (firmware present, no dangling link).
+# hadolint ignore=DL4006
 RUN set -eu; \
     s=/staging; v="$(cat /tmp/driver-version)"; mkdir -p "$s"; \
     dpkg-query -W -f='${Package}\n' | grep -E 'nvidia|cuda' >/tmp/pkgs; \
@@ -186,6 +259,9 @@ COPY --from=nvidia-debian-layout /staging/ /
 # `init` publishes as bin/sh so that NVIDIA's DRA driver runs its MPS control daemon chrooted in the root
 # (driver_container/publish/static_tools.py, docs/operator.md "MPS").
 FROM python-base AS busybox
+# hadolint DL3008 (apt versions unpinned): the Debian suite of the base image is the pin; an exact version leaves
+# the archive at its next security update and would break every rebuild.
+# hadolint ignore=DL3008
 RUN set -eu; \
     apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends busybox-static; \
     mkdir -p /staging/usr/bin; cp -p "$(readlink -f /bin/busybox)" /staging/usr/bin/busybox
@@ -212,6 +288,10 @@ ARG DRIVER_VERSION
 ARG NVLSM_VERSION=""
 ARG TARGETARCH
 ARG NVIDIA_REDIST_BASE=https://developer.download.nvidia.com/compute
+# hadolint DL3008 (apt versions unpinned): the Debian suite of the base image is the pin; an exact version leaves
+# the archive at its next security update and would break every rebuild.
+# hadolint DL3003 (cd): cd inside this RUN only; a WORKDIR would stay for every later instruction.
+# hadolint ignore=DL3003,DL3008
 RUN set -eu; \
     test -n "${DRIVER_VERSION}" || { echo "FABRIC_SOURCE=download needs DRIVER_VERSION" >&2; exit 1; }; \
     case "${TARGETARCH:-amd64}" in amd64) a=x86_64 ;; arm64) a=sbsa ;; esac; \
@@ -221,8 +301,16 @@ RUN set -eu; \
     if [ -n "${NVLSM_VERSION}" ]; then \
       curl -fsSLO --retry 3 "${NVIDIA_REDIST_BASE}/cuda/redist/nvlsm/linux-$a/nvlsm-linux-$a-${NVLSM_VERSION}-archive.tar.xz"; fi
 
+# hadolint DL3006 (untagged FROM): a stage of this file chosen by a build argument, not an image.
+# hadolint ignore=DL3006
 FROM fabric-get-${FABRIC_SOURCE} AS fabric-layout
 ARG TARGETARCH
+# hadolint DL3008 (apt versions unpinned): the Debian suite of the base image is the pin; an exact version leaves
+# the archive at its next security update and would break every rebuild.
+# hadolint DL3003 (cd): cd inside this RUN only; a WORKDIR would stay for every later instruction.
+# hadolint DL4006 (pipefail): the pipes only print a version; an empty one fails the final stage's comparison
+# with the driver's version.
+# hadolint ignore=DL3003,DL3008,DL4006
 RUN set -eu; \
     s=/staging; cd /fabric-in; \
     case "${TARGETARCH:-amd64}" in amd64) triplet=x86_64-linux-gnu ;; arm64) triplet=aarch64-linux-gnu ;; esac; \
@@ -248,13 +336,22 @@ RUN set -eu; \
       mkdir -p "$s/usr/share/nvidia"; cp /tmp/fm-version "$s/usr/share/nvidia/fabricmanager-version"; fi
 
 # ---------------------------------------------------------------------------------------------------
+# hadolint DL3006 (untagged FROM): a stage of this file chosen by a build argument, not an image.
+# hadolint ignore=DL3006
 FROM userspace-${USERSPACE_SOURCE} AS final
 ARG DRIVER_VERSION=""
 ARG USERSPACE_SOURCE
-ARG VERSION=0.1.0
+# The project's version (pyproject.toml, the one source): the build scripts pass it.
+ARG VERSION
 COPY --from=venv /opt/nvidia-driver /opt/nvidia-driver
 COPY --from=fabric-layout /staging/ /
 COPY --from=busybox /staging/ /
+# This project's licence beside NVIDIA's (/licenses/NVIDIA, from the archive route's LICENSE).
+COPY LICENSE NOTICE /licenses/talos-nvidia-driver-container/
+# hadolint DL3003 (cd): cd in a subshell of this RUN, to run busybox as ./sh once.
+# hadolint DL4006 (pipefail): ldd fails on every non-ELF file by design (its errors are discarded), and the pipe
+# prints only what is missing: the checks that fail the build are the tests before it.
+# hadolint ignore=DL3003,DL4006
 RUN set -eu; \
     # Fabric Manager must be the driver's exact version (NVIDIA pins nvidia-fabricmanager=${DRIVER_VERSION}).
     if [ -f /usr/share/nvidia/fabricmanager-version ] && [ "$(cat /usr/share/nvidia/fabricmanager-version)" != \
@@ -293,10 +390,14 @@ RUN set -eu; \
     # reads /etc/ld.so.cache) and after every file is in place; nothing below may change those files.
     nvidia-driver index-userspace --version "$(cat /usr/share/nvidia/driver-version)"; \
     nvidia-driver --help >/dev/null
+# What is whose: the image (entrypoint, layout) is this project's, under Apache-2.0; the NVIDIA userspace in it
+# is NVIDIA's, under NVIDIA's licence (/licenses/NVIDIA); io.nvidia.driver.* say which driver and from where
+# (the archive route also records the archive's URL and hashes in /usr/share/nvidia/driver-archive).
 LABEL org.opencontainers.image.title="talos-nvidia-driver-container" \
-      org.opencontainers.image.description="NVIDIA driver userspace and entrypoint for Talos Linux (gpu-operator driver image)" \
+      org.opencontainers.image.description="NVIDIA driver userspace (NVIDIA's, under NVIDIA's licence) and this project's entrypoint for Talos Linux (gpu-operator driver image)" \
       org.opencontainers.image.version="${VERSION}" \
-      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.licenses="Apache-2.0 AND LicenseRef-NVIDIA-Driver" \
+      org.opencontainers.image.vendor="talos-nvidia-driver-container (not NVIDIA)" \
       io.nvidia.driver.version="${DRIVER_VERSION}" \
       io.nvidia.driver.userspace-source="${USERSPACE_SOURCE}"
 ENV NVIDIA_VISIBLE_DEVICES=void \

@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import enum
 import json
 import logging
 import sys
 import time
 
 HUMAN_FORMAT = "%(asctime)s %(levelname)-7s %(message)s"
+
+
+class LogFormat(enum.StrEnum):
+    """The values of --log-format / LOG_FORMAT, exactly (a choice: anything else is a usage error, exit 2)."""
+
+    human = "human"
+    json = "json"
+
+
+LOG_FORMATS = tuple(f.value for f in LogFormat)
+LOG_FORMAT_HELP = "human (one line per record) or json (one JSON object per line)"
 
 
 class JsonFormatter(logging.Formatter):

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts/release-build.sh and scripts/setup.sh: register qemu-user-static for a foreign
 # architecture with binfmt_misc, so that its ELF files run by path (GitHub: docker/setup-qemu-action).
 #   release-build.sh: a foreign platform's RUN steps inside the image build;

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts/setup.sh and scripts/release-build.sh: `docker_build ARGS...` runs a BuildKit build
 # and loads the result into the local engine. BuildKit is required by the Dockerfile (stage selection by
 # USERSPACE_SOURCE, TARGETARCH). A Docker 23+ client without the buildx plugin only has the legacy

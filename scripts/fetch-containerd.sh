@@ -45,7 +45,7 @@ fi
 TMP="$(mktemp -d "$REPO/.cache/.containerd.XXXXXX")"
 trap 'rm -rf "$TMP"' EXIT
 dpkg-deb -x "$deb" "$TMP"
-rm -rf "$TMP/usr/share" "$TMP/usr/lib" "$TMP/etc"  # only usr/bin is used
+rm -rf "${TMP:?}/usr/share" "${TMP:?}/usr/lib" "${TMP:?}/etc"  # only usr/bin is used
 "$TMP/usr/bin/ctr" --version >/dev/null || die "the unpacked ctr does not run"
 echo "$version" >"$TMP/.complete"
 rm -rf "$DEST"

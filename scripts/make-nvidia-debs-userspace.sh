@@ -95,6 +95,7 @@ log "downloading ${COMPUTE[*]} ${GRAPHICS[*]} with dependencies"
 # nvidia-settings alone (its libnvidia-gtk3 needs libgtk-3, deliberately absent).
 settings=""
 if ( cd "$APT_DIR/archives" && "${APT[@]}" download nvidia-settings >/dev/null 2>&1 ); then
+  # shellcheck disable=SC2012  # Debian .deb names are [a-z0-9.+~_-] only; ls -t picks the newest download
   settings="$(ls -t "$APT_DIR"/archives/nvidia-settings_*_"$ARCH".deb | head -1)"
 fi
 mapfile -t debs < <("${APT[@]}" install -y -s "${COMPUTE[@]}" "${GRAPHICS[@]}" 2>/dev/null \
@@ -113,6 +114,7 @@ unpack() {  # $1 = .deb
     --exclude='./usr/share/doc*' --exclude='./usr/share/man*' --exclude='./usr/share/locale*' --exclude='./etc/init.d*'
 }
 for pkg in "${debs[@]}"; do
+  # shellcheck disable=SC2012  # Debian .deb names are [a-z0-9.+~_-] only (no newline or glob character)
   f="$(ls "$APT_DIR"/archives/"${pkg%%:*}"_*.deb 2>/dev/null | head -1)"
   [[ -n "$f" ]] || die "no .deb for $pkg in $APT_DIR/archives"
   unpack "$f"

@@ -2,8 +2,9 @@
 # Assemble a `.run`-shaped flat tree (the layout `sh NVIDIA-Linux-<arch>-<v>.run -x` extracts: every
 # library, binary and config in one directory, GSP firmware in firmware/, the version on line 2 of
 # .manifest) from a Debian userspace unpacked by scripts/make-nvidia-debs-userspace.sh. It feeds the
-# Dockerfile's USERSPACE_SOURCE=tree route, which is the route the default USERSPACE_SOURCE=run takes after
-# its download, so CI builds and tests that route without NVIDIA's download server (docs/image.md).
+# Dockerfile's USERSPACE_SOURCE=tree route (an extracted .run), so CI builds and tests that route without
+# NVIDIA's download server, and scripts/make-nvidia-archive.py packs it in NVIDIA's archive layout for the
+# default USERSPACE_SOURCE=archive route (docs/image.md).
 #
 # Usage: make-nvidia-run-tree.sh SOURCE VERSION DEST
 #   SOURCE   a tree made by make-nvidia-debs-userspace.sh (e.g. .cache/artefacts/debian-nvidia-535-graphics)

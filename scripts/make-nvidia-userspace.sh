@@ -42,6 +42,7 @@ log() { printf 'make-nvidia-userspace: %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 installed_version() {  # $1 = chroot; prints the upstream version of nvidia-smi installed there
+  # shellcheck disable=SC2016  # ${Version} is dpkg-query's format field, not a shell expansion
   chroot "$1" dpkg-query -W -f='${Version}' nvidia-smi 2>/dev/null | sed 's/-[^-]*$//'
 }
 
@@ -115,6 +116,7 @@ in_chroot apt-get -q install -y --no-install-recommends "${PACKAGES[@]}" >"$TMP.
   || { tail -30 "$TMP.apt.log" >&2; rm -f "$TMP.apt.log"; die "apt-get install failed"; }
 rm -f "$TMP.apt.log"
 
+# shellcheck disable=SC2016  # ${Package} is dpkg-query's format field, not a shell expansion
 bad="$(in_chroot dpkg-query -W -f='${Package}\n' | grep -E "$FORBIDDEN_RE" || true)"
 [[ -z "$bad" ]] || die "kernel/build packages were pulled in: $bad"
 

@@ -6,8 +6,9 @@
 #
 # build  one image per platform, loaded into the local engine: $LOCAL_TAG for the native platform,
 #        $LOCAL_TAG-<arch> for each other one (built under qemu/binfmt). The Dockerfile's USERSPACE_SOURCE
-#        route (default run: NVIDIA's .run installer; tree: the extracted installer at NVIDIA_TREE, which is
-#        what the run route does after its download). OCI labels: source, revision, created, version.
+#        route (default archive: NVIDIA's driver archive, its URL, sha256 and sha512 per platform from the
+#        release data, `scripts/release-matrix.py pins DRIVER ARCH`; tree: an extracted .run installer at
+#        NVIDIA_TREE). OCI labels: source, revision, created, version.
 # test   the container tests (pytest $TESTS, default tests/container) against the native image, with
 #        IMAGE=$LOCAL_TAG and IMAGE_DRIVER_VERSION=DRIVER_VERSION; a smoke run (--help, status naming the
 #        userspace version) of every other platform's image. Needs the project venv (scripts/setup.sh).
@@ -16,11 +17,14 @@
 #        <channel>-<project version>-talos<release> ones, which it refuses to push twice, and the manager's
 #        where the driver carries them),
 #        from the build cache, with an SBOM and max provenance attestations, then a cosign signature of
-#        the pushed index (keyless in GitHub Actions, or COSIGN_KEY). Needs docker buildx and cosign.
+#        the pushed index (keyless in GitHub Actions, or COSIGN_KEY). Needs docker buildx and cosign
+#        (SIGN=if-present: sign only where cosign is on PATH, say so otherwise: scripts/image.sh, a
+#        user's build). The pushed index's digest, checked to be one, goes to $DIGEST_FILE when set.
 #        PUSH unset: says what it would push and stops (no registry is reachable on the project machines).
 #
 # Environment: IMAGE_REPO (default talos-nvidia-driver), PLATFORMS (default linux/amd64,linux/arm64),
-# USERSPACE_SOURCE, NVIDIA_TREE, NVIDIA_RUN_SHA256_AMD64 / _ARM64 (pins of the .run), BASE_IMAGE_AMD64 /
+# USERSPACE_SOURCE, NVIDIA_TREE, NVIDIA_ARCHIVE_URL / _SHA256 / _SHA512 (another archive and its pins for every
+# platform instead of the release data's, e.g. a test archive served locally), BASE_IMAGE_AMD64 /
 # _ARM64 (a base image per platform; default the Dockerfile's), LOCAL_TAG (default
 # $IMAGE_REPO:$DRIVER_VERSION), TESTS, BUILD_LOG (default .cache/release-build-<driver>-<arch>.log),
 # SOURCE_URL (default from GITHUB_SERVER_URL/GITHUB_REPOSITORY or the git remote).
@@ -42,7 +46,7 @@ PHASES=("$@")
 ((${#PHASES[@]})) || PHASES=(build test push)
 IMAGE_REPO="${IMAGE_REPO:-talos-nvidia-driver}"
 PLATFORMS="${PLATFORMS:-linux/amd64,linux/arm64}"
-USERSPACE_SOURCE="${USERSPACE_SOURCE:-run}"
+USERSPACE_SOURCE="${USERSPACE_SOURCE:-archive}"
 LOCAL_TAG="${LOCAL_TAG:-$IMAGE_REPO:$DRIVER}"
 NATIVE="$(uname -m | sed 's/x86_64/amd64/; s/aarch64/arm64/')"
 PROJECT_VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)"
@@ -65,13 +69,31 @@ oci_labels() {
     "org.opencontainers.image.created=$created" "org.opencontainers.image.ref.name=$DRIVER"
 }
 
+# The archive route's pins: NVIDIA_ARCHIVE_URL/_SHA256/_SHA512 from the environment when set, else each
+# platform's from the release data (the URL and both hashes Talos pins, as NVIDIA_ARCHIVE_*_<ARCH>).
+archive_args() {
+  local arch="$1" a line
+  local -a pins
+  if [[ -n "${NVIDIA_ARCHIVE_SHA256:-}" ]]; then
+    printf '%s\n' --build-arg "NVIDIA_ARCHIVE_SHA256=$NVIDIA_ARCHIVE_SHA256" \
+      --build-arg "NVIDIA_ARCHIVE_SHA512=${NVIDIA_ARCHIVE_SHA512:-}"
+    [[ -z "${NVIDIA_ARCHIVE_URL:-}" ]] || printf '%s\n' --build-arg "NVIDIA_ARCHIVE_URL=$NVIDIA_ARCHIVE_URL"
+    return 0
+  fi
+  for a in amd64 arm64; do
+    [[ "$arch" == all || "$arch" == "$a" ]] || continue
+    mapfile -t pins < <(python3 scripts/release-matrix.py pins "$DRIVER" "$a")
+    ((${#pins[@]} == 3)) || die "no archive pins for $DRIVER $a in release/talos-drivers.toml"
+    for line in "${pins[@]}"; do printf '%s\n' --build-arg "${line%%=*}_$(upper "$a")=${line#*=}"; done
+  done
+}
+
 build_args() {  # the build arguments of this driver; $1: the platform's arch, or "all" (multi-platform)
   local arch="$1" base label
   printf '%s\n' --build-arg "DRIVER_VERSION=$DRIVER" --build-arg "USERSPACE_SOURCE=$USERSPACE_SOURCE" \
     --build-arg "VERSION=$PROJECT_VERSION"
   [[ -z "${NVIDIA_TREE:-}" ]] || printf '%s\n' --build-arg "NVIDIA_TREE=$NVIDIA_TREE"
-  [[ -z "${NVIDIA_RUN_SHA256_AMD64:-}" ]] || printf '%s\n' --build-arg "NVIDIA_RUN_SHA256_AMD64=$NVIDIA_RUN_SHA256_AMD64"
-  [[ -z "${NVIDIA_RUN_SHA256_ARM64:-}" ]] || printf '%s\n' --build-arg "NVIDIA_RUN_SHA256_ARM64=$NVIDIA_RUN_SHA256_ARM64"
+  [[ "$USERSPACE_SOURCE" != archive ]] || archive_args "$arch"
   base="BASE_IMAGE_$(upper "$arch")"
   [[ "$arch" == all || -z "${!base:-}" ]] || printf '%s\n' --build-arg "BASE_IMAGE=${!base}"
   while read -r label; do printf '%s\n' --label "$label"; done < <(oci_labels)
@@ -102,7 +124,12 @@ phase_build() {
   for platform in "${PLATFORM_LIST[@]}"; do
     arch="${platform#linux/}"; tag="$(local_tag "$arch")"
     log="${BUILD_LOG:-$REPO/.cache/release-build-$DRIVER-$arch.log}"
+    mkdir -p "$(dirname "$log")"   # a fresh clone has no .cache yet (make image)
     ensure_binfmt "$arch"; foreign_wheels "$arch"
+    # build_args runs in a subshell: a missing pin is caught here, before the build.
+    [[ "$USERSPACE_SOURCE" != archive || -n "${NVIDIA_ARCHIVE_SHA256:-}" ]] \
+      || python3 scripts/release-matrix.py pins "$DRIVER" "$arch" >/dev/null \
+      || die "no archive pins for $DRIVER $arch in release/talos-drivers.toml"
     log "build $tag ($platform, USERSPACE_SOURCE=$USERSPACE_SOURCE); log: $log"
     started=$SECONDS
     mapfile -t args < <(build_args "$arch")
@@ -140,7 +167,11 @@ phase_push() {
   fi
   ((${#TAGS[@]} > 1)) || die "$DRIVER is not a driver that a Talos release ships (release/talos-drivers.toml)"
   docker buildx version >/dev/null 2>&1 || die "PUSH=1 needs docker buildx (multi-platform push)"
-  command -v cosign >/dev/null || die "PUSH=1 needs cosign"
+  local sign=1
+  if ! command -v cosign >/dev/null; then
+    [[ "${SIGN:-required}" == if-present ]] || die "PUSH=1 needs cosign"
+    sign=0
+  fi
   # <driver>-<project version>[-talos<release>] name one build for good (docs/image.md, "Tags"): never re-pushed.
   ! docker buildx imagetools inspect "$IMAGE_REPO:$DRIVER-$PROJECT_VERSION" >/dev/null 2>&1 \
     || die "$IMAGE_REPO:$DRIVER-$PROJECT_VERSION is published already: its tags are immutable (bump the version)"
@@ -153,8 +184,15 @@ phase_push() {
   mapfile -t -O "${#args[@]}" args < <(build_args all)
   docker buildx build --platform "$PLATFORMS" --push --sbom=true --provenance=mode=max \
     --metadata-file "$meta" "${args[@]}" .
-  digest="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["containerimage.digest"])' "$meta")"
+  digest="$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("containerimage.digest", ""))' "$meta")"
   rm -f "$meta"
+  # An empty or malformed digest would sign and print nothing usable: stop instead.
+  [[ "$digest" =~ ^sha256:[0-9a-f]{64}$ ]] || die "the push reported no image digest (got '$digest')"
+  [[ -z "${DIGEST_FILE:-}" ]] || printf '%s\n' "$digest" >"$DIGEST_FILE"
+  if ((sign == 0)); then
+    log "pushed $IMAGE_REPO@$digest: ${TAGS[*]}; NOT signed: no cosign on PATH"
+    return 0
+  fi
   # Keyless (Sigstore OIDC) in GitHub Actions; COSIGN_KEY for a key pair. One signature covers the index.
   if [[ -n "${COSIGN_KEY:-}" ]]; then cosign sign --yes --key "$COSIGN_KEY" "$IMAGE_REPO@$digest"
   else cosign sign --yes "$IMAGE_REPO@$digest"; fi

@@ -21,8 +21,14 @@ siderolabs/extensions nvidia-gpu/vars.yaml at each release tag). Commands:
   pending --tags FILE    "<release> <commit>" of each followed release the data file lacks (whose vars.yaml
                          plan needs)
   verify EXTENSIONS_GIT  re-read every release from a siderolabs/extensions clone (git dir or work tree):
-                         tag commit, NVIDIA_DRIVER_{PRODUCTION,LTS}_VERSION, and that the kmod packages'
-                         vars.yaml still take their VERSION from those two variables
+                         tag commit, NVIDIA_DRIVER_{PRODUCTION,LTS}_VERSION, the archive pins
+                         NVIDIA_PKGS_<TIER>_<ARCH>_SHA{256,512}, that the kmod packages' vars.yaml still
+                         take their VERSION from those two variables and that nvidia-pkgs/<tier>/pkg.yaml
+                         still downloads the archive URL recorded here with those pins
+  pins DRIVER ARCH       NVIDIA_ARCHIVE_URL=, NVIDIA_ARCHIVE_SHA256=, NVIDIA_ARCHIVE_SHA512= (one a line): the
+                         Dockerfile's build arguments for NVIDIA's driver archive of DRIVER on ARCH (amd64,
+                         arm64), as Talos pins it
+  driver RELEASE TIER    the driver version Talos RELEASE ships on TIER (production, lts)
 
 Environment: RELEASE_DATA, another data file than release/talos-drivers.toml.
 Standard library only: the release workflow runs it before any Python environment exists.
@@ -31,12 +37,15 @@ Standard library only: the release workflow runs it before any Python environmen
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import json
 import os
 import re
 import subprocess
 import sys
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +67,55 @@ KMOD_VARS = {
     "nvidia-gpu/nonfree/kmod-nvidia/production/vars.yaml": "NVIDIA_DRIVER_PRODUCTION_VERSION",
     "nvidia-gpu/nonfree/kmod-nvidia/lts/vars.yaml": "NVIDIA_DRIVER_LTS_VERSION",
 }
+# NVIDIA's driver archive as Sidero's nvidia-pkgs downloads it (siderolabs/extensions
+# nvidia-gpu/nvidia-container-toolkit/nvidia-pkgs/{production,lts}/pkg.yaml, sources: linux-x86_64 for
+# amd64, linux-sbsa for aarch64, at v1.12.0 5572e825 through v1.14.0-rc.1), its hashes taken from
+# NVIDIA_PKGS_<TIER>_<ARCH>_SHA256/_SHA512 of nvidia-gpu/vars.yaml. Extensions before v1.10 wrote the
+# hashes inline in pkg.yaml (v1.9.0): no release followed here is that old, and a vars.yaml without the
+# variables is an error, never an unpinned row.
+ARCHES = {"amd64": "x86_64", "arm64": "sbsa"}
+ARCHIVE_URL = (
+    "https://developer.download.nvidia.com/compute/nvidia-driver/redist/nvidia_driver/linux-{nv}/"
+    "nvidia_driver-linux-{nv}-{driver}-archive.tar.xz"
+)
+PKG_YAML = "nvidia-gpu/nvidia-container-toolkit/nvidia-pkgs/{tier}/pkg.yaml"
+HEX = {"sha256": re.compile(r"^[0-9a-f]{64}$"), "sha512": re.compile(r"^[0-9a-f]{128}$")}
+
+
+@dataclass(frozen=True)
+class Pin:
+    """NVIDIA's driver archive of one driver on one arch: where Talos downloads it and its two hashes."""
+
+    url: str
+    sha256: str
+    sha512: str
+
+
+Pins = dict[str, dict[str, Pin]]  # tier (production, lts) -> arch (amd64, arm64) -> its archive
+
+
+def archive_url(driver: str, arch: str) -> str:
+    return ARCHIVE_URL.format(nv=ARCHES[arch], driver=driver)
+
+
+def pin_vars(tier: str, arch: str) -> tuple[str, str]:
+    prefix = f"NVIDIA_PKGS_{tier.upper()}_{arch.upper()}"
+    return f"{prefix}_SHA256", f"{prefix}_SHA512"
+
+
+def pins_from_vars(text: str, drivers_by_tier: dict[str, str]) -> Pins:
+    """The archive pins of each tier and arch from one nvidia-gpu/vars.yaml; a variable missing or not a
+    hash is a ValueError naming it."""
+    pins: Pins = {}
+    for tier, driver in drivers_by_tier.items():
+        for arch in ARCHES:
+            names = pin_vars(tier, arch)
+            values = [_var(text, name) for name in names]
+            for name, value, kind in zip(names, values, HEX, strict=True):
+                if value is None or not HEX[kind].match(value):
+                    raise ValueError(f"vars.yaml: {name} is {value!r}, not a {kind} (the archive pin of {driver})")
+            pins.setdefault(tier, {})[arch] = Pin(archive_url(driver, arch), values[0] or "", values[1] or "")
+    return pins
 
 
 @dataclass(frozen=True)
@@ -66,20 +124,64 @@ class TalosRelease:
     extensions_commit: str
     production: str
     lts: str
+    pins: Pins = dataclasses.field(default_factory=dict)
+
+
+def _pins_of(entry: dict[str, dict[str, dict[str, str]]]) -> Pins:
+    return {tier: {arch: Pin(**pin) for arch, pin in arches.items()} for tier, arches in entry.items()}
+
+
+def check_pins(r: TalosRelease) -> None:
+    """Every tier and arch pinned, each URL the archive of that tier's driver, each hash well formed."""
+    for tier in CHANNELS:
+        for arch in ARCHES:
+            pin = r.pins.get(tier, {}).get(arch)
+            if pin is None:
+                raise ValueError(f"{r.release}: no archive pin for {tier} {arch}")
+            if pin.url != archive_url(getattr(r, tier), arch):
+                raise ValueError(f"{r.release}: {tier} {arch}: {pin.url} is not the archive of {getattr(r, tier)}")
+            if not (HEX["sha256"].match(pin.sha256) and HEX["sha512"].match(pin.sha512)):
+                raise ValueError(f"{r.release}: {tier} {arch}: a pin is not a sha256 and a sha512")
+
+
+def driver_pins(releases: list[TalosRelease]) -> dict[tuple[str, str], Pin]:
+    """(driver, arch) -> its archive; one driver pinned two ways in two rows is a ValueError (one image is
+    built per driver, from one archive)."""
+    found: dict[tuple[str, str], tuple[str, Pin]] = {}
+    for r in releases:
+        for tier, arches in r.pins.items():
+            for arch, pin in arches.items():
+                key = (getattr(r, tier), arch)
+                first = found.setdefault(key, (r.release, pin))
+                if first[1] != pin:
+                    raise ValueError(f"{key[0]} {arch}: pinned differently in {first[0]} and {r.release}")
+    return {key: pin for key, (_, pin) in found.items()}
 
 
 def load(path: Path = DATA) -> list[TalosRelease]:
     entries = tomllib.loads(path.read_text())["talos"]
-    releases = [TalosRelease(**entry) for entry in entries]
+    releases = [TalosRelease(**{**entry, "pins": _pins_of(entry.get("pins", {}))}) for entry in entries]
     for r in releases:
         if not TALOS_RELEASE.match(r.release) or not re.fullmatch(r"[0-9a-f]{40}", r.extensions_commit):
             raise ValueError(f"{path}: bad entry {r}")
         for driver in (r.production, r.lts):
             if not DRIVER_VERSION.match(driver):
                 raise ValueError(f"{path}: {r.release}: bad driver version {driver!r}")
+        check_pins(r)
     if len({r.release for r in releases}) != len(releases):
         raise ValueError(f"{path}: a Talos release is listed twice")
+    driver_pins(releases)
     return releases
+
+
+def shipped_driver(releases: list[TalosRelease], release: str, tier: str) -> str:
+    """The driver Talos ``release`` ships on ``tier``; a release or tier the data file lacks is a ValueError."""
+    if tier not in CHANNELS:
+        raise ValueError(f"tier {tier!r}: one of {', '.join(CHANNELS)}")
+    for r in releases:
+        if r.release == release:
+            return str(getattr(r, tier))
+    raise ValueError(f"Talos {release} is not in the release data (release/talos-drivers.toml)")
 
 
 def version_key(version: str) -> tuple[int, ...]:
@@ -147,6 +249,10 @@ def _var(text: str, name: str) -> str | None:
     return found.group(1) if found else None
 
 
+def _show(git_dir: str, commit: str, path: str) -> str:
+    return _git(git_dir, "show", f"{commit}:{path}")
+
+
 def verify(releases: list[TalosRelease], git_dir: str) -> list[str]:
     problems: list[str] = []
     for r in releases:
@@ -160,6 +266,33 @@ def verify(releases: list[TalosRelease], git_dir: str) -> list[str]:
         for path, name in KMOD_VARS.items():
             if "{{ ." + name + " }}" not in _git(git_dir, "show", f"{commit}:{path}"):
                 problems.append(f"{r.release}: {path} no longer takes its VERSION from {name}")
+        problems += [f"{r.release}: {p}" for p in _verify_pins(r, text, functools.partial(_show, git_dir, commit))]
+    return problems
+
+
+def _verify_pins(r: TalosRelease, vars_text: str, show: Callable[[str], str]) -> list[str]:
+    """The row's archive pins against vars.yaml, and nvidia-pkgs/<tier>/pkg.yaml still downloading that URL
+    with those variables (``show``: a file of the release's commit)."""
+    try:
+        read = pins_from_vars(vars_text, {"production": r.production, "lts": r.lts})
+    except ValueError as error:
+        return [str(error)]
+    problems = [
+        f"{tier} {arch}: vars.yaml pins {read[tier][arch]}, the data file {r.pins.get(tier, {}).get(arch)}"
+        for tier in CHANNELS
+        for arch in ARCHES
+        if r.pins.get(tier, {}).get(arch) != read[tier][arch]
+    ]
+    for tier in CHANNELS:
+        path, version = PKG_YAML.format(tier=tier), "{{ ." + f"NVIDIA_DRIVER_{tier.upper()}_VERSION" + " }}"
+        try:
+            pkg = show(path)
+        except subprocess.CalledProcessError:
+            problems.append(f"{path}: missing")
+            continue
+        for arch in ARCHES:
+            wanted = [archive_url(version, arch), *("{{ ." + name + " }}" for name in pin_vars(tier, arch))]
+            problems += [f"{path} no longer names {w}" for w in wanted if w not in pkg]
     return problems
 
 
@@ -214,7 +347,12 @@ def plan(
         production, lts = _var(text, "NVIDIA_DRIVER_PRODUCTION_VERSION"), _var(text, "NVIDIA_DRIVER_LTS_VERSION")
         if not (production and lts and DRIVER_VERSION.match(production) and DRIVER_VERSION.match(lts)):
             raise ValueError(f"{name}: vars.yaml names no production and LTS driver ({production}, {lts})")
-        rows.append(TalosRelease(name, remote[name], production, lts))
+        try:
+            pins = pins_from_vars(text, {"production": production, "lts": lts})
+        except ValueError as error:
+            raise ValueError(f"{name}: {error}") from None
+        rows.append(TalosRelease(name, remote[name], production, lts, pins))
+    driver_pins(rows)  # a new row must pin an already listed driver as the older rows do
     build = [d for d in drivers(rows) if f"{d}-{project}" not in published]
     to_tag: dict[str, list[str]] = {}
     for driver in drivers(rows):
@@ -231,6 +369,11 @@ def render(rows: list[TalosRelease], header: str) -> str:
     tables = [
         f'[[talos]]\nrelease = "{r.release}"\nextensions_commit = "{r.extensions_commit}"\n'
         f'production = "{r.production}"\nlts = "{r.lts}"\n'
+        + "".join(
+            f'[talos.pins.{tier}.{arch}]\nurl = "{pin.url}"\nsha256 = "{pin.sha256}"\nsha512 = "{pin.sha512}"\n'
+            for tier in CHANNELS
+            for arch, pin in r.pins.get(tier, {}).items()
+        )
         for r in rows
     ]
     return header + "\n" + "\n".join(tables)
@@ -257,6 +400,20 @@ def _plan_command(argv: list[str], data: Path) -> int:
     return 0
 
 
+def pins_lines(releases: list[TalosRelease], driver: str, arch: str) -> list[str]:
+    """The Dockerfile's build arguments for the archive of ``driver`` on ``arch``."""
+    if arch not in ARCHES:
+        raise ValueError(f"arch {arch!r}: one of {', '.join(ARCHES)}")
+    pin = driver_pins(releases).get((driver, arch))
+    if pin is None:
+        raise ValueError(f"{driver}: no Talos release in the release data ships it, so it has no pinned archive")
+    return [
+        f"NVIDIA_ARCHIVE_URL={pin.url}",
+        f"NVIDIA_ARCHIVE_SHA256={pin.sha256}",
+        f"NVIDIA_ARCHIVE_SHA512={pin.sha512}",
+    ]
+
+
 def main(argv: list[str], data: Path = DATA) -> int:
     if argv[:1] == ["plan"]:
         try:
@@ -264,7 +421,18 @@ def main(argv: list[str], data: Path = DATA) -> int:
         except (OSError, ValueError) as error:
             print(f"release-matrix.py plan: {error}", file=sys.stderr)
             return 1
-    releases = load(data)
+    try:
+        releases = load(data)
+        match argv:
+            case ["pins", driver, arch]:
+                print("\n".join(pins_lines(releases, driver, arch)))
+                return 0
+            case ["driver", release, tier]:
+                print(shipped_driver(releases, release, tier))
+                return 0
+    except ValueError as error:
+        print(f"release-matrix.py {' '.join(argv[:1])}: {error}", file=sys.stderr)
+        return 1
     match argv:
         case ["pending", "--tags", ls_remote]:
             remote = remote_releases(Path(ls_remote).read_text())

@@ -9,11 +9,14 @@
 #      550 and 555 (scripts/make-nvidia-debs-userspace.sh) and NVIDIA's nvidia-bug-report.sh
 #      (scripts/fetch-nvidia-bug-report.sh)
 #   4. container tests: a Docker engine (scripts/dockerd.sh start; left running, stop it with
-#      `scripts/dockerd.sh stop`), the local base image, host-built wheels and the test image, and
-#      containerd 2.x unpacked from Debian sid for the CDI tests (scripts/fetch-containerd.sh)
+#      `scripts/dockerd.sh stop`), the local base image, host-built wheels and the test images (the
+#      Debian, tree and archive routes; the archive one from a driver archive in NVIDIA's layout made of
+#      Debian's files, scripts/make-nvidia-archive.py), and containerd 2.x unpacked from Debian sid for the
+#      CDI tests (scripts/fetch-containerd.sh)
 #
 # Environment: SKIP_CONTAINER=1 skips step 4; IMAGE (default talos-nvidia-driver:535.309.01-debian);
-# IMAGE_TREE (default talos-nvidia-driver:535.309.01-tree, the USERSPACE_SOURCE=tree image).
+# IMAGE_TREE (default talos-nvidia-driver:535.309.01-tree, the USERSPACE_SOURCE=tree image); IMAGE_ARCHIVE
+# (default talos-nvidia-driver:535.309.01-archive, the USERSPACE_SOURCE=archive image).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,6 +25,9 @@ CACHE="$REPO/.cache"
 STAMPS="$CACHE/setup"
 IMAGE="${IMAGE:-talos-nvidia-driver:535.309.01-debian}"
 IMAGE_TREE="${IMAGE_TREE:-talos-nvidia-driver:535.309.01-tree}"
+IMAGE_ARCHIVE="${IMAGE_ARCHIVE:-talos-nvidia-driver:535.309.01-archive}"
+# The Dockerfile's BASE_IMAGE is a digest of Docker Hub's image; here the local stand-in of its tag.
+LOCAL_BASE=debian:bookworm-slim
 mkdir -p "$STAMPS"
 
 step() { printf '\n== setup: %s\n' "$*" >&2; }
@@ -115,16 +121,20 @@ step "wheels for the image (pip cannot reach PyPI inside build containers)"
 # A clean directory: wheels left from an older pyproject (e.g. typer 0.29 and its pydantic) would be
 # offered to the image build and bloat it.
 rm -rf "$CACHE/image-wheels"
-.venv/bin/python -m pip wheel -q . -w "$CACHE/image-wheels"
+# Exactly the hash-locked set the image installs (--require-hashes), and the project's own wheel.
+.venv/bin/python -m pip download -q --require-hashes --no-deps --only-binary=:all: -r requirements/image.txt \
+  -d "$CACHE/image-wheels"
+.venv/bin/python -m pip wheel -q --no-deps . -w "$CACHE/image-wheels"
 
 step "image $IMAGE (USERSPACE_SOURCE=debian, offline route)"
 started=$SECONDS
 docker_build --network host --progress plain \
-  --build-arg USERSPACE_SOURCE=debian --build-arg DRIVER_VERSION=535.309.01 \
+  --build-arg USERSPACE_SOURCE=debian --build-arg DRIVER_VERSION=535.309.01 --build-arg "BASE_IMAGE=$LOCAL_BASE" \
+  --build-arg "VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml | head -1)" \
   -t "$IMAGE" . >"$CACHE/image-build.log" 2>&1 \
   || { tail -40 "$CACHE/image-build.log" >&2; die "image build failed (log: $CACHE/image-build.log)"; }
 echo "built in $((SECONDS - started)) s; $(docker image inspect -f '{{.Size}}' "$IMAGE") bytes" >&2
-# The USERSPACE_SOURCE=tree route (what the default .run route does after its download), fed with
+# The USERSPACE_SOURCE=tree route (an extracted .run installer in the build context), fed with
 # a .run-shaped flat tree assembled from Debian's 535 packages with the graphics libraries; tested by
 # tests/container/test_tree_image.py. The BuildKit cache shares every stage but the userspace with $IMAGE.
 # Built by the release script's build phase (scripts/release-build.sh, what the release workflow
@@ -134,8 +144,33 @@ started=$SECONDS
 bash scripts/make-nvidia-run-tree.sh "${ARTEFACTS_DIR:-$CACHE/artefacts}/debian-nvidia-535-graphics" 535.309.01 \
   "$CACHE/nvidia-tree"
 PLATFORMS="linux/$(dpkg --print-architecture)" USERSPACE_SOURCE=tree NVIDIA_TREE=.cache/nvidia-tree \
+  BASE_IMAGE_AMD64="$LOCAL_BASE" BASE_IMAGE_ARM64="$LOCAL_BASE" \
   LOCAL_TAG="$IMAGE_TREE" BUILD_LOG="$CACHE/image-tree-build.log" bash scripts/release-build.sh 535.309.01 build \
   || die "tree image build failed (log: $CACHE/image-tree-build.log)"
+echo "built in $((SECONDS - started)) s" >&2
+# The default USERSPACE_SOURCE=archive route, what release builds take: NVIDIA's driver archive downloaded and
+# checked against both pins, laid out by its MANIFEST. NVIDIA's server is out of reach, so the archive is one
+# in NVIDIA's layout made of the same Debian files (scripts/make-nvidia-archive.py), served over loopback HTTP
+# to the same Dockerfile stage (tests/container/test_archive_image.py; its published root in the toolkit and
+# validator tests, tests/helpers/published_roots.py).
+step "image $IMAGE_ARCHIVE (USERSPACE_SOURCE=archive from a driver archive in NVIDIA's layout)"
+started=$SECONDS
+ARCHIVE_DIR="${ARTEFACTS_DIR:-$CACHE/artefacts}/nvidia-archive-535"
+ARCHIVE="$ARCHIVE_DIR/nvidia_driver-linux-x86_64-535.309.01-archive.tar.xz"
+if [[ ! -f "$ARCHIVE.sha512" || "$CACHE/nvidia-tree/.manifest" -nt "$ARCHIVE" || scripts/make-nvidia-archive.py -nt "$ARCHIVE" ]]; then
+  python3 scripts/make-nvidia-archive.py "$CACHE/nvidia-tree" 535.309.01 x86_64 "$ARCHIVE_DIR"
+fi
+port_file="$(mktemp)"
+python3 scripts/serve-loopback.py "$ARCHIVE_DIR" >"$port_file" &
+server=$!
+for _ in $(seq 50); do [[ -s "$port_file" ]] && break; sleep 0.1; done
+[[ -s "$port_file" ]] || die "scripts/serve-loopback.py did not start"
+PLATFORMS=linux/amd64 USERSPACE_SOURCE=archive BASE_IMAGE_AMD64="$LOCAL_BASE" \
+  NVIDIA_ARCHIVE_URL="http://127.0.0.1:$(cat "$port_file")/$(basename "$ARCHIVE")" \
+  NVIDIA_ARCHIVE_SHA256="$(cat "$ARCHIVE.sha256")" NVIDIA_ARCHIVE_SHA512="$(cat "$ARCHIVE.sha512")" \
+  LOCAL_TAG="$IMAGE_ARCHIVE" BUILD_LOG="$CACHE/image-archive-build.log" bash scripts/release-build.sh 535.309.01 build \
+  || { kill "$server"; die "archive image build failed (log: $CACHE/image-archive-build.log)"; }
+kill "$server"; rm -f "$port_file"
 echo "built in $((SECONDS - started)) s" >&2
 # Each rebuild leaves the previous image untagged; drop those so repeated runs do not fill the disk.
 docker image prune -f >/dev/null || true

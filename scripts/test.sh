@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The project's test command (README): set up, then the whole pytest suite, ruff, mypy and import-linter.
+# The project's test command (README): set up, then the whole pytest suite, ruff, mypy, import-linter and the
+# repository linters (scripts/lint-repo.sh: ShellCheck, hadolint, zizmor).
 # Fails when any of them fails; stops the Docker engine that setup started, whatever happens.
 set -euo pipefail
 
@@ -40,6 +41,8 @@ echo "== mypy" >&2
 .venv/bin/mypy || failed+=(mypy)
 echo "== lint-imports" >&2
 .venv/bin/lint-imports || failed+=(lint-imports)
+echo "== scripts/lint-repo.sh (ShellCheck, hadolint, zizmor)" >&2
+bash scripts/lint-repo.sh || failed+=(lint-repo)
 
 # The benchmark table (whole processes, ratios against floors measured in the same run) is
 # printed on every run; a missed target is reported in it, not a failure (timings on a shared CI machine

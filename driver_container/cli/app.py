@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from driver_container import logs
+from driver_container.cli.about import version_option
 from driver_container.paths import HOST_ROOTS, HostPaths, HostRootOption
 
 app = typer.Typer(
@@ -25,8 +26,10 @@ app = typer.Typer(
 )
 
 
-def configure(ctx: typer.Context, log_format: str, verbose: bool, **roots: Path | None) -> None:
-    logs.configure(json_format=log_format == "json", verbose=verbose)
+def configure(
+    ctx: typer.Context, log_format: logs.LogFormat, verbose: bool, version: bool, **roots: Path | None
+) -> None:
+    logs.configure(json_format=log_format is logs.LogFormat.json, verbose=verbose)
     ctx.obj = HostPaths.from_mapping({root.env: roots[_option_name(root)] for root in HOST_ROOTS})
 
 
@@ -53,14 +56,17 @@ def _signature() -> inspect.Signature:
             inspect.Parameter(
                 "log_format",
                 keyword,
-                default="human",
-                annotation=Annotated[str, typer.Option(envvar="LOG_FORMAT", help="human or json")],
+                default=logs.LogFormat.human,
+                annotation=Annotated[logs.LogFormat, typer.Option(envvar="LOG_FORMAT", help=logs.LOG_FORMAT_HELP)],
             ),
             inspect.Parameter(
                 "verbose",
                 keyword,
                 default=False,
                 annotation=Annotated[bool, typer.Option("--verbose", "-v", envvar="VERBOSE")],
+            ),
+            inspect.Parameter(
+                "version", keyword, default=False, annotation=Annotated[bool, version_option("nvidia-driver")]
             ),
         ]
     )

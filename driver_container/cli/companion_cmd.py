@@ -28,7 +28,14 @@ def _run(prog: str, module: str, argv: list[str] | None) -> None:
             raise UsageError(USAGE.format(prog=prog, module=module), name="command", value=" ".join(args))
         env = os.environ
         verbose = parse_bool("VERBOSE", env.get("VERBOSE"), False)
-        logs.configure(json_format=env.get("LOG_FORMAT") == "json", verbose=verbose)
+        log_format = env.get("LOG_FORMAT") or "human"
+        if log_format not in logs.LOG_FORMATS:
+            raise UsageError(
+                f"LOG_FORMAT={log_format!r}: not one of {', '.join(logs.LOG_FORMATS)}",
+                name="LOG_FORMAT",
+                value=log_format,
+            )
+        logs.configure(json_format=log_format == "json", verbose=verbose)
         run_companion(HostPaths.from_env(), Settings.from_env(), module)
     except DriverContainerError as exc:
         sys.exit(report_error(exc, prog))

@@ -18,6 +18,7 @@ import typer
 
 from driver_container import logs
 from driver_container.cli import die_of_sigint, report_error, report_unexpected, sigint_as_sigterm
+from driver_container.cli.about import version_option
 from driver_container.errors import DriverContainerError, UsageError
 from driver_container.kube.client import KubeClient
 from driver_container.kube.endpoint import KubeConfig, namespace_of_service_account
@@ -75,11 +76,14 @@ ENV_NAMES = (
 
 @app.callback()
 def configure(
-    log_format: Annotated[str, typer.Option(envvar="LOG_FORMAT", help="human or json")] = "human",
+    log_format: Annotated[logs.LogFormat, typer.Option(envvar="LOG_FORMAT", help=logs.LOG_FORMAT_HELP)] = (
+        logs.LogFormat.human
+    ),
     verbose: Annotated[bool, typer.Option("--verbose", "-v", envvar="VERBOSE")] = False,
+    version: Annotated[bool, version_option("driver-manager")] = False,
 ) -> None:
 
-    logs.configure(json_format=log_format == "json", verbose=verbose)
+    logs.configure(json_format=log_format is logs.LogFormat.json, verbose=verbose)
 
 
 def _options(env: dict[str, str]) -> ManagerOptions:

@@ -11,12 +11,18 @@ The snippet fits the node's Talos version (os-release VERSION_ID): the document 
 key before, and the legacy key when the version is unknown (it works everywhere). It never names one
 module both ways, and it has no ``parameters:`` key without parameters (an empty key is null, which the
 JSON schema rejects).
+
+The text is emitted by PyYAML's safe dumper, not by string formatting: a module parameter is any string
+(``NVreg_RegistryDwords="a=1; b: 2"``), and YAML would read ``k: v`` in a plain scalar as a mapping and
+`` #`` as the start of a comment. The dumper quotes exactly what needs quoting, so every name and value
+reads back as the same string (tests/property/test_talos_config_roundtrip.py).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import Any
 
 # ASCII digits only (``\d`` also takes Arabic-Indic ones), at most 20: int() of 4301+ digits raises.
 _VERSION = re.compile(r"^v?([0-9]{1,20})\.([0-9]{1,20})(?:\.[0-9]+)?(?:-([0-9A-Za-z.]+))?$")
@@ -45,22 +51,31 @@ def uses_kernel_module_config(version: str | None) -> bool:
 def module_config_snippet(modules: Sequence[tuple[str, Sequence[str]]], talos_version: str | None) -> str:
     """The text to add for ``modules`` ((name, parameters) pairs) on a node of ``talos_version``."""
     if uses_kernel_module_config(talos_version):
-        return "\n---\n".join(_document(name, params) for name, params in modules)
-    lines = ["machine:", "  kernel:", "    modules:"]
-    for name, params in modules:
-        lines.append(f"      - name: {name}")
-        if params:
-            lines.append("        parameters:")
-            lines += [f"          - {p}" for p in params]
-    return "\n".join(lines)
+        documents = [{"apiVersion": "v1alpha1", "kind": "KernelModuleConfig", **_module(n, p)} for n, p in modules]
+        return "\n---\n".join(_dump(d) for d in documents)
+    return _dump({"machine": {"kernel": {"modules": [_module(n, p) for n, p in modules]}}})
 
 
-def _document(name: str, params: Sequence[str]) -> str:
-    lines = ["apiVersion: v1alpha1", "kind: KernelModuleConfig", f"name: {name}"]
+def _module(name: str, params: Sequence[str]) -> dict[str, Any]:
+    entry: dict[str, Any] = {"name": str(name)}
     if params:
-        lines.append("parameters:")
-        lines += [f"  - {p}" for p in params]
-    return "\n".join(lines)
+        entry["parameters"] = [str(p) for p in params]
+    return entry
+
+
+def _dump(document: dict[str, Any]) -> str:
+    """Block-style YAML in the keys' order, lists indented under their key as Talos's docs write them."""
+    # Lazy, hot path: PyYAML's import costs ~10 ms, and only a fix text (a failure) needs it, never a healthy start.
+    import yaml
+
+    class IndentedDumper(yaml.SafeDumper):
+        def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+            super().increase_indent(flow, False)
+
+    # ASCII out (non-ASCII escaped in double quotes): PyYAML writes U+0085/U+2028/U+2029 raw when allowed
+    # Unicode, and a YAML reader takes them for line breaks. No folding: a parameter stays on one line.
+    text = yaml.dump(document, Dumper=IndentedDumper, default_flow_style=False, sort_keys=False, width=2**16)
+    return text.rstrip("\n")
 
 
 def snippet_heading(talos_version: str | None) -> str:

@@ -17,6 +17,8 @@
 # tool stubs are never needed. nvidia_modeset is only required when it is loaded.
 # Environment: USERSPACE_ROOT, DRIVER_PLATFORM (default auto), PYTHON (default python3), KEEP;
 # CHECK_HOST_ROOT, CHECK_PROC, CHECK_SYS (default /, /proc, /sys: only tests point them at a fixture host).
+# "test && pass || fail" throughout: pass and fail only append to an array, so fail runs exactly when the test failed.
+# shellcheck disable=SC2015
 set -uo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -28,7 +30,15 @@ DEV=${CHECK_DEV:-/dev}
 FW_PARAM=$SYS/module/firmware_class/parameters/path
 # sysfs prints the parameter followed by a newline; $(...) drops it.
 FW_SAVED=$(cat "$FW_PARAM" 2>/dev/null || true)
-DEV_BEFORE=$(ls -1 "$DEV" 2>/dev/null | grep '^nvidia' || true)
+# The names of $DEV/nvidia* (devices and directories such as nvidia-caps), one a line.
+nvidia_nodes() {
+    local path
+    for path in "$DEV"/nvidia*; do
+        [[ -e $path || -L $path ]] && printf '%s\n' "${path##*/}"
+    done
+    return 0
+}
+DEV_BEFORE=$(nvidia_nodes)
 RESULTS=()
 FAILED=0
 
@@ -47,14 +57,16 @@ restore_firmware_path() {
     if [[ $now == "$FW_SAVED" ]]; then pass "firmware search path restored (${FW_SAVED:-empty})"
     else fail "firmware search path restored" "is '$now', was '$FW_SAVED'"; fi
 }
+# shellcheck disable=SC2329  # called by cleanup, the EXIT trap
 # /dev/nvidia* nodes that were not there before (nvidia-smi and libnvidia-ml create them as root).
 remove_new_device_nodes() {
     local name
-    for name in $(ls -1 "$DEV" 2>/dev/null | grep '^nvidia'); do
+    for name in $(nvidia_nodes); do
         grep -qxF "$name" <<< "$DEV_BEFORE" && continue
         rm -rf "${DEV:?}/$name" && echo "removed $DEV/$name (created during the check)"
     done
 }
+# shellcheck disable=SC2329  # the EXIT trap
 cleanup() {
     [[ -n ${FW_TOUCHED:-} ]] && restore_firmware_path  # also when interrupted before the summary
     remove_new_device_nodes
@@ -152,6 +164,7 @@ done
 [[ -n $NVML ]] && pass "libnvidia-ml.so.1 in root ($NVML)" || fail "libnvidia-ml.so.1 in root" "not in the validator's dirs"
 if [[ -n $SMI ]]; then
     # /proc and /sys inside the root only in a private mount namespace (gone when unshare exits).
+    # shellcheck disable=SC2016  # $1 and $2 are the inner sh's arguments, expanded there
     step chroot-nvidia-smi 60 unshare -m sh -c \
         'mkdir -p "$1/proc" "$1/sys" && mount --bind /proc "$1/proc" && mount --bind /sys "$1/sys" && chroot "$1" "$2" -L' \
         sh "$ROOT" "$SMI"

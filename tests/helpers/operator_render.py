@@ -619,12 +619,14 @@ def render(
     )
 
 
-PLACEHOLDER_REGISTRY = "ghcr.io/OWNER"  # what docs/deploy's files leave for the user to fill
+# What docs/deploy's files leave for the user to fill: a reserved name that never resolves (RFC 2606 .invalid),
+# a valid reference as it is, so the samples render unmodified (tests/integration/test_samples_as_shipped.py).
+PLACEHOLDER_REGISTRY = "registry.invalid"
 
 
 def deploy_objects(name: str, registry: str) -> list[dict[str, Any]]:
     """The objects of ``docs/deploy/<name>`` as shipped, with only the registry filled: every
-    ``repository: ghcr.io/OWNER`` becomes ``registry`` (what a user edits before applying them)."""
+    ``repository: registry.invalid`` becomes ``registry`` (what a user edits before applying them)."""
     docs = [d for d in yaml.safe_load_all((REPO / "docs/deploy" / name).read_text()) if d]
 
     def fill(node: Any) -> Any:

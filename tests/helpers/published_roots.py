@@ -3,8 +3,9 @@
 The userspaces: Debian's 535.309.01 in a debootstrap chroot (dpkg-installed, binaries reached through
 ABSOLUTE /etc/alternatives links), the graphics trees unpacked from Debian's .debs
 (scripts/make-nvidia-debs-userspace.sh: 535 amd64 and arm64, 550, 555), and the root of the two test
-images (scripts/setup.sh): USERSPACE_SOURCE=debian and USERSPACE_SOURCE=tree, the latter laid out by the
-Dockerfile from the ``.run``-shaped tree of scripts/make-nvidia-run-tree.sh (the route NVIDIA's .run takes).
+images (scripts/setup.sh): USERSPACE_SOURCE=debian, USERSPACE_SOURCE=tree, laid out by the Dockerfile from the
+``.run``-shaped tree of scripts/make-nvidia-run-tree.sh, and USERSPACE_SOURCE=archive (the release route), laid
+out by the archive's MANIFEST from the NVIDIA-layout archive of scripts/make-nvidia-archive.py.
 An image root is taken with ``docker export`` of a created (never started) container.
 
 The host is the Talos 1.11 kmod fixture (tests/fixtures/hosts/talos-1.11-kmod-535) re-stamped with the
@@ -30,6 +31,7 @@ CLI = Path(sys.executable).parent / "nvidia-driver"
 QEMU = "qemu-aarch64-static"
 IMAGE_DEBIAN = os.environ.get("IMAGE", "talos-nvidia-driver:535.309.01-debian")
 IMAGE_TREE = os.environ.get("IMAGE_TREE", "talos-nvidia-driver:535.309.01-tree")
+IMAGE_ARCHIVE = os.environ.get("IMAGE_ARCHIVE", "talos-nvidia-driver:535.309.01-archive")
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,9 @@ GRAPHICS = (
 IMAGES = (
     Userspace("535-image", "535.309.01", image=IMAGE_DEBIAN),
     Userspace("535-run-tree-image", "535.309.01", image=IMAGE_TREE),
+    Userspace("535-archive-image", "535.309.01", image=IMAGE_ARCHIVE),
 )
+ARCHIVE_IMAGE = IMAGES[-1]
 ALL = (CHROOT_535, *GRAPHICS, *IMAGES)
 
 

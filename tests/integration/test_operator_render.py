@@ -39,6 +39,7 @@ import typer
 import yaml
 from helpers.operator_render import (
     OS_VERSION_LABEL,
+    PLACEHOLDER_REGISTRY,
     PROBE_CONFIGMAP,
     Rendered,
     ValueFrom,
@@ -68,7 +69,7 @@ pytestmark = pytest.mark.timeout(180)  # ~20 renders of ~0.6 s, run 8 at a time,
 
 DEPLOY = REPO / "docs" / "deploy"
 DOC = REPO / "docs" / "configuration.md"
-OWNER = "example"  # the samples' ghcr.io/OWNER, as the release workflow's lower-case owner would fill it
+OWNER = "example"  # the samples' registry.invalid filled in as ghcr.io/example
 IMAGE = f"ghcr.io/{OWNER}/talos-nvidia-driver"
 RELEASES = ("v1.13.9", "v1.14.0-rc.1")
 KMOD_CONFIG = {  # a kernelModuleConfig ConfigMap (docs/deploy/talos-kernel-module-config.yaml's keys)
@@ -80,12 +81,12 @@ KMOD_CONFIG = {  # a kernelModuleConfig ConfigMap (docs/deploy/talos-kernel-modu
 
 
 def _with_owner(node: Any) -> Any:
-    """The sample with ``ghcr.io/OWNER`` filled in, everywhere."""
+    """The sample with its placeholder registry filled in, everywhere."""
     if isinstance(node, dict):
         return {k: _with_owner(v) for k, v in node.items()}
     if isinstance(node, list):
         return [_with_owner(v) for v in node]
-    return node.replace("ghcr.io/OWNER", f"ghcr.io/{OWNER}") if isinstance(node, str) else node
+    return node.replace(PLACEHOLDER_REGISTRY, f"ghcr.io/{OWNER}") if isinstance(node, str) else node
 
 
 def _values() -> dict[str, Any]:

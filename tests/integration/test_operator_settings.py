@@ -34,7 +34,14 @@ from typing import Any
 import pytest
 import yaml
 from helpers.fakes import node_env
-from helpers.operator_render import Rendered, ValueFrom, clusterpolicy_from_values, render, talos_node
+from helpers.operator_render import (
+    PLACEHOLDER_REGISTRY,
+    Rendered,
+    ValueFrom,
+    clusterpolicy_from_values,
+    render,
+    talos_node,
+)
 from helpers.operator_validator import NodeFiles, OperatorApi, operator_api, run_driver_validator, run_startup_probe
 from helpers.published_roots import CLI, GRAPHICS, Published, Userspace
 from helpers.support import REPO
@@ -188,7 +195,7 @@ def _merge(base: dict[str, Any], extra: Mapping[str, Any]) -> None:
 
 
 def _clusterpolicy(case: Case) -> dict[str, Any]:
-    values = yaml.safe_load(VALUES.read_text().replace("ghcr.io/OWNER", OWNER))
+    values = yaml.safe_load(VALUES.read_text().replace(PLACEHOLDER_REGISTRY, OWNER))
     policy = clusterpolicy_from_values(values)
     _merge(policy["spec"], case.spec)
     return policy

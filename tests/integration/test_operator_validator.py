@@ -39,7 +39,7 @@ from helpers.operator_validator import (
     run_driver_validator,
     run_startup_probe,
 )
-from helpers.published_roots import GRAPHICS, Published, Userspace
+from helpers.published_roots import ARCHIVE_IMAGE, GRAPHICS, Published, Userspace
 
 pytestmark = [pytest.mark.artefact, pytest.mark.root]
 
@@ -150,7 +150,14 @@ def _assert_stalled_on(run: ValidatorRun, command: str) -> None:
     assert run.last_line == f"command failed, retrying after {SLEEP_INTERVAL_S} seconds", run.output
 
 
-@pytest.mark.parametrize("userspace", [pytest.param(u, id=u.name) for u in AMD64])
+# The release route's image too (USERSPACE_SOURCE=archive, laid out by the archive's MANIFEST; needs the engine).
+@pytest.mark.parametrize(
+    "userspace",
+    [
+        *(pytest.param(u, id=u.name) for u in AMD64),
+        pytest.param(ARCHIVE_IMAGE, id=ARCHIVE_IMAGE.name, marks=[pytest.mark.container]),
+    ],
+)
 def test_flags_false_the_probe_writes_ctr_ready_and_the_validator_driver_ready(
     make_node: Callable[[Userspace], Node], api: OperatorApi, userspace: Userspace
 ) -> None:

@@ -8,7 +8,8 @@ Each fenced block is classified; a block of a kind this file does not know fails
   and the ``helm install`` line (values file plus ``--set``s) with the NVIDIADriver the page applies (the shell
   variables of the page filled in) is rendered by gpu-operator v26.7.0's own code
   (tests/helpers/operator_render.py) for a v1.13.9 and a v1.14.0-rc.1 node: each pool's driver container
-  pulls the tag of its own release, with no digest to look up;
+  pulls the tag of its own release, its manager the digest the page's ``make image`` block took (the
+  NVIDIADriver line stops on an empty one);
 - ``text``: what a command prints, not run.
 """
 
@@ -36,7 +37,8 @@ BLOCK = re.compile(r"^```(\w*)\n(.*?)^```$", re.S | re.M)
 HEREDOC = re.compile(r"<<'?(\w+)'?\n(.*?)^\1$", re.S | re.M)
 ASSIGNMENT = re.compile(r"^([A-Z_]+)=(\S+)", re.M)
 VARIABLE = re.compile(r"\$\{?([A-Z_]+)\}?")
-REGISTRY = "ghcr.io/example"  # the samples' ghcr.io/OWNER, as the release workflow's lower-case owner fills it
+REGISTRY = "ghcr.io/example"  # the page's REGISTRY
+DIGEST = "sha256:" + "cd" * 32  # what the page's make image block takes from the script's output
 # The extensions' manifest names (siderolabs/extensions nvidia-gpu/*/manifest.yaml.tmpl and
 # misc/glibc/manifest.yaml.tmpl, identical at v1.13.9 ec9d5f68fcfb and v1.14.0-rc.1 5732907953bd).
 KMOD_EXTENSIONS = {
@@ -197,18 +199,37 @@ def test_the_node_reboots_once_into_a_platform_installer() -> None:
     assert '--image "$INSTALLER"' in upgrade
 
 
-def _nvidiadriver(registry: str) -> dict[str, Any]:
-    """docs/deploy/nvidiadriver.yaml as the page's ``sed`` line fills it in."""
-    (line,) = [ln for b in _shell() for ln in b.splitlines() if "nvidiadriver.yaml" in ln]
-    assert line == 'sed "s|ghcr.io/OWNER|${REGISTRY}|" docs/deploy/nvidiadriver.yaml | kubectl apply -f -'
-    text = (REPO / "docs/deploy/nvidiadriver.yaml").read_text().replace("ghcr.io/OWNER", registry)
-    (doc,) = [d for d in yaml.safe_load_all(text) if d]
+def _nvidiadriver(variables: dict[str, str]) -> dict[str, Any]:
+    """docs/deploy/nvidiadriver.yaml as the page's ``sed`` line writes it: that line (its continuation
+    joined) run by bash from the repository with the page's variables, up to ``| kubectl apply``."""
+    (block,) = [b for b in _shell() if "nvidiadriver.yaml" in b]
+    (line,) = [ln for ln in block.replace("\\\n", "").splitlines() if "nvidiadriver.yaml" in ln]
+    command, _, rest = line.partition(" | ")
+    assert command.startswith("sed ") and rest == "kubectl apply -f -"
+    guards = [ln for ln in block.splitlines() if ln.startswith(': "${')]  # the page's empty-value guards
+    done = subprocess.run(
+        ["bash", "-c", "\n".join([*guards, command])],
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin", **variables},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    (doc,) = [d for d in yaml.safe_load_all(done.stdout) if d]
     return dict(doc)
+
+
+def test_the_nvidiadriver_line_stops_on_an_empty_digest() -> None:
+    with pytest.raises(AssertionError, match="run the make image block of step 1 first"):
+        _nvidiadriver(_variables(REGISTRY=REGISTRY, DIGEST=""))
 
 
 def test_the_helm_install_and_the_nvidiadriver_give_each_release_its_own_tag(tmp_path: Path) -> None:
     values = _helm_values(_variables(REGISTRY=REGISTRY))
-    cr = _nvidiadriver(REGISTRY)
+    cr = _nvidiadriver(_variables(REGISTRY=REGISTRY, DIGEST=DIGEST))
+    assert (cr["spec"]["repository"], cr["spec"]["manager"]["version"]) == (REGISTRY, DIGEST)
     releases = ("v1.13.9", "v1.14.0-rc.1")
     rendered: Rendered = render(
         nodes=[talos_node(f"gpu-{r}", r) for r in releases],
@@ -221,7 +242,7 @@ def test_the_helm_install_and_the_nvidiadriver_give_each_release_its_own_tag(tmp
         ds = rendered.daemonset(f"nvidia-gpu-driver-talos{release}-")
         want = f"{REGISTRY}/talos-nvidia-driver:{version}-talos{release}"
         assert Rendered.container(ds, "nvidia-driver-ctr")["image"] == want
-        assert Rendered.container(ds, "k8s-driver-manager")["image"].startswith(f"{REGISTRY}/talos-nvidia-driver")
+        assert Rendered.container(ds, "k8s-driver-manager")["image"] == f"{REGISTRY}/talos-nvidia-driver@{DIGEST}"
     assert len(rendered.daemonsets) == len(releases)
 
 

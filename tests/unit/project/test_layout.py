@@ -47,7 +47,9 @@ CACHE_FLAGS_64 = {0x0303, 0x0A03}  # glibc dl-cache.h FLAG_X8664_LIB64, FLAG_AAR
 # the unchanged restart or the probe (bench/README.md, "Function-local imports": what each keeps out and
 # what it measured). tests/integration/test_startup_imports.py and test_status.py check the outcome.
 LOCAL_IMPORTS = {
+    "__init__.py": {"project_version"},  # importlib.metadata: the version is shown, never needed on a restart
     "beneath.py": {"_openat2"},  # ctypes: never on a restart
+    "cli/about.py": {"version_lines"},  # the userspace inspection: --version only
     "cli/__init__.py": {  # the probe's floor is a bare interpreter: typer, logging, signal only when needed
         "_console_entry",
         "_probe_fast_path",
@@ -64,6 +66,7 @@ LOCAL_IMPORTS = {
     "formats/kmod/__init__.py": {"__getattr__"},  # modinfo's formatter: modinfo only
     "formats/kmod/compression.py": {"_zstd"},  # zstandard: a .ko.zst only
     "formats/modconf.py": {"shell_words"},  # shlex: a module parameter that needs quoting only
+    "formats/talos_config.py": {"_dump"},  # yaml: a fix text (a failure) only
     "inspect/hoststate.py": {"_fabric", "inspect_host", "_pod_context"},  # fabric, verdict, pod context: operator
     "inspect/modfiles.py": {"read_module_file"},  # the module reader: not for status without module files
     "kube/endpoint.py": {"kubeconfig_endpoint"},  # yaml: never for the service account of init's report

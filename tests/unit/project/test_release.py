@@ -18,11 +18,18 @@ yaml = require_module("yaml")
 
 SCRIPT = REPO / "scripts" / "release-build.sh"
 WORKFLOW = REPO / ".github" / "workflows" / "release.yml"
-PUBLISHED = "ghcr.io/OWNER/talos-nvidia-driver"  # docs/image.md, "Published images"
+PUBLISHED = "registry.invalid/talos-nvidia-driver"  # the samples' placeholder registry (docs/deploy)
 DOCKER_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 
 
 rm = release_matrix()
+V1_13_9 = next(r for r in rm.load() if r.release == "v1.13.9")
+# v1.13.9's archive pins as its vars.yaml names them (the fixture of a v1.13.10 that keeps its drivers)
+PKGS_VARS = "".join(
+    line + "\n"
+    for line in (REPO / "tests/fixtures/release/vars/v1.13.10.yaml").read_text().splitlines()
+    if line.startswith("NVIDIA_PKGS_")
+)
 
 
 def test_every_talos_release_gets_both_of_its_drivers_tagged() -> None:
@@ -70,8 +77,18 @@ def _extensions_repo(tmp_path: Path, production: str, lts_var: str = "NVIDIA_DRI
     repo = tmp_path / "extensions"
     (repo / "nvidia-gpu").mkdir(parents=True)
     (repo / "nvidia-gpu/vars.yaml").write_text(
-        f"NVIDIA_DRIVER_LTS_VERSION: 580.178.04\nNVIDIA_DRIVER_PRODUCTION_VERSION: {production}\n"
+        f"NVIDIA_DRIVER_LTS_VERSION: 580.178.04\nNVIDIA_DRIVER_PRODUCTION_VERSION: {production}\n{PKGS_VARS}"
     )
+    for tier in rm.CHANNELS:  # nvidia-pkgs/<tier>/pkg.yaml: the archive URL of each arch and its pin variables
+        pkg = repo / rm.PKG_YAML.format(tier=tier)
+        pkg.parent.mkdir(parents=True, exist_ok=True)
+        version = "{{ ." + f"NVIDIA_DRIVER_{tier.upper()}_VERSION" + " }}"
+        lines = []
+        for arch in rm.ARCHES:
+            sha256, sha512 = rm.pin_vars(tier, arch)
+            lines += [f"  - url: {rm.archive_url(version, arch)}", f"    sha256: {{{{ .{sha256} }}}}"]
+            lines += [f"    sha512: {{{{ .{sha512} }}}}"]
+        pkg.write_text("\n".join(lines) + "\n")
     for path, var in rm.KMOD_VARS.items():
         (repo / path).parent.mkdir(parents=True, exist_ok=True)
         used = lts_var if var == "NVIDIA_DRIVER_LTS_VERSION" else var
@@ -89,18 +106,38 @@ def _head(repo: Path) -> str:
     ).stdout.strip()
 
 
+def _v1_13_9(commit: str) -> Any:
+    return rm.TalosRelease("v1.13.9", commit, "595.91.07", "580.178.04", V1_13_9.pins)
+
+
 def test_verify_accepts_the_vars_it_was_read_from_and_names_each_difference(tmp_path: Path) -> None:
     require(shutil.which("git"), "git")
     good = _extensions_repo(tmp_path / "good", "595.91.07")
-    releases = [rm.TalosRelease("v1.13.9", _head(good), "595.91.07", "580.178.04")]
+    releases = [_v1_13_9(_head(good))]
     assert rm.verify(releases, str(good)) == []
     bumped = _extensions_repo(tmp_path / "bumped", "595.99.01")
-    (problem,) = rm.verify([rm.TalosRelease("v1.13.9", _head(bumped), "595.91.07", "580.178.04")], str(bumped))
+    (problem,) = rm.verify([_v1_13_9(_head(bumped))], str(bumped))  # its pins unchanged: the driver only
     assert "NVIDIA_DRIVER_PRODUCTION_VERSION is 595.99.01" in problem
     assert "tag is" in rm.verify(releases, str(bumped))[0]  # another commit behind the tag
     renamed = _extensions_repo(tmp_path / "renamed", "595.91.07", lts_var="NVIDIA_DRIVER_LTS2_VERSION")
-    problems = rm.verify([rm.TalosRelease("v1.13.9", _head(renamed), "595.91.07", "580.178.04")], str(renamed))
+    problems = rm.verify([_v1_13_9(_head(renamed))], str(renamed))
     assert len(problems) == 2 and all("no longer takes its VERSION" in p for p in problems)
+
+
+def test_verify_names_a_changed_archive_pin_and_a_pkg_yaml_that_no_longer_uses_it(tmp_path: Path) -> None:
+    require(shutil.which("git"), "git")
+    repo = _extensions_repo(tmp_path / "moved", "595.91.07")
+    sha256 = V1_13_9.pins["lts"]["arm64"].sha256
+    vars_yaml = repo / "nvidia-gpu/vars.yaml"
+    vars_yaml.write_text(vars_yaml.read_text().replace(sha256, "e" * 64))
+    pkg = repo / rm.PKG_YAML.format(tier="production")
+    pkg.write_text(pkg.read_text().replace("linux-sbsa", "linux-aarch64"))
+    _git(repo, "commit", "-q", "-am", "moved")
+    _git(repo, "tag", "-f", "v1.13.9")
+    problems = rm.verify([_v1_13_9(_head(repo))], str(repo))
+    assert len(problems) == 2, problems
+    assert problems[0].startswith("v1.13.9: lts arm64: vars.yaml pins") and "e" * 64 in problems[0]
+    assert "pkg.yaml no longer names https://" in problems[1] and "linux-sbsa" in problems[1]
 
 
 def _workflow() -> dict[str, Any]:
@@ -120,7 +157,7 @@ def test_workflow_builds_each_driver_multi_arch_with_the_local_script() -> None:
     assert "bash .ci/run" in [s.get("run") for s in _steps(jobs["suite"])]
     assert image["strategy"]["matrix"] == "${{ fromJSON(needs.matrix.outputs.matrix) }}"
     assert set(image["env"]["PLATFORMS"].split(",")) == {"linux/amd64", "linux/arm64"}
-    assert image["env"]["USERSPACE_SOURCE"] == "run"
+    assert image["env"]["USERSPACE_SOURCE"] == "archive"
     uses = [s["uses"].split("@")[0] for s in _steps(image) if "uses" in s]
     for action in (
         "docker/setup-qemu-action",
@@ -130,7 +167,9 @@ def test_workflow_builds_each_driver_multi_arch_with_the_local_script() -> None:
     ):
         assert action in uses
     runs = [s for s in _steps(image) if "scripts/release-build.sh" in s.get("run", "")]
-    assert [r["run"].split('"${{ matrix.driver }}"')[1].split() for r in runs] == [["build", "test"], ["push"]]
+    # The driver reaches the script through the environment: a matrix value never becomes shell code (zizmor).
+    assert [r["run"].split('"$DRIVER"')[1].split() for r in runs] == [["build", "test"], ["push"]]
+    assert all(r["env"]["DRIVER"] == "${{ matrix.driver }}" for r in runs)
     assert runs[1]["env"]["PUSH"] == "1" and "if" in runs[1]  # pushes on a release tag only
     assert image["permissions"] == {"contents": "read", "packages": "write", "id-token": "write"}
     # Every step runs bash scripts; nothing but the set-up actions lives in the workflow itself.
@@ -142,9 +181,13 @@ def test_workflow_builds_each_driver_multi_arch_with_the_local_script() -> None:
 def test_ci_builds_and_tests_the_image_through_the_release_script() -> None:
     setup = (REPO / "scripts" / "setup.sh").read_text().replace("\\\n", " ")
     test = (REPO / "scripts" / "test.sh").read_text().replace("\\\n", " ")
-    (build,) = [line for line in setup.splitlines() if "bash scripts/release-build.sh" in line]
-    assert 'LOCAL_TAG="$IMAGE_TREE"' in build and "USERSPACE_SOURCE=tree" in build
-    assert build.split("release-build.sh 535.309.01")[1].split()[0] == "build"
+    builds = [line for line in setup.splitlines() if "bash scripts/release-build.sh" in line]
+    (tree,) = [line for line in builds if 'LOCAL_TAG="$IMAGE_TREE"' in line]
+    (archive,) = [line for line in builds if 'LOCAL_TAG="$IMAGE_ARCHIVE"' in line]
+    assert "USERSPACE_SOURCE=tree" in tree and "USERSPACE_SOURCE=archive" in archive
+    # The archive route's build gets both pins of the archive CI made (a wrong one: test_archive_image.py).
+    assert 'NVIDIA_ARCHIVE_SHA256="$(cat "$ARCHIVE.sha256")"' in archive and "$ARCHIVE.sha512" in archive
+    assert all(b.split("release-build.sh 535.309.01")[1].split()[0] == "build" for b in builds)
     (run,) = [line for line in test.splitlines() if "bash scripts/release-build.sh" in line]
     assert run.split("release-build.sh 535.309.01")[1].split()[:2] == ["test", "push"]
     assert "PUSH" not in run  # stops before the push: no registry here
