@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from driver_container import __version__
+from driver_container import project_version
 from driver_container.cli.app import app, host_paths
 from driver_container.errors import DriverContainerError
 from driver_container.formats.kmod import format_modinfo, to_json
@@ -29,7 +29,7 @@ MODULE_SUFFIXES = (".ko", ".ko.xz", ".ko.zst", ".ko.gz")
 def version() -> None:
     """Print the entrypoint's version."""
 
-    typer.echo(__version__)
+    typer.echo(project_version())
 
 
 def _is_path(arg: str) -> bool:

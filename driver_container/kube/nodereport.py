@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from driver_container import __version__
+from driver_container import project_version
 from driver_container.errors import DriverContainerError
 from driver_container.records import NamedRecord
 
@@ -94,8 +94,9 @@ def clear_patch(annotations: Mapping[str, str] | None = None) -> dict[str, str |
 
 def build_of(image_ref: str | None) -> str:
     """This project's version (the package's ``__version__``, the one source) and the image's digest."""
+    version = project_version()  # read when a verdict is built, never at import (the package docstring)
     digest = image_ref.rsplit("@", 1)[-1] if image_ref else ""
-    return f"{__version__}@{digest}" if digest else __version__
+    return f"{version}@{digest}" if digest else version
 
 
 def with_pod(verdict: NodeVerdict, namespace: str, name: str, pod: Mapping[str, Any] | None) -> NodeVerdict:

@@ -16,7 +16,8 @@ from helpers.hostenv import Host, make_host
 
 VERSION = "595.91.07"
 # Imported only when something is to be written, or never on Talos (modprobe/), or outside a cluster
-# (the Kubernetes client), or on NVSwitch nodes (Fabric Manager), or in a forked child (ctypes, pickle).
+# (the Kubernetes client), or when the project's version is asked for, or on NVSwitch nodes (Fabric
+# Manager), or in a forked child (ctypes, pickle).
 NOT_ON_AN_UNCHANGED_RESTART = (
     "dataclasses",
     "hashlib",
@@ -26,6 +27,8 @@ NOT_ON_AN_UNCHANGED_RESTART = (
     "elftools",
     "requests",
     "yaml",
+    "importlib.metadata",  # the project's version: read when a verdict or --version needs it, not at import
+    "email",
     "driver_container.publish.publisher",
     "driver_container.publish.copier",
     "driver_container.modprobe",
