@@ -122,7 +122,6 @@ def stale_reason(context: PodContext, pod: str | None, boot_id: str | None) -> s
 
 def load_context(paths: HostPaths, pod: str | None) -> PodContext | None:
     """RUN_DIR's pod context when it was written for ``pod`` in this boot; None (one warning) otherwise."""
-    boot_id = current_binding(paths.proc, None, None, None).boot_id
     where = paths.run_dir / CONTEXT_FILE
     try:
         text = paths.run.read_text_or_none(CONTEXT_FILE, limit=CONTEXT_LIMIT)
@@ -132,7 +131,8 @@ def load_context(paths: HostPaths, pod: str | None) -> PodContext | None:
     except DriverContainerError as exc:
         log.warning("%s: ignored, %s", where, exc.message)
         return None
-    reason = stale_reason(context, pod, boot_id)
+    # The boot id only once a context exists: most hosts (standalone, no manager) have none.
+    reason = stale_reason(context, pod, current_binding(paths.proc, None, None, None).boot_id)
     if reason is not None:
         log.warning("%s: pod context of another pod or boot ignored: %s", where, reason)
         return None
