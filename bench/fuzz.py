@@ -37,7 +37,7 @@ def _seconds(flags: list[str]) -> float:
 def _one_input(name: str) -> Callable[[bytes], None]:
     from helpers.fuzz_targets import TARGETS
 
-    from driver_container.errors import DriverContainerError
+    from driver_container.base.errors import DriverContainerError
 
     run = TARGETS[name].run
 

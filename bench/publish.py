@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from driver_container.paths import HostPaths
+from driver_container.base.paths import HostPaths
 from driver_container.publish.plan import plan_publish
 from driver_container.publish.scan import describe_userspace
 from driver_container.runtime.runner import Runner
@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 CHILD = """
 import json, resource, sys, time
 from pathlib import Path
-from driver_container.paths import HostPaths
+from driver_container.base.paths import HostPaths
 from driver_container.publish.publisher import publish_driver_root
 from driver_container.runtime.runner import Runner
 t, c = time.perf_counter(), time.process_time()

@@ -43,7 +43,7 @@ print(t1 - t0, t2 - t1)
 """
 
 SIDES = {
-    "NamedRecord": ("from driver_container.records import NamedRecord", "", "(NamedRecord)"),
+    "NamedRecord": ("from driver_container.base.records import NamedRecord", "", "(NamedRecord)"),
     "dataclass(frozen, slots)": ("import dataclasses", "@dataclasses.dataclass(frozen=True, slots=True)", ""),
 }
 

@@ -188,7 +188,7 @@ def image_rows(image: str) -> list[Row]:
         return [Row("image size - NVIDIA payload", None, "MB", PAYLOAD_SLACK_MB, f"{image}: {_why(out)}")]
     size_mb = int(out.strip()) / 1e6
     script = (
-        "import sys, os; from pathlib import Path; from driver_container.paths import HostPaths;"
+        "import sys, os; from pathlib import Path; from driver_container.base.paths import HostPaths;"
         "from driver_container.runtime.runner import Runner;"
         "from driver_container.publish.publisher import publish_driver_root;"
         "publish_driver_root(HostPaths(userspace_root=Path('/'), driver_root_override=Path('/tmp/d'),"

@@ -9,10 +9,10 @@ import os
 from collections.abc import Mapping
 from typing import Literal, TypeVar, get_args
 
-from driver_container.errors import UsageError
+from driver_container.base.errors import UsageError
+from driver_container.base.records import NamedRecord
 from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
 from driver_container.formats.numbers import is_ascii_name, parse_decimal_seconds
-from driver_container.records import NamedRecord
 
 # Fixed-choice knobs as Literal types, so mypy checks every comparison with them.
 PlatformChoice = Literal["auto", "talos", "generic"]  # DRIVER_PLATFORM

@@ -53,7 +53,7 @@ CONFIG_DIRS = {
 }
 # gpu-operator mounts the host's <driver root>/lib/firmware over the container's /lib/firmware (docs/image.md).
 FIRMWARE_DIR = "usr/share/nvidia/firmware/nvidia"
-# Where NVIDIA's own driver container keeps it (driver_container/paths.py SUPPORTED_GPUS_FILE's default).
+# Where NVIDIA's own driver container keeps it (driver_container/base/paths.py SUPPORTED_GPUS_FILE's default).
 SUPPORTED_GPUS = "usr/share/nvidia-driver-assistant/supported-gpus/supported-gpus.json"
 LICENSES = "licenses/NVIDIA"
 

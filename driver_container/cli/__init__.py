@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import sys
 
-from driver_container.errors import DriverContainerError  # no imports of its own
+from driver_container.base.errors import DriverContainerError  # no imports of its own
 
 # Nothing heavier at the top: the liveness probe's glance (``_probe_fast_path``) runs before any import
 # but its own (lifecycle/peermem_glance.py); ``main`` imports the rest.
@@ -105,8 +105,8 @@ def _probe_fast_path(args: list[str]) -> int | None:
     if passes_at_a_glance(procfs_root(os.environ)):
         return 0
     # Lazy, hot path: only when the glance cannot tell (mlx5_core without nvidia_peermem, odd input).
+    from driver_container.base.paths import HostPaths
     from driver_container.lifecycle.peermem import probe
-    from driver_container.paths import HostPaths
 
     healthy, reason = probe(HostPaths.from_env())
     if not healthy:

@@ -16,8 +16,8 @@ def version_lines(prog: str) -> list[str]:
     """The lines ``--version`` prints."""
     # Lazy, hot path: only for --version (the inspection and importlib.metadata cost milliseconds).
     from driver_container import project_version
+    from driver_container.base.paths import HostPaths
     from driver_container.inspect.userspace import find_userspace
-    from driver_container.paths import HostPaths
 
     paths = HostPaths.from_env()
     found = find_userspace(paths.userspace)

@@ -13,8 +13,8 @@ from typing import Annotated
 import typer
 
 from driver_container import logs
+from driver_container.base.paths import HOST_ROOTS, HostPaths, HostRootOption
 from driver_container.cli.about import version_option
-from driver_container.paths import HOST_ROOTS, HostPaths, HostRootOption
 
 app = typer.Typer(
     name="nvidia-driver",

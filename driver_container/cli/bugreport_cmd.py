@@ -2,26 +2,24 @@
 
 On Talos there is no shell on the node: ``kubectl exec -n <ns> <driver pod> -- nvidia-driver bug-report -o -
 > report.tar.gz``. The collecting is driver_container/report/ (typer-free); this module parses the options,
-hands it the ``status --json`` document's code and writes the archive.
+and writes the archive.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from driver_container.base.errors import UsageError
 from driver_container.cli.app import app, host_paths
-from driver_container.errors import UsageError
-from driver_container.lifecycle.status import collect_status
-from driver_container.lifecycle.status_render import status_json
 from driver_container.report.archive import write_archive
-from driver_container.report.collect import ReportOptions, collect_report
+from driver_container.report.collect import ReportOptions, collect_report, status_document
 from driver_container.runtime.fsutil import sweep_temporaries
 from driver_container.runtime.signalcleanup import SignalCleanup
 from driver_container.settings import Settings
@@ -60,17 +58,13 @@ def bug_report(
         )
     paths = host_paths(ctx)
 
-    def status_document() -> str:
-        # Exactly what `status --json` prints (status_cmd.status).
-        return json.dumps(status_json(*collect_status(paths, Settings.from_env(), verify=False)), indent=2) + "\n"
-
     options = ReportOptions(total_cap=max_size, deadline_s=timeout, run_bug_script=nvidia_bug_report)
     target = None if to_stdout else Path(output) if output else default_output()
     # Until the archive is written, a termination signal ends what the report started and removes what
     # it wrote (runtime/signalcleanup.py), then ends this process as that signal does.
     cleanup = SignalCleanup().install()
     try:
-        data = collect_report(paths, options, status_document, os.environ, cleanup)
+        data = collect_report(paths, options, partial(status_document, paths, Settings.from_env()), os.environ, cleanup)
         if target is not None:
             cleanup.add(f"removed the temporaries of {target}", lambda: sweep_temporaries(target))
         write_archive(data, target, sys.stdout.buffer)

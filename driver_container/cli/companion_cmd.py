@@ -7,10 +7,10 @@ import os
 import sys
 
 from driver_container import logs
+from driver_container.base.errors import DriverContainerError, UsageError
+from driver_container.base.paths import HostPaths
 from driver_container.cli import die_of_sigint, report_error, report_unexpected, sigint_as_sigterm
-from driver_container.errors import DriverContainerError, UsageError
 from driver_container.lifecycle.companion import run_companion
-from driver_container.paths import HostPaths
 from driver_container.settings import Settings, parse_bool
 
 USAGE = "usage: {prog} install   (on Talos: check that Talos loaded {module}, then wait for a signal)"

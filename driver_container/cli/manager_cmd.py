@@ -17,14 +17,14 @@ from typing import Annotated
 import typer
 
 from driver_container import logs
+from driver_container.base.errors import DriverContainerError, UsageError
+from driver_container.base.paths import HostPaths
 from driver_container.cli import die_of_sigint, report_error, report_unexpected, sigint_as_sigterm
 from driver_container.cli.about import version_option
-from driver_container.errors import DriverContainerError, UsageError
 from driver_container.kube.client import KubeClient
 from driver_container.kube.endpoint import KubeConfig, namespace_of_service_account
 from driver_container.manager import manager, remove
 from driver_container.manager.manager import ManagerOptions
-from driver_container.paths import HostPaths
 from driver_container.runtime.runner import Runner
 from driver_container.settings import Settings, parse_bool, parse_seconds
 

@@ -16,8 +16,8 @@ from typing import Annotated
 import typer
 
 from driver_container import project_version
+from driver_container.base.errors import DriverContainerError
 from driver_container.cli.app import app, host_paths
-from driver_container.errors import DriverContainerError
 from driver_container.formats.kmod import format_modinfo, to_json
 from driver_container.inspect.platform import read_kernel_release
 from driver_container.readers.kmod import find_module, read_module

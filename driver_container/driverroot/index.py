@@ -25,12 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from driver_container.base.errors import HostFileNotFound, HostReadError, PublishError
+from driver_container.base.resolver import Root
 from driver_container.driverroot.manifest import elf_from_json, elf_to_json
-from driver_container.errors import HostFileNotFound, HostReadError, PublishError
 from driver_container.formats.boundedjson import decode_json
 from driver_container.formats.elffacts import ElfDeps
 from driver_container.formats.userspace_layout import DIGEST_INDEX
-from driver_container.resolver import Root
 from driver_container.runtime.fsutil import check_relative
 
 log = logging.getLogger(__name__)

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from driver_container.base.errors import DriverContainerError, HostReadError, PublishError
+from driver_container.base.paths import HostPaths
 from driver_container.driverroot.manifest import Record, read_manifest
-from driver_container.errors import DriverContainerError, HostReadError, PublishError
 from driver_container.formats.boundedjson import decode_object
-from driver_container.paths import HostPaths
 from driver_container.runtime import statusfiles
 from driver_container.runtime.deadline import Deadline
 from driver_container.runtime.dirtree import Tree

@@ -27,9 +27,9 @@ import stat
 from pathlib import Path, PurePosixPath
 from typing import Literal, get_args
 
-from driver_container.errors import PublishError
+from driver_container.base.errors import PublishError
+from driver_container.base.records import NamedRecord
 from driver_container.formats.boundedjson import decode_json
-from driver_container.records import NamedRecord
 from driver_container.runtime.fsutil import (
     atomic_write_text,
     check_relative,

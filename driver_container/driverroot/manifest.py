@@ -21,11 +21,11 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, get_args
 
-from driver_container.errors import PublishError
-from driver_container.fileread import is_io_error
+from driver_container.base.errors import PublishError
+from driver_container.base.fileread import is_io_error
+from driver_container.base.records import NamedRecord
 from driver_container.formats.boundedjson import decode_json
 from driver_container.formats.elffacts import ElfDeps
-from driver_container.records import NamedRecord
 from driver_container.runtime.fsutil import check_relative, open_regular, opened_dir
 
 log = logging.getLogger(__name__)

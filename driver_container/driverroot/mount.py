@@ -33,12 +33,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from driver_container.base.errors import CommandError, HostReadError, PublishError
+from driver_container.base.paths import HostPaths
+from driver_container.base.records import NamedRecord
+from driver_container.base.resolver import Root
 from driver_container.driverroot.rootpath import open_root, root_path
-from driver_container.errors import CommandError, HostReadError, PublishError
 from driver_container.formats.kernel.mountinfo import Mount, mount_containing, parse_mountinfo, top_mount_at
-from driver_container.paths import HostPaths
-from driver_container.records import NamedRecord
-from driver_container.resolver import Root
 
 if TYPE_CHECKING:  # status reads mounts through this module too: no subprocess import for it
     from driver_container.runtime.runner import Runner

@@ -56,13 +56,13 @@ import stat
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from driver_container.base.errors import CommandError, HostReadError, PublishError
+from driver_container.base.paths import HostPaths
+from driver_container.base.records import NamedRecord
 from driver_container.driverroot.mount import MOUNT_SOURCE, describe, descriptor_path, is_ours, read_mounts
 from driver_container.driverroot.rootpath import open_root, root_path, verified_root
-from driver_container.errors import CommandError, HostReadError, PublishError
 from driver_container.formats.kernel.mountinfo import Mount, mount_containing, top_mount_at
 from driver_container.formats.userspace_layout import ROOT_PROC, ROOT_SHELL, ROOT_SYS
-from driver_container.paths import HostPaths
-from driver_container.records import NamedRecord
 from driver_container.runtime.dirtree import Tree
 
 if TYPE_CHECKING:  # status reads the mounts through this module too: no subprocess import for it

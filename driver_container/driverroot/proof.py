@@ -22,11 +22,11 @@ import mmap
 import os
 from pathlib import Path, PurePosixPath
 
+from driver_container.base.errors import CommandError, HostReadError
+from driver_container.base.fileread import READ_FLAGS, regular_stat
+from driver_container.base.records import NamedRecord
+from driver_container.base.resolver import Root
 from driver_container.driverroot.mount import RootFlags, read_root_flags
-from driver_container.errors import CommandError, HostReadError
-from driver_container.fileread import READ_FLAGS, regular_stat
-from driver_container.records import NamedRecord
-from driver_container.resolver import Root
 from driver_container.runtime.deadline import Deadline
 from driver_container.runtime.runner import Runner
 
@@ -93,7 +93,7 @@ def _map_failure(root: Root) -> str:
         inner = find_proof_library(root)
         if inner is None:
             return f"none of {', '.join(PROOF_LIBRARIES)} is in {LIBRARY_PARENT}/*/ of the published root"
-        # Opened from the root with no link at any component (resolver.Root.open_resolved, beneath.py).
+        # Opened from the root with no link at any component (resolver.Root.open_resolved, base/beneath.py).
         fd, real = root.open_resolved(inner, READ_FLAGS)
     except HostReadError as exc:
         return exc.message

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from driver_container.base.paths import HostPaths
+from driver_container.base.records import NamedRecord
 from driver_container.driverroot.journal import interrupted
 from driver_container.driverroot.manifest import read_manifest
-from driver_container.paths import HostPaths
-from driver_container.records import NamedRecord
 from driver_container.runtime.statusfiles import read_publish_failure
 
 

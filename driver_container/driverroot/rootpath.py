@@ -21,8 +21,8 @@ from __future__ import annotations
 import os
 from pathlib import Path, PurePosixPath
 
-from driver_container.errors import PublishError
-from driver_container.paths import HostPaths
+from driver_container.base.errors import PublishError
+from driver_container.base.paths import HostPaths
 from driver_container.runtime.fsutil import open_dir
 
 FIX = "remove it on the host (init makes DRIVER_ROOT a directory of its own), or set DRIVER_ROOT to a directory"

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
+from driver_container.base.records import NamedRecord
 from driver_container.driverroot.manifest import read_manifest
 from driver_container.formats.numbers import driver_branch
-from driver_container.records import NamedRecord
 
 
 class ToolkitFeature(NamedRecord):

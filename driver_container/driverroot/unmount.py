@@ -17,10 +17,10 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
+from driver_container.base.errors import CommandError, HostReadError, PublishError
+from driver_container.base.paths import HostPaths
 from driver_container.driverroot.mount import read_mounts
 from driver_container.driverroot.rootpath import open_root, root_path, verified_root
-from driver_container.errors import CommandError, HostReadError, PublishError
-from driver_container.paths import HostPaths
 
 if TYPE_CHECKING:
     from driver_container.formats.kernel.mountinfo import Mount

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
+from driver_container.base.records import NamedRecord
 from driver_container.formats.numbers import parse_c_int
 from driver_container.formats.talos_config import module_config_snippet, snippet_heading
-from driver_container.records import NamedRecord
 
 Severity = Literal["error", "warning", "info"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "info")  # most severe first

@@ -1,7 +1,7 @@
 """The finding when the image's NVIDIA userspace was not found (inspect/userspace.py): pure.
 
 Missing and unreadable are told apart: the userspace scan keeps every place it could not read
-(``UserspaceVersion.problems``: EMFILE, EIO, EACCES, anything but ENOENT/ENOTDIR, fileread.py), and a
+(``UserspaceVersion.problems``: EMFILE, EIO, EACCES, anything but ENOENT/ENOTDIR, base/fileread.py), and a
 library there may well exist, so that is never reported as missing.
 """
 
@@ -19,7 +19,7 @@ SHOWN_PROBLEMS = 5  # unreadable paths named in USERSPACE_UNREADABLE; the count 
 
 def userspace_absent(us: UserspaceVersion) -> Finding:
     """USERSPACE_MISSING only when every place was read and none holds the libraries; a place that could
-    not be read (EMFILE, EIO, EACCES: anything but ENOENT/ENOTDIR, fileread.py) may hold them, and that
+    not be read (EMFILE, EIO, EACCES: anything but ENOENT/ENOTDIR, base/fileread.py) may hold them, and that
     is USERSPACE_UNREADABLE, naming each path and what the OS said."""
     if us.problems:
         shown = "; ".join(str(p) for p in us.problems[:SHOWN_PROBLEMS])

@@ -15,7 +15,7 @@ import re
 from itertools import accumulate
 from typing import Any
 
-from driver_container.errors import JsonFormatError
+from driver_container.base.errors import JsonFormatError
 
 MAX_DEPTH = 32  # the deepest document we write is 4 levels (manifest: body, files, record, elf)
 

@@ -13,7 +13,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-from driver_container.errors import ElfFormatError
+from driver_container.base.errors import ElfFormatError
 from driver_container.formats.elffacts import ElfDeps
 
 __all__ = ["ELF_MAGIC", "ElfDeps", "ElfFormatError", "parse_elf_deps"]

@@ -6,7 +6,7 @@ these facts without importing the reader's structures (bench/startup.py).
 
 from __future__ import annotations
 
-from driver_container.records import NamedRecord
+from driver_container.base.records import NamedRecord
 
 
 class ElfDeps(NamedRecord):

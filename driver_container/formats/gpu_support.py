@@ -37,10 +37,10 @@ from __future__ import annotations
 
 from typing import Literal
 
+from driver_container.base.records import NamedRecord
 from driver_container.formats.gpu_ids import GPU_ROWS
 from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
 from driver_container.formats.numbers import driver_branch
-from driver_container.records import NamedRecord
 
 Support = Literal["yes", "no", "unknown"]
 BLACKWELL_FIRST_BRANCH = 570

@@ -21,8 +21,8 @@ import struct
 from collections import Counter
 from collections.abc import Sequence
 
-from driver_container.errors import LdCacheFormatError
-from driver_container.records import NamedRecord
+from driver_container.base.errors import LdCacheFormatError
+from driver_container.base.records import NamedRecord
 
 NEW_MAGIC = b"glibc-ld.so.cache1.1"
 OLD_MAGIC = b"ld.so-1.7.0"

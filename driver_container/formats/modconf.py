@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from driver_container.errors import HostReadError, UsageError
+from driver_container.base.errors import HostReadError, UsageError
 from driver_container.formats.numbers import parse_uint
 
 _PARAM = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from driver_container.errors import JsonFormatError
+from driver_container.base.errors import JsonFormatError
 from driver_container.formats.boundedjson import decode_object
 from driver_container.formats.gpu_support import GpuSupport, Support, gpu_support
 from driver_container.formats.numbers import driver_branch

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from driver_container.errors import HostReadError
+from driver_container.base.errors import HostReadError
+from driver_container.base.paths import HostPaths
+from driver_container.base.problems import Problem, noted
+from driver_container.base.records import NamedRecord
+from driver_container.base.resolver import Root
 from driver_container.formats.kernel.sysfs import FIRMWARE_PATH_PARAM
 from driver_container.formats.userspace_layout import IMAGE_FIRMWARE_DIRS
-from driver_container.paths import HostPaths
-from driver_container.problems import Problem, noted
-from driver_container.records import NamedRecord
-from driver_container.resolver import Root
 
 # Firmware directories the kernel searches after its custom path (drivers/base/firmware_loader/main.c
 # fw_path[]); the toolkit searches the same list under the driver root.

@@ -12,10 +12,14 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from driver_container.base.errors import HostReadError
+from driver_container.base.paths import HostPaths
+from driver_container.base.problems import Problem, noted
+from driver_container.base.records import NamedRecord
+from driver_container.base.resolver import Root
 from driver_container.driverroot.mount import RootFlags, read_root_flags
 from driver_container.driverroot.procsys import ProcSys, read_root_mounts
 from driver_container.driverroot.publish_status import read_publish_status
-from driver_container.errors import HostReadError
 from driver_container.formats.gpu_support import GpuSupport, gpu_support
 from driver_container.formats.kernel.modules import (
     ProcModule,
@@ -37,13 +41,9 @@ from driver_container.inspect.modfiles import read_module_files
 from driver_container.inspect.pcigpus import read_pci_gpus
 from driver_container.inspect.platform import PlatformInfo, detect_platform
 from driver_container.inspect.supportedgpus import read_listed_gpus
+from driver_container.inspect.sysfs import read_sysfs_module
 from driver_container.inspect.userspace import UserspaceVersion, find_userspace
-from driver_container.paths import HostPaths
-from driver_container.problems import Problem, noted
 from driver_container.readers.nvidia_proc import nvswitch_proc_present, read_gpus
-from driver_container.readers.sysfs import read_sysfs_module
-from driver_container.records import NamedRecord
-from driver_container.resolver import Root
 from driver_container.settings import Settings
 
 if TYPE_CHECKING:

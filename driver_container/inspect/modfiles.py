@@ -14,10 +14,10 @@ import logging
 import re
 from pathlib import PurePosixPath
 
-from driver_container.errors import DriverContainerError
+from driver_container.base.errors import DriverContainerError
+from driver_container.base.records import NamedRecord
+from driver_container.base.resolver import Root
 from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
-from driver_container.records import NamedRecord
-from driver_container.resolver import Root
 
 log = logging.getLogger(__name__)
 

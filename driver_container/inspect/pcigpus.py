@@ -18,8 +18,12 @@ from __future__ import annotations
 
 import os
 
-from driver_container.errors import HostReadError
-from driver_container.fileread import converted, open_nofollow, read_up_to, refuse_irregular
+from driver_container.base.errors import HostReadError
+from driver_container.base.fileread import converted, open_nofollow, read_up_to, refuse_irregular
+from driver_container.base.paths import HostPaths
+from driver_container.base.problems import Problem, noted
+from driver_container.base.records import NamedRecord
+from driver_container.base.resolver import Root
 from driver_container.formats.kernel.pci import (
     NVIDIA_VENDOR_ID,
     PciFunction,
@@ -27,10 +31,6 @@ from driver_container.formats.kernel.pci import (
     nvidia_functions,
     parse_pci_hex,
 )
-from driver_container.paths import HostPaths
-from driver_container.problems import Problem, noted
-from driver_container.records import NamedRecord
-from driver_container.resolver import Root
 
 DEVICES = "bus/pci/devices"  # below SYSFS_ROOT
 PROC_DEVICES = "bus/pci/devices"  # below PROCFS_ROOT: every function's vendor in one read
@@ -86,7 +86,7 @@ def _nvidia_gpu(root: Root, address: str) -> PciFunction | None:
 
 def _attribute(directory: str, name: str, digits: int) -> int | None:
     """A PCI attribute: a regular file (not a link, FIFO or device) of at most ATTRIBUTE_LIMIT bytes, read
-    without blocking (fileread.py), as resolver.Root.read_bytes reads; None where it does not exist."""
+    without blocking (base/fileread.py), as resolver.Root.read_bytes reads; None where it does not exist."""
     where = f"{directory}/{name}"
     with converted(where, verb="cannot open"):
         try:

@@ -13,12 +13,12 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from driver_container.errors import HostReadError
+from driver_container.base.errors import HostReadError
+from driver_container.base.paths import HostPaths
+from driver_container.base.problems import Problem, noted
+from driver_container.base.records import NamedRecord
+from driver_container.base.resolver import Root
 from driver_container.formats.numbers import is_ascii_name
-from driver_container.paths import HostPaths
-from driver_container.problems import Problem, noted
-from driver_container.records import NamedRecord
-from driver_container.resolver import Root
 
 if TYPE_CHECKING:  # settings stays out of the peermem probe's imports (a hot path, bench/startup.py)
     from driver_container.settings import PlatformChoice

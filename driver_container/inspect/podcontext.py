@@ -15,11 +15,11 @@ import json
 import logging
 from typing import Any, Final
 
-from driver_container.errors import DriverContainerError, JsonFormatError, VerdictFormatError
+from driver_container.base.errors import DriverContainerError, JsonFormatError, VerdictFormatError
+from driver_container.base.paths import HostPaths
+from driver_container.base.records import NamedRecord
 from driver_container.formats.boundedjson import decode_json
 from driver_container.inspect.verdict import current_binding
-from driver_container.paths import HostPaths
-from driver_container.records import NamedRecord
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 formats/supported_gpus.py).
 
 Read only when the node has NVIDIA GPUs to judge, through the one bounded, regular-file-only reader
-(``Root.read_bytes`` below USERSPACE_ROOT, fileread.py). No file is the ordinary case until the image ships
+(``Root.read_bytes`` below USERSPACE_ROOT, base/fileread.py). No file is the ordinary case until the image ships
 one: the table of formats/gpu_support.py answers then. A file that cannot be read or parsed is a problem
 shown by ``status``, and the table answers too.
 """
@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from driver_container.errors import HostFileNotFound, HostReadError, JsonFormatError
+from driver_container.base.errors import HostFileNotFound, HostReadError, JsonFormatError
+from driver_container.base.problems import Problem
+from driver_container.base.records import NamedRecord
 from driver_container.formats.supported_gpus import MAX_BYTES, parse_supported_gpus
-from driver_container.problems import Problem
-from driver_container.records import NamedRecord
 
 if TYPE_CHECKING:
+    from driver_container.base.paths import HostPaths
     from driver_container.formats.gpu_support import GpuSupport
     from driver_container.formats.kernel.pci import PciFunction
-    from driver_container.paths import HostPaths
 
 
 class ListedGpus(NamedRecord):

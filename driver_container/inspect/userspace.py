@@ -16,14 +16,14 @@ import os
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from driver_container.errors import HostReadError
-from driver_container.fileread import converted, open_below, read_up_to, refuse_irregular
+from driver_container.base.errors import HostReadError
+from driver_container.base.fileread import converted, open_below, read_up_to, refuse_irregular
+from driver_container.base.problems import Problem
+from driver_container.base.records import NamedRecord
+from driver_container.base.resolver import Root
 from driver_container.formats.elfarch import HEADER_BYTES, elf_machine
 from driver_container.formats.ldcache import FLAGS_BY_MACHINE, LD_SO_CACHE, LD_SO_CACHE_LIMIT, parse_ld_cache
 from driver_container.formats.userspace_layout import LIBRARY_DIRS, VERSION_LIBS, driver_versions, version_of
-from driver_container.problems import Problem
-from driver_container.records import NamedRecord
-from driver_container.resolver import Root
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +133,7 @@ def _elf_machine_of(root: Root, inner: PurePosixPath, problems: list[Problem]) -
     resolved inside the root), non-blocking, and only when it is a regular file."""
     parts = root.resolve_parts(inner)
     real = root.path.joinpath(*parts)
-    try:  # from the root, no link at any component (beneath.py): a directory swapped for one is refused
+    try:  # from the root, no link at any component (base/beneath.py): a directory swapped for one is refused
         with converted(real, verb="cannot open"):
             fd = open_below(root.path, "/".join(parts))
         refuse_irregular(fd, real)

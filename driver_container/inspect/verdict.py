@@ -24,13 +24,13 @@ import logging
 from pathlib import PurePosixPath
 from typing import Any, get_args
 
-from driver_container.errors import DriverContainerError, JsonFormatError, VerdictFormatError
+from driver_container.base.errors import DriverContainerError, JsonFormatError, VerdictFormatError
+from driver_container.base.paths import HostPaths
+from driver_container.base.records import NamedRecord
+from driver_container.base.resolver import Root
 from driver_container.formats.boundedjson import decode_json
 from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
 from driver_container.inspect.modfiles import ModuleFile
-from driver_container.paths import HostPaths
-from driver_container.records import NamedRecord
-from driver_container.resolver import Root
 
 log = logging.getLogger(__name__)
 

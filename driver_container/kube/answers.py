@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from driver_container.errors import ApiAnswerError, KubernetesError
+from driver_container.base.errors import ApiAnswerError, KubernetesError
 from driver_container.formats.numbers import parse_uint
 from driver_container.kube.transport import Answer
 

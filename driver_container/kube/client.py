@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 import requests
 
-from driver_container.errors import ApiAnswerError, KubernetesError
+from driver_container.base.errors import ApiAnswerError, KubernetesError
 from driver_container.kube.answers import labels_of, malformed, pod_shaped, retry_after, status_error
 from driver_container.kube.endpoint import Endpoint, KubeConfig, in_cluster_endpoint, kubeconfig_endpoint
 from driver_container.kube.session import ApiSession, DeadlineAdapter

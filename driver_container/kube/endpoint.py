@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from driver_container.errors import KubernetesError
+from driver_container.base.errors import KubernetesError
 from driver_container.kube.secretfile import read_small_file
 
 log = logging.getLogger(__name__)

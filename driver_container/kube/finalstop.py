@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from driver_container.errors import DriverContainerError
+from driver_container.base.errors import DriverContainerError
 from driver_container.kube.client import KubeClient
 from driver_container.kube.nodereport import PENDING, NodeVerdict, annotation_patch, clear_patch, with_pod
 from driver_container.kube.ownpod import own_pod_name, owner_daemonset, pod_spec

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from driver_container.errors import KubernetesError
+from driver_container.base.errors import KubernetesError
 from driver_container.formats.numbers import MAX_DIGITS
 from driver_container.kube.secretfile import read_small_file
 

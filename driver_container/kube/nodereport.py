@@ -31,8 +31,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from driver_container import project_version
-from driver_container.errors import DriverContainerError
-from driver_container.records import NamedRecord
+from driver_container.base.errors import DriverContainerError
+from driver_container.base.records import NamedRecord
 
 if TYPE_CHECKING:
     from driver_container.formats.kernel.nvidia_proc import ModuleFlavour

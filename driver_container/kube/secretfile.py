@@ -7,8 +7,8 @@ import logging
 import os
 from pathlib import Path
 
-from driver_container.errors import KubernetesError
-from driver_container.fileread import converted, open_following, read_up_to, refuse_irregular, refuse_larger
+from driver_container.base.errors import KubernetesError
+from driver_container.base.fileread import converted, open_following, read_up_to, refuse_irregular, refuse_larger
 
 log = logging.getLogger(__name__)
 

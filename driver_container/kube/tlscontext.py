@@ -18,7 +18,7 @@ from pathlib import Path
 
 from requests.utils import DEFAULT_CA_BUNDLE_PATH
 
-from driver_container.errors import KubernetesError
+from driver_container.base.errors import KubernetesError
 from driver_container.kube.endpoint import Endpoint
 from driver_container.kube.secretfile import read_small_bytes
 

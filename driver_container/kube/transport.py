@@ -30,7 +30,7 @@ from typing import Any
 import requests
 import urllib3
 
-from driver_container.errors import ApiAnswerError, JsonFormatError
+from driver_container.base.errors import ApiAnswerError, JsonFormatError
 from driver_container.formats.boundedjson import decode_json
 from driver_container.formats.numbers import parse_uint
 from driver_container.runtime.forkchild import HANDLED_SIGNALS

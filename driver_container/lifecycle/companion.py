@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import logging
 
-from driver_container.errors import VerificationError
+from driver_container.base.errors import VerificationError
+from driver_container.base.paths import HostPaths
 from driver_container.findings.operator import companion_missing
 from driver_container.inspect.hoststate import read_loaded_modules
 from driver_container.inspect.platform import detect_platform
-from driver_container.paths import HostPaths
 from driver_container.runtime.supervise import Shutdown
 from driver_container.settings import Settings
 

@@ -15,12 +15,12 @@ import logging
 import time
 from collections.abc import Mapping
 
+from driver_container.base.paths import HostPaths
 from driver_container.driverroot.unmount import unmount_root
 from driver_container.kube.client import KubeClient
 from driver_container.kube.endpoint import KubeConfig
 from driver_container.kube.finalstop import StopDecision, settle_verdict
 from driver_container.kube.nodereport import namespace_of
-from driver_container.paths import HostPaths
 from driver_container.runtime.runner import Runner
 
 log = logging.getLogger(__name__)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from driver_container.errors import (
+from driver_container.base.errors import (
     DriverContainerError,
     ModuleWaitTimeout,
 )
+from driver_container.base.paths import HostPaths
 from driver_container.lifecycle.hostcheck import check_host, detect
 from driver_container.lifecycle.modwait import missing_modules, wait_for_modules
 from driver_container.modprobe import generic, unload
-from driver_container.paths import HostPaths
 from driver_container.runtime import statusfiles
 from driver_container.runtime.runner import Runner
 from driver_container.runtime.supervise import Shutdown

@@ -6,13 +6,13 @@ import logging
 from typing import TYPE_CHECKING
 
 from driver_container import findings
-from driver_container.errors import (
+from driver_container.base.errors import (
     VerificationError,
 )
+from driver_container.base.paths import HostPaths
 from driver_container.findings import PUBLISH_OUTCOMES, check
 from driver_container.inspect.hoststate import inspect_host
 from driver_container.inspect.platform import detect_platform
-from driver_container.paths import HostPaths
 from driver_container.runtime.runner import MODULE_TOOLS, Runner
 from driver_container.settings import Settings
 

@@ -16,20 +16,20 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from driver_container.driverroot.procsys import ensure_proc_sys
-from driver_container.errors import (
+from driver_container.base.errors import (
     DaemonError,
     DriverContainerError,
     HostReadError,
 )
+from driver_container.base.paths import HostPaths
+from driver_container.base.records import NamedRecord
+from driver_container.driverroot.procsys import ensure_proc_sys
 from driver_container.kube.nodereport import REFUSED, NodeVerdict, in_cluster, report
 from driver_container.lifecycle.hostcheck import detect
 from driver_container.lifecycle.modwait import POLL_S, PROGRESS_S, required_modules, wait_for_modules
 from driver_container.lifecycle.publishing import after_ready, check_and_publish, report_ready, require_usable_root
 from driver_container.node import devices, firmware
-from driver_container.paths import HostPaths
 from driver_container.readers.nvidia_proc import nvswitch_proc_present
-from driver_container.records import NamedRecord
 from driver_container.runtime import statusfiles
 from driver_container.runtime.lock import PidLock
 from driver_container.runtime.runner import Runner

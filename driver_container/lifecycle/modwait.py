@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 import time
 
-from driver_container.errors import (
+from driver_container.base.errors import (
     ModuleWaitTimeout,
 )
+from driver_container.base.paths import HostPaths
 from driver_container.formats.talos_config import module_config_snippet, snippet_heading
 from driver_container.inspect.hoststate import LoadedModules, read_loaded_modules
-from driver_container.paths import HostPaths
 from driver_container.runtime.supervise import Shutdown
 from driver_container.settings import Settings
 

@@ -21,11 +21,11 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from driver_container.errors import HostReadError, ModuleWaitTimeout
+from driver_container.base.errors import HostReadError, ModuleWaitTimeout
+from driver_container.base.paths import HostPaths
 from driver_container.formats.kernel.modules import parse_proc_modules
 from driver_container.inspect.platform import detect_platform
 from driver_container.lifecycle.peermem_glance import MLX5, PEERMEM
-from driver_container.paths import HostPaths
 
 if TYPE_CHECKING:
     from driver_container.runtime.runner import Runner

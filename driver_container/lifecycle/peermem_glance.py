@@ -1,4 +1,4 @@
-"""The peermem liveness probe's first look at /proc/modules, with ``os`` calls only (through fileread.py).
+"""The peermem liveness probe's first look at /proc/modules, with ``os`` calls only (through base/fileread.py).
 
 gpu-operator runs ``nvidia-driver probe_nvidia_peermem`` every 30 s on every GPU node with a peermem
 sidecar (assets/state-driver/0500_daemonset.yaml, ``nvidia-peermem-ctr`` livenessProbe). Its floor is a
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from driver_container.fileread import open_nofollow, read_up_to, regular_stat
+from driver_container.base.fileread import open_nofollow, read_up_to, regular_stat
 from driver_container.formats.kernel.modules_line import parse_module_line
 
 # The same facts as paths.HOST_ROOTS / HostPaths.procfs_root (tests/unit/lifecycle/test_peermem_glance.py

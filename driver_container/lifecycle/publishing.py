@@ -19,14 +19,14 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from driver_container.base.errors import DriverContainerError, PublishError
+from driver_container.base.paths import HostPaths
+from driver_container.base.records import NamedRecord
 from driver_container.driverroot.journal import recover
 from driver_container.driverroot.mount import UNUSABLE_ROOT_FIX
 from driver_container.driverroot.proof import PROOF_BINARY, prove_root_usable
-from driver_container.errors import DriverContainerError, PublishError
 from driver_container.findings import check
 from driver_container.lifecycle.hostcheck import check_host, loaded_version
-from driver_container.paths import HostPaths
-from driver_container.records import NamedRecord
 from driver_container.runtime.runner import Runner
 from driver_container.runtime.supervise import Shutdown, lowest_priority, run_in_child
 from driver_container.settings import Settings

@@ -20,10 +20,10 @@ from driver_container.runtime.deadline import Deadline
 from driver_container.runtime.runner import Runner
 
 if TYPE_CHECKING:
+    from driver_container.base.paths import HostPaths
     from driver_container.driverroot.toolkit_features import ToolkitFeature
     from driver_container.findings import Finding
     from driver_container.inspect.hoststate import HostState
-    from driver_container.paths import HostPaths
     from driver_container.settings import Settings
 
 

@@ -8,15 +8,15 @@ import stat
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from driver_container.base.errors import HostReadError
+from driver_container.base.paths import HostPaths
+from driver_container.base.resolver import Root
 from driver_container.driverroot.mount import is_ours
-from driver_container.errors import HostReadError
 from driver_container.findings import loaded_version, version_fix, versions_mismatch
 from driver_container.formats.kernel.mountinfo import mounts_at_or_below, parse_mountinfo, top_mount_at
 from driver_container.formats.numbers import parse_uint
 from driver_container.inspect.hoststate import HostState, inspect_host
 from driver_container.inspect.platform import PlatformKind
-from driver_container.paths import HostPaths
-from driver_container.resolver import Root
 from driver_container.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -8,10 +8,10 @@ import logging
 from pathlib import Path
 from typing import Final
 
-from driver_container.errors import DriverContainerError
+from driver_container.base.errors import DriverContainerError
+from driver_container.base.resolver import Root
 from driver_container.inspect.podcontext import CONTEXT_FILE, PodContext, render_context
 from driver_container.inspect.verdict import VERDICT_FILE, Verdict, render_verdict
-from driver_container.resolver import Root
 from driver_container.runtime.fsutil import atomic_write_text
 from driver_container.runtime.statusfiles import make_room
 

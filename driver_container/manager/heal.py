@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, Protocol, runtime_checkable
 
-from driver_container.errors import DriverContainerError, KubernetesError
+from driver_container.base.errors import DriverContainerError, KubernetesError
+from driver_container.base.paths import HostPaths
 from driver_container.formats.imagetag import tag_of_image
 from driver_container.inspect.podcontext import PodContext
 from driver_container.inspect.verdict import current_binding
@@ -25,7 +26,6 @@ from driver_container.kube.ownpod import DRIVER_CONTAINER, MANAGER_CONTAINER, im
 from driver_container.manager import handoff
 from driver_container.manager.facts import NodeFacts
 from driver_container.manager.staleness import Decision, PodFacts, decide
-from driver_container.paths import HostPaths
 
 log = logging.getLogger(__name__)
 

@@ -18,12 +18,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from driver_container.errors import (
+from driver_container.base.errors import (
     DriverContainerError,
     HostDriverPresentError,
     KubernetesError,
     VerificationError,
 )
+from driver_container.base.paths import HostPaths
+from driver_container.base.resolver import Root
 from driver_container.findings import check
 from driver_container.inspect import verdict
 from driver_container.inspect.hoststate import HostState, inspect_host
@@ -43,8 +45,6 @@ from driver_container.manager.labels import (
     relabel_command,
     restore_patch,
 )
-from driver_container.paths import HostPaths
-from driver_container.resolver import Root
 from driver_container.runtime.runner import MODULE_TOOLS, Runner
 from driver_container.settings import Settings
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 
+from driver_container.base.errors import PublishError
+from driver_container.base.paths import HostPaths
 from driver_container.driverroot.unmount import mounted_at_or_below, unmount_root
-from driver_container.errors import PublishError
 from driver_container.kube import nodereport
-from driver_container.paths import HostPaths
 from driver_container.runtime.runner import MODULE_TOOLS, Runner
 
 log = logging.getLogger(__name__)

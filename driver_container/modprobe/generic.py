@@ -14,20 +14,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from driver_container.errors import (
+from driver_container.base.errors import (
     CommandError,
     ForbiddenCommandError,
     ModuleLoadError,
     VerificationError,
 )
+from driver_container.base.paths import HostPaths
+from driver_container.base.problems import Problem
+from driver_container.base.resolver import Root
 from driver_container.findings import values_equal
 from driver_container.formats.modconf import conf_file_name, nvidia_parameters, parse_module_conf
 from driver_container.inspect.hoststate import LoadedModule, read_loaded_modules
 from driver_container.inspect.platform import PlatformInfo, detect_platform, read_kernel_release
 from driver_container.node.firmware import set_firmware_search_path
-from driver_container.paths import HostPaths
-from driver_container.problems import Problem
-from driver_container.resolver import Root
 from driver_container.runtime.runner import MODULE_TOOLS, Runner
 from driver_container.settings import Settings
 

@@ -6,16 +6,16 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from driver_container.errors import (
+from driver_container.base.errors import (
     CommandError,
     DriverInUseError,
     ForbiddenCommandError,
     ModuleLoadError,
 )
+from driver_container.base.paths import HostPaths
 from driver_container.inspect.hoststate import LoadedModule, read_loaded_modules
 from driver_container.inspect.platform import PlatformInfo
 from driver_container.modprobe.generic import refuse_on_talos
-from driver_container.paths import HostPaths
 from driver_container.runtime.runner import Runner
 from driver_container.settings import Settings
 

@@ -27,8 +27,11 @@ import os
 import stat
 from pathlib import Path, PurePosixPath
 
+from driver_container.base.errors import HostReadError, PublishError
+from driver_container.base.paths import HostPaths
+from driver_container.base.records import NamedRecord
+from driver_container.base.resolver import Root
 from driver_container.driverroot.procsys import has_shell
-from driver_container.errors import HostReadError, PublishError
 from driver_container.formats.kernel.devices import (
     MigMinor,
     capability_proc_path,
@@ -36,10 +39,7 @@ from driver_container.formats.kernel.devices import (
     parse_mig_minors,
     parse_proc_devices,
 )
-from driver_container.paths import HostPaths
 from driver_container.readers.nvidia_proc import read_gpus
-from driver_container.records import NamedRecord
-from driver_container.resolver import Root
 from driver_container.runtime.fsutil import check_relative, lstat_at, open_dir
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from driver_container.errors import FabricError
-from driver_container.fileread import open_nofollow, read_up_to, regular_stat
+from driver_container.base.errors import FabricError
+from driver_container.base.fileread import open_nofollow, read_up_to, regular_stat
 from driver_container.readers.fabric import FabricInfo
 
 log = logging.getLogger(__name__)

@@ -29,11 +29,11 @@ import logging
 import time
 from pathlib import Path, PurePosixPath
 
-from driver_container.errors import CommandError, DriverContainerError, FabricError
+from driver_container.base.errors import CommandError, DriverContainerError, FabricError
+from driver_container.base.paths import HostPaths
 from driver_container.formats.kernel.fabric import apply_overrides, parse_config
 from driver_container.node.fabricdaemons import Daemon, FabricDaemons, daemons_fix, stop_all, tails
 from driver_container.node.fabricwait import wait_for_fabric
-from driver_container.paths import HostPaths
 from driver_container.readers.fabric import FM_BINARY, FM_CONFIG, NVLSM_BINARY, PID_FILES, FabricInfo, inspect_fabric
 from driver_container.runtime.fsutil import atomic_write_text, ensure_dir
 from driver_container.runtime.runner import Runner

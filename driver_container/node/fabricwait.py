@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from driver_container.errors import CommandError, FabricError
+from driver_container.base.errors import CommandError, FabricError
 from driver_container.formats.kernel.fabric import GpuFabric, parse_fabric_states
 from driver_container.readers.fabric import FM_BINARY
 from driver_container.runtime.runner import Runner

@@ -17,12 +17,12 @@ import logging
 import os
 from pathlib import Path
 
-from driver_container.beneath import open_beneath
-from driver_container.errors import HostReadError
+from driver_container.base.beneath import open_beneath
+from driver_container.base.errors import HostReadError
+from driver_container.base.paths import HostPaths
+from driver_container.base.records import NamedRecord
+from driver_container.base.resolver import Root
 from driver_container.formats.kernel.sysfs import FIRMWARE_PATH_PARAM
-from driver_container.paths import HostPaths
-from driver_container.records import NamedRecord
-from driver_container.resolver import Root
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def set_firmware_search_path(paths: HostPaths) -> FirmwarePathReport:
 def _write(sysfs: Root, param_file: str, wanted: str) -> FirmwarePathReport:
     # A sysfs attribute cannot be replaced by rename (fsutil's atomic write): it is written in place,
     # in one write(2), as NVIDIA's script does with `echo -n`. The kernel stores it whole or refuses it.
-    # Resolved chroot-like, then opened from SYSFS_ROOT with no link at any component (beneath.py): a
+    # Resolved chroot-like, then opened from SYSFS_ROOT with no link at any component (base/beneath.py): a
     # directory swapped for a link in between is refused (ELOOP), never followed out of the sysfs root.
     try:
         parts = sysfs.resolve_parts(FIRMWARE_PATH_PARAM)

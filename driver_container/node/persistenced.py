@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from driver_container.errors import CommandError, HostReadError, PublishError
+from driver_container.base.errors import CommandError, HostReadError, PublishError
+from driver_container.base.paths import HostPaths
+from driver_container.base.resolver import Root
 from driver_container.formats.numbers import parse_uint
-from driver_container.paths import HostPaths
-from driver_container.resolver import Root
 from driver_container.runtime.fsutil import ensure_dir
 from driver_container.runtime.runner import Runner
 

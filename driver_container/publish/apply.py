@@ -19,9 +19,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from driver_container.base.errors import PublishError
 from driver_container.driverroot.journal import STAGING, Step
 from driver_container.driverroot.manifest import Manifest, Record
-from driver_container.errors import PublishError
 from driver_container.publish.copier import TMP_SUFFIX, Copier
 from driver_container.publish.model import PlannedEntry, PublishPlan
 from driver_container.runtime.dirtree import Tree

@@ -13,8 +13,10 @@ import logging
 import os
 from pathlib import Path
 
+from driver_container.base.errors import HostReadError, PublishError
+from driver_container.base.problems import Problem
+from driver_container.base.resolver import Root
 from driver_container.driverroot.journal import STAGING
-from driver_container.errors import HostReadError, PublishError
 from driver_container.formats.ldcache import (
     FLAGS_BY_MACHINE,
     LD_SO_CACHE_LIMIT,
@@ -22,9 +24,7 @@ from driver_container.formats.ldcache import (
     parse_ld_cache,
 )
 from driver_container.formats.ldcache import LD_SO_CACHE as CACHE
-from driver_container.problems import Problem
 from driver_container.publish.model import PlannedEntry, PublishPlan
-from driver_container.resolver import Root
 from driver_container.runtime.fsutil import ensure_dir
 from driver_container.runtime.runner import Runner
 

@@ -14,12 +14,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
-from driver_container.errors import UserspaceError
+from driver_container.base.errors import UserspaceError
+from driver_container.base.resolver import Root
 from driver_container.formats.elffacts import ElfDeps
 from driver_container.formats.ldcache import FLAGS_BY_MACHINE, CacheEntry, lookup
 from driver_container.publish.model import SourceFile
 from driver_container.publish.sources import ElfFacts, source_file
-from driver_container.resolver import Root
 
 log = logging.getLogger(__name__)
 

@@ -28,9 +28,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
 from typing import TypeVar
 
+from driver_container.base.errors import DriverContainerError, PublishError
 from driver_container.driverroot.index import UserspaceIndex
 from driver_container.driverroot.journal import STAGING, STATE_DIR
-from driver_container.errors import DriverContainerError, PublishError
 from driver_container.publish.model import SourceFile
 from driver_container.runtime.fsutil import opened_dir, remove_tree_at, sweep_at
 from driver_container.runtime.staged import StagedFile, stage_copy

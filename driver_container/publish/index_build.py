@@ -13,14 +13,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from driver_container.base.errors import PublishError, UserspaceError
+from driver_container.base.resolver import Root
 from driver_container.driverroot.index import IndexEntry, format_index
-from driver_container.errors import PublishError, UserspaceError
 from driver_container.formats.elfdeps import ELF_MAGIC, ElfDeps
 from driver_container.formats.userspace_layout import DIGEST_INDEX
 from driver_container.publish.model import PublishSources, SourceFile
 from driver_container.publish.scan import describe_userspace
 from driver_container.publish.sources import ElfFacts
-from driver_container.resolver import Root
 from driver_container.runtime.fsutil import atomic_write_text, open_regular
 from driver_container.runtime.runner import Runner
 from driver_container.runtime.staged import digest_regular

@@ -17,7 +17,7 @@ from __future__ import annotations
 import posixpath
 from pathlib import PurePosixPath
 
-from driver_container.errors import PublishError, UserspaceError
+from driver_container.base.errors import PublishError, UserspaceError
 from driver_container.formats.userspace_layout import ROOT_PROC, ROOT_SHELL, ROOT_SHM, ROOT_SYS
 from driver_container.publish.model import PlannedEntry, PublishPlan, PublishSources, SourceFile
 from driver_container.publish.roles import VDPAU_DIR

@@ -17,12 +17,12 @@ import stat
 import time
 from pathlib import Path, PurePosixPath
 
+from driver_container.base.errors import DriverContainerError, PublishError
+from driver_container.base.paths import HostPaths
 from driver_container.driverroot.index import LazyIndex
 from driver_container.driverroot.journal import STAGING, Step, Transaction, recover
 from driver_container.driverroot.manifest import MANIFEST_PATH, Manifest, format_manifest, read_manifest
-from driver_container.errors import DriverContainerError, PublishError
 from driver_container.formats.ldcache import LD_SO_CACHE as CACHE
-from driver_container.paths import HostPaths
 from driver_container.publish.apply import Prepared, commit_steps, prepare
 from driver_container.publish.cache_check import build_cache, cache_problems, closure_problems
 from driver_container.publish.copier import TMP_SUFFIX, Copier, reset_staging, sweep_temporaries
@@ -198,7 +198,7 @@ def _commit(
                 fix=f"free space or fix permissions on the filesystem holding {root}",
             ) from exc
         if isinstance(exc, DriverContainerError):
-            path = getattr(exc, "path", None)  # the classes that carry one (errors.py)
+            path = getattr(exc, "path", None)  # the classes that carry one (base/errors.py)
             raise PublishError(f"{exc.message}; the previous root is restored", path=path, fix=exc.fix) from exc
         raise
     return rebuild

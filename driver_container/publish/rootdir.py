@@ -12,11 +12,11 @@ from __future__ import annotations
 import logging
 import os
 
+from driver_container.base.errors import CommandError, HostReadError, PublishError
+from driver_container.base.paths import HostPaths
 from driver_container.driverroot.mount import MOUNTINFO, describe, ensure_exec_mount, leftovers_at, read_mounts
 from driver_container.driverroot.rootpath import base_and_rel, open_root, verified_root
-from driver_container.errors import CommandError, HostReadError, PublishError
 from driver_container.formats.kernel.mountinfo import Mount
-from driver_container.paths import HostPaths
 from driver_container.runtime.runner import Runner
 
 log = logging.getLogger(__name__)

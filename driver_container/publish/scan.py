@@ -19,9 +19,10 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
+from driver_container.base.errors import HostReadError, LdCacheFormatError, UserspaceError
+from driver_container.base.resolver import MAX_SYMLINKS, Root
 from driver_container.driverroot.index import UserspaceIndex
 from driver_container.driverroot.manifest import SourceKey
-from driver_container.errors import HostReadError, LdCacheFormatError, UserspaceError
 from driver_container.formats.elffacts import ElfDeps
 from driver_container.formats.ldcache import FLAGS_BY_MACHINE, LD_SO_CACHE_LIMIT, CacheEntry, parse_ld_cache
 from driver_container.formats.ldcache import LD_SO_CACHE as CACHE_PATH
@@ -32,7 +33,6 @@ from driver_container.publish.roles import binary_is_required, library_is_requir
 from driver_container.publish.sources import ElfFacts, source_file
 from driver_container.publish.static_tools import find_ldconfig, find_static_shell
 from driver_container.publish.toolkit_extras import dev_links, select_extras, select_vdpau
-from driver_container.resolver import MAX_SYMLINKS, Root
 from driver_container.runtime.runner import Runner
 
 log = logging.getLogger(__name__)

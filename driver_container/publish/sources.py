@@ -8,13 +8,13 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
+from driver_container.base.errors import PublishError, SymlinkLoopError, UserspaceError
+from driver_container.base.resolver import Root
 from driver_container.driverroot.index import UserspaceIndex
 from driver_container.driverroot.manifest import SourceKey
-from driver_container.errors import PublishError, SymlinkLoopError, UserspaceError
 from driver_container.formats.elfdeps import ELF_MAGIC, ElfDeps
 from driver_container.publish.model import SourceFile
 from driver_container.readers.elf import read_elf_deps
-from driver_container.resolver import Root
 from driver_container.runtime.fsutil import open_regular
 
 log = logging.getLogger(__name__)

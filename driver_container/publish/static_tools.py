@@ -24,10 +24,10 @@ import stat
 from dataclasses import replace
 from pathlib import Path
 
-from driver_container.errors import PublishError
+from driver_container.base.errors import PublishError
+from driver_container.base.resolver import Root
 from driver_container.publish.model import SourceFile
 from driver_container.publish.sources import ElfFacts, source_file
-from driver_container.resolver import Root
 from driver_container.runtime.runner import Runner
 
 log = logging.getLogger(__name__)

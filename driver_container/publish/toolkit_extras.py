@@ -12,12 +12,12 @@ import re
 import stat
 from pathlib import Path, PurePosixPath
 
-from driver_container.errors import DriverContainerError
+from driver_container.base.errors import DriverContainerError
+from driver_container.base.resolver import Root
 from driver_container.formats.userspace_layout import LIBRARY_DIRS
 from driver_container.publish.model import SourceFile
 from driver_container.publish.roles import VDPAU_DIR, VDPAU_PREFIX, is_extra_library, link_name
 from driver_container.publish.sources import ElfFacts, source_file
-from driver_container.resolver import Root
 
 log = logging.getLogger(__name__)
 

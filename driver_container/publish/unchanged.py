@@ -24,13 +24,13 @@ import os
 import stat
 from pathlib import Path, PurePosixPath
 
+from driver_container.base.errors import DriverContainerError
+from driver_container.base.paths import HostPaths
 from driver_container.driverroot.journal import STAGING, interrupted
 from driver_container.driverroot.manifest import Manifest, Record, read_manifest
 from driver_container.driverroot.rootpath import is_real_root
-from driver_container.errors import DriverContainerError
 from driver_container.formats.ldcache import LD_SO_CACHE
 from driver_container.formats.userspace_layout import DIGEST_INDEX
-from driver_container.paths import HostPaths
 from driver_container.publish.rootdir import prepare_driver_root
 from driver_container.runtime import statusfiles
 from driver_container.runtime.dirtree import Tree

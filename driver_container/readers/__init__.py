@@ -1,6 +1,7 @@
-"""Readers: one host file or directory (sysfs, procfs, a module file, an ELF file) into a record of formats/.
+"""Readers: the host reads that more than the host's state needs (docs/architecture.md, "Reading").
 
-The I/O half of formats/: each reader opens through ``Root`` (resolver.py) or the one bounded read helper and
-hands the bytes to formats/' pure decoders. Used by the reading room (inspect) and the writing rooms (publish,
-node) alike, so it sits below both.
+One host object (a module file, an ELF file, /proc/driver/nvidia, the fabric's files) into a record of
+formats/: each reader opens through ``Root`` (base/resolver.py) or the one bounded read helper and hands the
+bytes to formats/' pure decoders. Each is used by a room besides inspect (publish, node, lifecycle, the
+CLI, report), so it sits below all of them; a read only the host's state needs lives in inspect/.
 """

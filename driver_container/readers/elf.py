@@ -6,8 +6,8 @@ import io
 import os
 from pathlib import Path
 
-from driver_container.errors import ElfFormatError
-from driver_container.fileread import converted, open_nofollow, refuse_irregular
+from driver_container.base.errors import ElfFormatError
+from driver_container.base.fileread import converted, open_nofollow, refuse_irregular
 from driver_container.formats.elfdeps import ElfDeps, parse_elf_deps
 
 

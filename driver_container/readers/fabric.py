@@ -20,7 +20,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from driver_container.errors import HostReadError
+from driver_container.base.errors import HostReadError
+from driver_container.base.paths import HostPaths
+from driver_container.base.problems import Problem
+from driver_container.base.resolver import Root
 from driver_container.formats.kernel.fabric import (
     is_nvlink5_vpd,
     parse_cap_mask,
@@ -28,9 +31,6 @@ from driver_container.formats.kernel.fabric import (
     usable_management_port,
 )
 from driver_container.formats.kernel.nvidia_proc import NVSWITCH_PROC_DIR
-from driver_container.paths import HostPaths
-from driver_container.problems import Problem
-from driver_container.resolver import Root
 
 log = logging.getLogger(__name__)
 

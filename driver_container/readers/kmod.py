@@ -12,12 +12,12 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from driver_container.errors import HostReadError, ModuleFormatError, ModuleNotFoundInTreeError
-from driver_container.fileread import kind_of, regular_stat
+from driver_container.base.errors import HostReadError, ModuleFormatError, ModuleNotFoundInTreeError
+from driver_container.base.fileread import kind_of, regular_stat
+from driver_container.base.resolver import Root
 from driver_container.formats.kmod.decode import DEFAULT_MAX_SIZE, decode_module
 from driver_container.formats.kmod.lookup import module_name_of, module_path_in_dep, normalize
 from driver_container.formats.kmod.model import ModuleInfo
-from driver_container.resolver import Root
 
 if TYPE_CHECKING:
     from driver_container.formats.kmod.compression import Buffer

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from driver_container.errors import HostReadError
+from driver_container.base.errors import HostReadError
+from driver_container.base.problems import Problem
+from driver_container.base.resolver import Root
 from driver_container.formats.kernel.nvidia_proc import (
     NVSWITCH_PROC_DIR,
     PCI_ID,
@@ -12,8 +14,6 @@ from driver_container.formats.kernel.nvidia_proc import (
     gpu_from_information,
     parse_gpu_information,
 )
-from driver_container.problems import Problem
-from driver_container.resolver import Root
 
 
 def nvswitch_proc_present(proc: Root) -> bool:

@@ -26,11 +26,11 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from driver_container.errors import CommandError, CommandTimeout
-from driver_container.paths import HostPaths
+from driver_container.base.errors import CommandError, CommandTimeout
+from driver_container.base.paths import HostPaths
+from driver_container.base.resolver import Root
 from driver_container.report.model import ABSENT, Member, missing
 from driver_container.report.reading import read_capped, source_of
-from driver_container.resolver import Root
 from driver_container.runtime.runner import Runner
 from driver_container.runtime.signalcleanup import SignalCleanup
 

@@ -18,8 +18,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from driver_container.base.paths import HostPaths
 from driver_container.driverroot.integrity import check_integrity, report_json
-from driver_container.paths import HostPaths
+from driver_container.lifecycle.status import status_report
 from driver_container.report import bugscript, hostfacts
 from driver_container.report.archive import build_archive
 from driver_container.report.environment import environment_member
@@ -29,6 +30,7 @@ from driver_container.report.modfacts import modinfo_text
 from driver_container.runtime.logfile import LOG_CAP
 from driver_container.runtime.signalcleanup import SignalCleanup
 from driver_container.runtime.timedchild import ERROR, OK, TIMED_OUT, run_until
+from driver_container.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,12 @@ class ReportOptions:
     run_bug_script: bool = True
 
 
+def status_document(paths: HostPaths, settings: Settings) -> str:
+    """Exactly what ``status --json`` prints (cli/status_cmd.py prints the same ``status_report``)."""
+    text, _failed = status_report(paths, settings, verify=False, as_json=True)
+    return text + "\n"
+
+
 def collect_report(
     paths: HostPaths,
     options: ReportOptions,
@@ -52,7 +60,7 @@ def collect_report(
     env: Mapping[str, str],
     cleanup: SignalCleanup | None = None,
 ) -> bytes:
-    """The archive's bytes. ``status_json``: what ``status --json`` prints (the CLI's own code), run in a child.
+    """The archive's bytes. ``status_json``: what ``status --json`` prints (``status_document``), run in a child.
     ``cleanup``: where each process group started and the script's directory are registered, so that a
     termination signal ends and removes them (the CLI's)."""
     started = time.time()

@@ -13,8 +13,8 @@ import json
 from collections.abc import Iterator, Mapping
 
 from driver_container import __version__
+from driver_container.base.paths import ENV_NAMES
 from driver_container.formats.redact import looks_secret
-from driver_container.paths import ENV_NAMES
 from driver_container.report.model import Member
 from driver_container.settings import FABRIC_OVERRIDE_PREFIX, Settings
 

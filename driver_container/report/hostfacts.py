@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
+from driver_container.base.paths import HostPaths
+from driver_container.base.resolver import Root
 from driver_container.driverroot.manifest import MANIFEST_PATH
 from driver_container.inspect.verdict import VERDICT_FILE
-from driver_container.paths import HostPaths
 from driver_container.report.model import Member
 from driver_container.report.reading import SMALL_CAP, entries, file_member, read_capped, source_of, walk
-from driver_container.resolver import Root
 from driver_container.runtime.logfile import LOG_CAP, LOG_FILE, ROTATED_LOG_FILE
 from driver_container.runtime.statusfiles import DAEMONS_STATUS, MAX_VERIFY_RECORD, PUBLISH_FAILED
 

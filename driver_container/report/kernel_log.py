@@ -16,7 +16,7 @@ import errno
 import os
 import time
 
-from driver_container.fileread import kind_of, open_nofollow
+from driver_container.base.fileread import kind_of, open_nofollow
 from driver_container.formats.kernel.kmsg import nvidia_messages, parse_kmsg, render_dmesg
 from driver_container.report.model import ABSENT, Member, missing
 

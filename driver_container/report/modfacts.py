@@ -6,11 +6,11 @@ them is RUN_DIR's module-verdict file, which the report copies (hostfacts.RUN_FI
 
 from __future__ import annotations
 
-from driver_container.errors import DriverContainerError
+from driver_container.base.errors import DriverContainerError
+from driver_container.base.paths import HostPaths
 from driver_container.formats.kmod import format_modinfo
 from driver_container.inspect.modfiles import MAX_MODULE_SIZE, find_module_files
 from driver_container.inspect.platform import read_kernel_release
-from driver_container.paths import HostPaths
 from driver_container.readers.kmod import read_module
 
 MAX_MODULE_FILES = 16  # five modules, each found at most in kernel/ and extras/ (or updates/)

@@ -1,8 +1,8 @@
 """Bounded reads of host files into report members.
 
-Every path is resolved inside its ``Root`` as chroot would (resolver.py), opened ``O_NOFOLLOW|O_NONBLOCK``
+Every path is resolved inside its ``Root`` as chroot would (base/resolver.py), opened ``O_NOFOLLOW|O_NONBLOCK``
 (a FIFO cannot hang the read), checked with fstat to be a regular file (procfs and sysfs files are; both
-by fileread.py), and
+by base/fileread.py), and
 read no further than its cap plus one byte, so a huge or endless file is cut, never read whole. Whatever
 goes wrong becomes the member's note: the report is about a broken node, so nothing here raises.
 """
@@ -14,10 +14,10 @@ import stat
 from collections.abc import Iterator
 from pathlib import PurePosixPath
 
-from driver_container.errors import HostFileNotFound, HostReadError
-from driver_container.fileread import READ_FLAGS, kind_of, read_up_to, regular_stat
+from driver_container.base.errors import HostFileNotFound, HostReadError
+from driver_container.base.fileread import READ_FLAGS, kind_of, read_up_to, regular_stat
+from driver_container.base.resolver import Root
 from driver_container.report.model import ABSENT, Member, missing
-from driver_container.resolver import Root
 
 MAX_ENTRIES = 256  # entries taken from one directory (sysfs parameters, GPUs, capabilities)
 SMALL_CAP = 64 << 10  # a procfs/sysfs text file
@@ -29,7 +29,7 @@ def source_of(root: Root, inner: str | PurePosixPath) -> str:
 
 def read_capped(root: Root, inner: str | PurePosixPath, cap: int) -> tuple[bytes | None, str]:
     """(the first ``cap`` + 1 bytes at most, "") or (None, why not)."""
-    try:  # from the root, no link at any component (resolver.Root.open_resolved, beneath.py)
+    try:  # from the root, no link at any component (resolver.Root.open_resolved, base/beneath.py)
         fd, _real = root.open_resolved(inner, READ_FLAGS)
     except HostFileNotFound:
         return None, ABSENT

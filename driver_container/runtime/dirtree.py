@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path, PurePosixPath
 
-from driver_container.errors import PublishError
-from driver_container.fileread import is_io_error
+from driver_container.base.errors import PublishError
+from driver_container.base.fileread import is_io_error
 from driver_container.runtime.fsutil import open_dir
 
 

@@ -20,7 +20,7 @@ import signal
 import time
 from collections.abc import Callable
 
-from driver_container.errors import DriverContainerError
+from driver_container.base.errors import DriverContainerError
 from driver_container.runtime.childresult import encode_result
 
 log = logging.getLogger(__name__)

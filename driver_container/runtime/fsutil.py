@@ -22,8 +22,8 @@ import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 
-from driver_container.errors import PublishError
-from driver_container.fileread import converted, open_nofollow, refuse_irregular, why
+from driver_container.base.errors import PublishError
+from driver_container.base.fileread import converted, open_nofollow, refuse_irregular, why
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from driver_container.errors import LockError
+from driver_container.base.errors import LockError
+from driver_container.base.resolver import Root
 from driver_container.formats.numbers import parse_uint
-from driver_container.resolver import Root
 from driver_container.runtime.statusfiles import make_room
 
 if TYPE_CHECKING:

@@ -14,9 +14,9 @@ import itertools
 import os
 from dataclasses import dataclass
 
-from driver_container.errors import HostReadError
+from driver_container.base.errors import HostReadError
+from driver_container.base.resolver import Root
 from driver_container.formats.kernel.locks import FileLock, parse_locks
-from driver_container.resolver import Root
 
 PROGRAM = "nvidia-driver"  # the console script (pyproject.toml [project.scripts]); ``-m driver_container`` too
 MODULE = b"driver_container"

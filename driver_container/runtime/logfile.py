@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from driver_container.errors import DriverContainerError
+from driver_container.base.errors import DriverContainerError
 from driver_container.runtime.fsutil import open_dir, write_all
 from driver_container.runtime.statusfiles import make_room
 

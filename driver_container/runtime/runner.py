@@ -21,9 +21,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from driver_container.errors import CommandError, CommandStopped, CommandTimeout, ForbiddenCommandError
-from driver_container.fileread import why
-from driver_container.records import NamedRecord
+from driver_container.base.errors import CommandError, CommandStopped, CommandTimeout, ForbiddenCommandError
+from driver_container.base.fileread import why
+from driver_container.base.records import NamedRecord
 from driver_container.runtime.forkchild import kill_group
 
 if TYPE_CHECKING:

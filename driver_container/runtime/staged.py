@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from driver_container.errors import PublishError
+from driver_container.base.errors import PublishError
 from driver_container.runtime.fsutil import (
     create_temporary,
     open_regular,

@@ -23,10 +23,10 @@ import os
 import stat
 from pathlib import Path, PurePosixPath
 
-from driver_container.errors import DriverContainerError, HostReadError
+from driver_container.base.errors import DriverContainerError, HostReadError
+from driver_container.base.paths import HostPaths
+from driver_container.base.resolver import Root
 from driver_container.formats.boundedjson import decode_object
-from driver_container.paths import HostPaths
-from driver_container.resolver import Root
 from driver_container.runtime.fsutil import DIR_FLAGS, atomic_write_text, check_relative, lstat_at, remove_tree_at
 
 log = logging.getLogger(__name__)

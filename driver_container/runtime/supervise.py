@@ -20,7 +20,7 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TypeVar, cast, overload
 
-from driver_container.errors import DriverContainerError
+from driver_container.base.errors import DriverContainerError
 from driver_container.runtime.childresult import decode_result
 from driver_container.runtime.forkchild import HANDLED_SIGNALS, await_group_exit, fork_child, kill_group
 

@@ -44,7 +44,7 @@ from helpers.published_roots import CLI, HOST
 from helpers.support import ARTEFACTS, REPO, require
 from helpers.toolkit import management_spec, require_toolkit, stand_in_dev_root
 
-from driver_container.paths import HostPaths
+from driver_container.base.paths import HostPaths
 from driver_container.publish.publisher import publish_driver_root
 from driver_container.runtime.runner import Runner
 

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from driver_container.paths import HostPaths
+from driver_container.base.paths import HostPaths
 from driver_container.runtime.runner import Runner
 from helpers.support import FIXTURES, fixture_paths
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from driver_container.paths import HostPaths
+from driver_container.base.paths import HostPaths
 
 H100_ADDRESS = "0000:01:00.0"
 H100_SYSFS = f"sys/devices/pci0000:00/0000:00:01.0/{H100_ADDRESS}"

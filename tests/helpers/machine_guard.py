@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
+from driver_container.base.paths import HostPaths
 from driver_container.formats.kernel.sysfs import FIRMWARE_PATH_PARAM
-from driver_container.paths import HostPaths
 from helpers import writeguard
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,7 +44,7 @@ writeguard.install_in_child({config!r})
 
 
 def production_roots() -> list[Path]:
-    """What the entrypoint writes on a node, from its own defaults (paths.py): compared around each test."""
+    """What the entrypoint writes on a node, from its own defaults (base/paths.py): compared around each test."""
     override = os.environ.get(SNAPSHOT_ROOTS_ENV)
     if override:
         return [Path(p) for p in override.split(os.pathsep)]

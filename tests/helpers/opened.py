@@ -6,7 +6,7 @@ A hook cannot be removed once added, so one is installed on first use and record
 ``opened_paths()`` block is active.
 
 A name without a slash is an open relative to a directory descriptor (one component of a walk that
-``driver_container/beneath.py`` announces as a whole path beforehand): not recorded, so each file read
+``driver_container/base/beneath.py`` announces as a whole path beforehand): not recorded, so each file read
 below a root is recorded once, by its full path.
 """
 

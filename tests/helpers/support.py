@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from driver_container.paths import HostPaths
+    from driver_container.base.paths import HostPaths
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures"
@@ -52,7 +52,7 @@ def require(condition: object, what: str, *, how: str = "run scripts/setup.sh") 
 
 def fixture_paths(tree: Path, run: Path | None = None, userspace: Path | None = None) -> HostPaths:
     """HostPaths for a fixture host tree (host/, proc/, sys/, userspace/, drivers/, run/)."""
-    from driver_container.paths import HostPaths
+    from driver_container.base.paths import HostPaths
 
     return HostPaths(
         host_root=tree / "host",

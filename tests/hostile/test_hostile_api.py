@@ -32,7 +32,7 @@ from helpers.hostenv import Host, make_host
 from helpers.tls import self_signed
 from helpers.waits import wait_until
 
-from driver_container.errors import KubernetesError
+from driver_container.base.errors import KubernetesError
 from driver_container.kube.client import KubeClient
 from driver_container.kube.endpoint import Endpoint, KubeConfig
 from driver_container.kube.nodereport import READY, NodeVerdict, report

@@ -23,13 +23,14 @@ from elfdyn import build_dynamic_elf
 from helpers.cost import elapsed, peak_bytes
 from helpers.hostenv import make_host
 
-from driver_container.errors import (
+from driver_container.base.errors import (
     DriverContainerError,
     ElfFormatError,
     LdCacheFormatError,
     ModuleFormatError,
     ModuleNotFoundInTreeError,
 )
+from driver_container.base.resolver import Root
 from driver_container.formats.elffacts import ElfDeps
 from driver_container.formats.kernel.fabric import GpuFabric, parse_fabric_states
 from driver_container.formats.kernel.kmsg import parse_kmsg
@@ -40,7 +41,6 @@ from driver_container.publish.model import SourceFile
 from driver_container.publish.sources import ElfFacts
 from driver_container.readers.elf import read_elf_deps
 from driver_container.readers.kmod import find_module, read_module
-from driver_container.resolver import Root
 
 FAST = 2.0  # seconds: a crafted input's whole parse; the fixed parsers take milliseconds
 SMALL = 16 << 20  # bytes of peak allocation allowed for a parse of a crafted file of ~100 KiB

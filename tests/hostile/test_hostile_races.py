@@ -1,6 +1,6 @@
 """Races against the writes and opens below DRIVER_ROOT and SYSFS_ROOT: another process that can write
 there (any pod with the driver root mounted read-write) swaps a symlink in between a path's check and its
-use. Nothing outside the roots may change, whatever the timing (driver_container/beneath.py, node/devices.py).
+use. Nothing outside the roots may change, whatever the timing (driver_container/base/beneath.py, node/devices.py).
 
 The racing side is a separate process (its own interpreter: no GIL shared with the code under test), told to
 stop by SIGTERM; it prints how often it swapped something in, and each race test checks that it did (a race
@@ -25,13 +25,13 @@ import pytest
 from helpers.mounts import tmpfs
 from helpers.support import require
 
-from driver_container.beneath import open_beneath
-from driver_container.errors import HostReadError, PublishError
+from driver_container.base.beneath import open_beneath
+from driver_container.base.errors import HostReadError, PublishError
+from driver_container.base.paths import HostPaths
+from driver_container.base.resolver import Root
 from driver_container.node.devices import DeviceNode, create_device_nodes
 from driver_container.node.firmware import FirmwarePathResult, set_firmware_search_path
-from driver_container.paths import HostPaths
 from driver_container.publish.rootdir import create_driver_root, prepare_driver_root
-from driver_container.resolver import Root
 from driver_container.runtime.runner import CompletedCommand, Runner
 
 OUTSIDE_TEXT = b"outside the roots: must never change\n"

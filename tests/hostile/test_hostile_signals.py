@@ -29,8 +29,8 @@ from helpers.fakes import add_fabric_to_image, fabric_env
 from helpers.hostenv import make_host
 from helpers.support import REPO, require
 
+from driver_container.base.errors import CommandStopped
 from driver_container.driverroot.integrity import IntegrityBudget, check_integrity
-from driver_container.errors import CommandStopped
 from driver_container.runtime.runner import Runner
 from driver_container.runtime.supervise import BackgroundChild, Shutdown
 from driver_container.runtime.timedchild import TIMED_OUT, run_until
@@ -129,7 +129,7 @@ CHILD_BUG = """
 import sys
 from pathlib import Path
 from driver_container import logs
-from driver_container.errors import DriverContainerError
+from driver_container.base.errors import DriverContainerError
 from driver_container.runtime.logfile import keep_log
 from driver_container.runtime.supervise import BackgroundChild, run_in_child
 from driver_container.runtime.timedchild import run_until

@@ -26,15 +26,15 @@ from helpers.waits import wait_until
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from driver_container.base.errors import JsonFormatError
+from driver_container.base.paths import HostPaths
 from driver_container.driverroot.integrity import parse_report
 from driver_container.driverroot.journal import JOURNAL
 from driver_container.driverroot.manifest import MANIFEST_PATH, MAX_MANIFEST, read_manifest
-from driver_container.errors import JsonFormatError
 from driver_container.formats.boundedjson import MAX_DEPTH, decode_json, decode_object, nesting_depth
 from driver_container.formats.userspace_layout import DIGEST_INDEX
 from driver_container.inspect.verdict import BOOT_ID, VERDICT_FILE, Binding, load_verdict, parse_verdict
 from driver_container.manager.manager import hand_verdict_to_init
-from driver_container.paths import HostPaths
 from driver_container.runtime.statusfiles import MAX_FAILURE_RECORD, PUBLISH_FAILED, read_state, write_state
 from driver_container.settings import Settings
 

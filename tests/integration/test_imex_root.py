@@ -30,8 +30,8 @@ from helpers.support import ARTEFACTS, require
 from helpers.toolkit import Item, management_spec, stand_in_dev_root, toolkit_view
 from helpers.trees import moved_aside
 
+from driver_container.base.paths import HostPaths
 from driver_container.driverroot.toolkit_features import read_absent_features
-from driver_container.paths import HostPaths
 from driver_container.publish.publisher import publish_driver_root
 from driver_container.runtime.runner import Runner
 

@@ -18,14 +18,14 @@ import pytest
 from helpers.apiserver import NODE, NS, TOKEN, Server, endpoint
 from helpers.support import FIXTURES, fixture_paths
 
-from driver_container.errors import HostDriverPresentError, KubernetesError
+from driver_container.base.errors import HostDriverPresentError, KubernetesError
+from driver_container.base.paths import HostPaths
 from driver_container.inspect.hoststate import inspect_host
 from driver_container.kube.client import KubeClient
 from driver_container.kube.endpoint import KubeConfig
 from driver_container.manager.facts import NodeFacts
 from driver_container.manager.labels import PAUSED
 from driver_container.manager.manager import ManagerOptions, run_uninstall
-from driver_container.paths import HostPaths
 from driver_container.runtime.runner import Runner
 from driver_container.settings import Settings
 

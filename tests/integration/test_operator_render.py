@@ -54,6 +54,7 @@ from helpers.operator_render import (
 from helpers.release import release_matrix
 from helpers.support import REPO
 
+from driver_container.base.paths import HOST_ROOTS, OPERATOR_OS_RELEASE, HostPaths
 from driver_container.cli import _register_commands, manager_cmd
 from driver_container.cli.app import app as driver_app
 from driver_container.formats.kernel.sysfs import FIRMWARE_PATH_PARAM as FIRMWARE_PARAM
@@ -62,7 +63,6 @@ from driver_container.formats.userspace_layout import IMAGE_FIRMWARE_DIRS
 from driver_container.inspect.hoststate import NVIDIA_MODULES
 from driver_container.kube import client as kube
 from driver_container.kube import endpoint, nodereport
-from driver_container.paths import HOST_ROOTS, OPERATOR_OS_RELEASE, HostPaths
 from driver_container.report.environment import settings_env_names
 
 pytestmark = pytest.mark.timeout(180)  # ~20 renders of ~0.6 s, run 8 at a time, once per module

@@ -23,13 +23,13 @@ from helpers.operator_render import Rendered, clusterpolicy_from_values, render,
 from helpers.restamp import restamped_pairs as restamped
 from helpers.support import REPO
 
-from driver_container.errors import KubernetesError
+from driver_container.base.errors import KubernetesError
+from driver_container.base.paths import HostPaths
 from driver_container.inspect.podcontext import CONTEXT_FILE
 from driver_container.kube.client import KubeClient
 from driver_container.kube.endpoint import KubeConfig
 from driver_container.manager.facts import gather_facts
 from driver_container.manager.manager import ManagerOptions, run_uninstall
-from driver_container.paths import HostPaths
 from driver_container.runtime.runner import Runner
 from driver_container.settings import Settings
 

@@ -19,9 +19,9 @@ from helpers import trees
 from helpers.nvidia_sandbox import run_nvidia
 from helpers.support import require
 
-from driver_container.errors import DriverContainerError, PublishError, UserspaceError
+from driver_container.base.errors import DriverContainerError, PublishError, UserspaceError
+from driver_container.base.paths import HostPaths
 from driver_container.formats.ldcache import lookup, parse_ld_cache
-from driver_container.paths import HostPaths
 from driver_container.publish.publisher import publish_driver_root
 from driver_container.runtime.runner import Runner
 
@@ -189,7 +189,7 @@ PUBLISHED_MANIFEST = ".driver-container/manifest.json"
 def _publish_process(userspace: Path, driver: Path, started: Path) -> subprocess.Popen[bytes]:
     """publish_driver_root in a process of its own, which creates ``started`` just before the call."""
     code = (
-        "from pathlib import Path; from driver_container.paths import HostPaths;"
+        "from pathlib import Path; from driver_container.base.paths import HostPaths;"
         "from driver_container.runtime.runner import Runner;"
         "from driver_container.publish.publisher import publish_driver_root;"
         f"Path({str(started)!r}).touch();"
@@ -306,10 +306,10 @@ def test_unreadable_library(userspace: Path, tmp_path: Path) -> None:
     lib = userspace / LIB / "nvidia/current" / f"libnvidia-glcore.so.{V}"
     lib.chmod(0)
     code = (
-        "import sys; from pathlib import Path; from driver_container.paths import HostPaths;"
+        "import sys; from pathlib import Path; from driver_container.base.paths import HostPaths;"
         "from driver_container.runtime.runner import Runner;"
         "from driver_container.publish.publisher import publish_driver_root;"
-        "from driver_container.errors import UserspaceError\ntry:\n"
+        "from driver_container.base.errors import UserspaceError\ntry:\n"
         f" publish_driver_root(HostPaths(userspace_root=Path({str(userspace)!r}), "
         f"driver_root_override=Path({str(tmp_path / 'd')!r}), run_dir=Path({str(tmp_path / 'run')!r}), "
         f"procfs_root=Path('/nonexistent')), {V!r}, Runner())\n"

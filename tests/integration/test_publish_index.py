@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from helpers.support import SYNTHETIC_VERSION, require
 
+from driver_container.base.paths import HostPaths
 from driver_container.driverroot.index import UserspaceIndex, parse_index, read_index, same_mtime
 from driver_container.driverroot.manifest import read_manifest
 from driver_container.formats.userspace_layout import DIGEST_INDEX
-from driver_container.paths import HostPaths
 from driver_container.publish.index_build import build_index
 from driver_container.publish.publisher import publish_driver_root
 from driver_container.runtime.runner import Runner
@@ -28,7 +28,7 @@ LIB = f"usr/lib/x86_64-linux-gnu/libnvidia-ml.so.{SYNTHETIC_VERSION}"
 PUBLISH = """
 import json, sys
 from pathlib import Path
-from driver_container.paths import HostPaths
+from driver_container.base.paths import HostPaths
 from driver_container.publish.publisher import publish_driver_root
 from driver_container.runtime.runner import Runner
 publish_driver_root(HostPaths(userspace_root=Path(sys.argv[1]), driver_root_override=Path(sys.argv[2]),

@@ -15,7 +15,7 @@ import pytest
 from helpers.nvidia_sandbox import run_nvidia
 from helpers.support import ARTEFACTS, require
 
-from driver_container.paths import HostPaths
+from driver_container.base.paths import HostPaths
 from driver_container.publish.publisher import publish_driver_root
 from driver_container.runtime.runner import Runner
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from helpers.toolkit import Difference, differences, path_problems, stand_in_dev_root, toolkit_view
 
-from driver_container.errors import DriverContainerError
-from driver_container.paths import HostPaths
+from driver_container.base.errors import DriverContainerError
+from driver_container.base.paths import HostPaths
 from driver_container.publish.publisher import publish_driver_root
 from driver_container.runtime.runner import Runner
 

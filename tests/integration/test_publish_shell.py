@@ -18,8 +18,8 @@ import pytest
 from helpers.support import require
 from test_publish import host
 
+from driver_container.base.paths import HostPaths
 from driver_container.driverroot.integrity import check_integrity
-from driver_container.paths import HostPaths
 from driver_container.publish.index_build import build_index
 from driver_container.publish.publisher import publish_driver_root
 from driver_container.publish.unchanged import unchanged_manifest

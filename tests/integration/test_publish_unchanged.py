@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from helpers.support import SYNTHETIC_VERSION, require
 
+from driver_container.base.paths import HostPaths
 from driver_container.driverroot.journal import JOURNAL, STAGING
 from driver_container.driverroot.manifest import read_manifest
 from driver_container.formats.userspace_layout import DIGEST_INDEX
-from driver_container.paths import HostPaths
 from driver_container.publish.index_build import build_index
 from driver_container.publish.publisher import publish_driver_root
 from driver_container.publish.unchanged import unchanged_manifest

@@ -3,8 +3,8 @@ node, every restart. ``PYTHONPROFILEIMPORTTIME`` lists every import of the proce
 publishing child, if there were one (the flag is inherited); an unchanged restart forks none.
 
 On CPython 3.11 creating a frozen dataclass costs ~1 ms (docs/development.md): the records on this path
-are NamedRecords (records.py), so ``dataclasses`` itself must not be imported. Neither may the publisher, pyelftools,
-the module loader, hashing or the thread pool: an unchanged root is recognised from its manifest, in
+are NamedRecords (base/records.py), so ``dataclasses`` itself must not be imported. Neither may the publisher,
+pyelftools, the module loader, hashing or the thread pool: an unchanged root is recognised from its manifest, in
 ``init`` itself, so neither ``ctypes`` (PR_SET_PDEATHSIG of a child) nor ``pickle`` is needed either.
 """
 

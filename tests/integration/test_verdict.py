@@ -25,8 +25,9 @@ from helpers.support import FIXTURES, fixture_paths, require
 from helpers.waits import wait_until
 
 from driver_container import __version__
+from driver_container.base.errors import HostDriverPresentError
+from driver_container.base.paths import HostPaths
 from driver_container.driverroot.mount import MOUNT_SOURCE
-from driver_container.errors import HostDriverPresentError
 from driver_container.formats.kernel.mountinfo import parse_mountinfo
 from driver_container.inspect.hoststate import inspect_host
 from driver_container.kube.client import KubeClient
@@ -35,7 +36,6 @@ from driver_container.kube.nodereport import PREFIX
 from driver_container.lifecycle.publishing import Published, report_ready
 from driver_container.manager.facts import NodeFacts
 from driver_container.manager.manager import ManagerOptions, run_uninstall
-from driver_container.paths import HostPaths
 from driver_container.runtime.runner import Runner
 from driver_container.settings import Settings
 

@@ -11,7 +11,7 @@ import pytest
 from helpers.cost import peak_bytes
 from helpers.fuzz_targets import MODULE_CAP
 
-from driver_container.errors import HostReadError, ModuleFormatError
+from driver_container.base.errors import HostReadError, ModuleFormatError
 from driver_container.formats.ldcache import parse_ld_cache
 from driver_container.readers.kmod import read_module
 

@@ -12,7 +12,7 @@ from helpers.fuzz_targets import TARGETS, Target
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from driver_container.errors import DriverContainerError
+from driver_container.base.errors import DriverContainerError
 
 BOUNDED = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NAMES = sorted(TARGETS)

@@ -17,8 +17,8 @@ Text in, frozen data out; lines that do not match are skipped, never guessed.
 
 from __future__ import annotations
 
+from driver_container.base.records import NamedRecord
 from driver_container.formats.numbers import parse_uint
-from driver_container.records import NamedRecord
 
 # Kernel char-device majors are 12 bits (include/linux/kdev_t.h MINORBITS=20 -> major < 4096).
 MAX_MAJOR = 4095

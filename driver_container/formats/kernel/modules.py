@@ -8,8 +8,8 @@ on a kernel built without ``CONFIG_MODULE_UNLOAD``.
 
 from __future__ import annotations
 
+from driver_container.base.records import NamedRecord
 from driver_container.formats.kernel.modules_line import parse_module_line
-from driver_container.records import NamedRecord
 
 
 class ProcModule(NamedRecord):

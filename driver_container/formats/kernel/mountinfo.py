@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import re
 
+from driver_container.base.records import NamedRecord
 from driver_container.formats.numbers import parse_uint
-from driver_container.records import NamedRecord
 
 # The kernel writes space, tab, newline and backslash in paths as \ooo (fs/proc_namespace.c, mangle()).
 _OCTAL = re.compile(r"\\([0-7]{3})")

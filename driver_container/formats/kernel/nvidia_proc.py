@@ -13,10 +13,10 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from driver_container.errors import HostReadError
+from driver_container.base.errors import HostReadError
+from driver_container.base.problems import Problem
+from driver_container.base.records import NamedRecord
 from driver_container.formats.numbers import parse_uint
-from driver_container.problems import Problem
-from driver_container.records import NamedRecord
 
 # Created by the nvidia module on NVSwitch and NVLink5 systems (readers/fabric.py says how each is told apart).
 NVSWITCH_PROC_DIR = "driver/nvidia-nvswitch"

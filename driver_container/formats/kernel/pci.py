@@ -13,8 +13,8 @@ nvswitch entry of the same file's ``nv_module_device_table``), GB10's PCIe root 
 
 from __future__ import annotations
 
+from driver_container.base.records import NamedRecord
 from driver_container.formats.numbers import parse_uint
-from driver_container.records import NamedRecord
 
 NVIDIA_VENDOR_ID = 0x10DE
 GPU_CLASSES = (0x030000, 0x030200)  # VGA controller, 3D controller (nv-pci-table.c)

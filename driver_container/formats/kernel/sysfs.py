@@ -1,4 +1,4 @@
-"""``/sys/module/<name>/``: what the kernel exposes about one module (read by readers/sysfs.py).
+"""``/sys/module/<name>/``: what the kernel exposes about one module (read by inspect/sysfs.py).
 
 Kernel facts (kernel/params.c, kernel/module/sysfs.c): ``initstate`` (``live``/``coming``/``going``),
 ``refcnt``, ``taint`` and ``holders/`` exist only for loadable modules; built-in code gets a directory
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from pathlib import PurePosixPath
 
-from driver_container.problems import Problem
-from driver_container.records import NamedRecord
+from driver_container.base.problems import Problem
+from driver_container.base.records import NamedRecord
 
 SMALL = 64 * 1024  # sysfs attributes are at most one page
 # The firmware loader's search path (drivers/base/firmware_loader/main.c, module_param_string "path"): read by

@@ -11,7 +11,7 @@ import lzma
 import zlib
 from typing import TYPE_CHECKING, Any
 
-from driver_container.errors import ModuleFormatError
+from driver_container.base.errors import ModuleFormatError
 
 XZ_MAGIC = b"\xfd7zXZ\x00"
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from driver_container.errors import ModuleFormatError
+from driver_container.base.errors import ModuleFormatError
 from driver_container.formats.elfarch import HEADER_BYTES, elf_machine
 from driver_container.formats.kmod.compression import decompress, detect_compression
 from driver_container.formats.kmod.elf import read_sections

@@ -6,7 +6,7 @@ against the enclosing buffer, so hostile input raises ``DerError`` instead of re
 
 from __future__ import annotations
 
-from driver_container.errors import DerError
+from driver_container.base.errors import DerError
 from driver_container.formats.numbers import parse_uint
 
 _MAX_LENGTH_BYTES = 4  # lengths above 4 GiB cannot occur inside a module signature

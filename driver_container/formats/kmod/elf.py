@@ -13,8 +13,8 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING
 
-from driver_container.errors import ModuleFormatError
-from driver_container.records import NamedRecord
+from driver_container.base.errors import ModuleFormatError
+from driver_container.base.records import NamedRecord
 
 if TYPE_CHECKING:
     from driver_container.formats.kmod.compression import Buffer

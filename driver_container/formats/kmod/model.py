@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from driver_container.records import NamedRecord
+from driver_container.base.records import NamedRecord
 
 
 class ModuleParameter(NamedRecord):

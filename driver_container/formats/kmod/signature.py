@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING
 
-from driver_container.errors import DerError, ModuleFormatError
+from driver_container.base.errors import DerError, ModuleFormatError
 from driver_container.formats.kmod.der import Element, contents, element, encode_oid, inside, oid_text
 from driver_container.formats.kmod.model import Signature
 

@@ -12,6 +12,7 @@ import pytest
 from helpers.mounts import tmpfs
 from helpers.support import FIXTURES, fixture_paths
 
+from driver_container.base.paths import HostPaths
 from driver_container.driverroot.manifest import Manifest, format_manifest
 from driver_container.driverroot.proof import PROOF_BINARY
 from driver_container.findings import check
@@ -19,7 +20,6 @@ from driver_container.inspect.hoststate import HostState
 from driver_container.lifecycle.hostcheck import check_host
 from driver_container.lifecycle.status import inspect_for_status
 from driver_container.lifecycle.status_render import render_text, status_json
-from driver_container.paths import HostPaths
 from driver_container.settings import Settings
 
 HOST = FIXTURES / "hosts" / "talos-1.13-open-595"  # no finding of its own (tests/integration/test_status.py)

@@ -11,9 +11,9 @@ from pathlib import Path, PurePosixPath
 import pytest
 from helpers.fds import no_free_descriptor
 
+from driver_container.base.errors import PublishError
 from driver_container.driverroot.integrity import check_integrity
 from driver_container.driverroot.manifest import Manifest, Record, format_manifest, read_manifest
-from driver_container.errors import PublishError
 from driver_container.runtime.dirtree import Tree
 
 LIB = "usr/lib/x86_64-linux-gnu/libnvidia-ml.so.595.91.07"

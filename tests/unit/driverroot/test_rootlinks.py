@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from helpers.mounts import MountRunner, tmpfs
 
+from driver_container.base.errors import PublishError
+from driver_container.base.paths import HostPaths
 from driver_container.driverroot.mount import mount_argv
-from driver_container.errors import PublishError
-from driver_container.paths import HostPaths
 from driver_container.publish.publisher import publish_driver_root
 from driver_container.publish.rootdir import create_driver_root, prepare_driver_root
 from driver_container.publish.unchanged import keep_unchanged_root

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from helpers.mounts import tmpfs
 
+from driver_container.base.errors import PublishError
+from driver_container.base.paths import HostPaths
 from driver_container.driverroot.mount import MOUNT_SOURCE, RootFlags, decide, leftovers_at, mount_argv
-from driver_container.errors import PublishError
 from driver_container.formats.kernel.mountinfo import Mount, parse_mountinfo
 from driver_container.inspect.hoststate import inspect_host
 from driver_container.manager.facts import NodeFacts, leftover_mounts
 from driver_container.manager.manager import clean_leftovers
-from driver_container.paths import HostPaths
 from driver_container.publish.rootdir import create_driver_root, prepare_driver_root
 from driver_container.runtime.runner import Runner
 from driver_container.settings import Settings

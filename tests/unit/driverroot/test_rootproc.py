@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from helpers.mounts import MountRunner
 
+from driver_container.base.errors import PublishError
+from driver_container.base.paths import HostPaths
 from driver_container.driverroot.procsys import SYS_FIX, ensure_proc_sys, read_root_mounts, why_not
-from driver_container.errors import PublishError
 from driver_container.formats.kernel.mountinfo import parse_mountinfo
 from driver_container.node.devices import chroot_nodes
-from driver_container.paths import HostPaths
 from driver_container.settings import ROOT_PROCFS_CHOICES
 
 TALOS_RUN = "30 1 0:26 /nvidia {run} rw,nosuid,nodev,noexec,relatime shared:18 - tmpfs none rw,mode=755\n"

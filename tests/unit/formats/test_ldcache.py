@@ -16,7 +16,7 @@ from helpers.support import require
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from driver_container.errors import HostReadError
+from driver_container.base.errors import HostReadError
 from driver_container.formats.ldcache import (
     FLAGS_AARCH64,
     FLAGS_X86_64,

@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from driver_container.errors import DriverContainerError
+from driver_container.base.errors import DriverContainerError
+from driver_container.base.paths import HostPaths
+from driver_container.base.problems import Problem
+from driver_container.base.resolver import Root
 from driver_container.findings import values_equal
 from driver_container.formats import numbers
 from driver_container.formats.kernel.devices import parse_mig_minors, parse_proc_devices
@@ -20,13 +23,10 @@ from driver_container.formats.kernel.nvidia_proc import gpu_from_information, pa
 from driver_container.formats.kmod.der import DerError, encode_oid
 from driver_container.formats.ldcache import libcmp
 from driver_container.formats.modconf import driver_major
+from driver_container.inspect.sysfs import read_sysfs_module
 from driver_container.kube.answers import retry_after as _retry_after
 from driver_container.kube.kubeconfig import parse_kubeconfig
 from driver_container.node.persistenced import HOST_PID_FILE, host_daemon_pid
-from driver_container.paths import HostPaths
-from driver_container.problems import Problem
-from driver_container.readers.sysfs import read_sysfs_module
-from driver_container.resolver import Root
 from driver_container.runtime.lock import _read_pid
 from driver_container.settings import parse_seconds
 

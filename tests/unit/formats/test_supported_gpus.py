@@ -8,7 +8,7 @@ import json
 import pytest
 from helpers.support import FIXTURES
 
-from driver_container.errors import JsonFormatError
+from driver_container.base.errors import JsonFormatError
 from driver_container.formats.supported_gpus import MAX_BYTES, parse_supported_gpus
 
 LIST_595 = (FIXTURES / "supported-gpus/supported-gpus-595.json").read_bytes()

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from helpers.support import FIXTURES, REPO, fixture_paths, require
 
+from driver_container.base.problems import Problem
+from driver_container.base.resolver import Root
 from driver_container.findings import check, has_errors, talos_module_snippet, values_equal
 from driver_container.inspect.hoststate import inspect_host, read_loaded_modules
 from driver_container.inspect.userspace import find_userspace
-from driver_container.problems import Problem
-from driver_container.resolver import Root
 from driver_container.settings import Settings
 
 HOSTS = FIXTURES / "hosts"
@@ -181,7 +181,7 @@ def test_values_equal_and_snippet() -> None:
 def test_read_loaded_modules_is_cheap() -> None:
     probe = (
         "import sys; from driver_container.inspect.hoststate import read_loaded_modules; "
-        "from driver_container.paths import HostPaths; from pathlib import Path; "
+        "from driver_container.base.paths import HostPaths; from pathlib import Path; "
         f"t = Path({str(HOSTS / 'talos-1.13-open-595')!r}); "
         "m = read_loaded_modules(HostPaths(procfs_root=t / 'proc', sysfs_root=t / 'sys')); "
         "assert m.modules['nvidia'].loaded; "

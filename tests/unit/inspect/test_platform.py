@@ -11,9 +11,9 @@ from helpers.support import FIXTURES, fixture_paths
 from hypothesis import given
 from hypothesis import strategies as st
 
+from driver_container.base.problems import Problem
 from driver_container.findings import version_fix
 from driver_container.inspect.platform import detect_platform, parse_os_release
-from driver_container.problems import Problem
 
 HOSTS = FIXTURES / "hosts"
 

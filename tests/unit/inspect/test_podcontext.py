@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from driver_container.errors import VerdictFormatError
+from driver_container.base.errors import VerdictFormatError
+from driver_container.base.paths import HostPaths
 from driver_container.inspect.podcontext import CONTEXT_FILE, PodContext, load_context, parse_context, render_context
 from driver_container.manager import handoff
-from driver_container.paths import HostPaths
 
 CONTEXT = PodContext(
     namespace="gpu-operator",

@@ -9,7 +9,7 @@ import pytest
 import yaml
 from helpers.support import FIXTURES, REPO, fixture_paths
 
-from driver_container.errors import ModuleWaitTimeout
+from driver_container.base.errors import ModuleWaitTimeout
 from driver_container.findings import check, talos_module_snippet
 from driver_container.formats.talos_config import module_config_snippet, parse_talos_version, uses_kernel_module_config
 from driver_container.inspect.hoststate import inspect_host

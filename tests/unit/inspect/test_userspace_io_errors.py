@@ -14,12 +14,12 @@ import pytest
 from helpers.fds import no_free_descriptor
 from helpers.support import FIXTURES, fixture_paths
 
-from driver_container.errors import HostFileNotFound, HostReadError
-from driver_container.fileread import converted
+from driver_container.base.errors import HostFileNotFound, HostReadError
+from driver_container.base.fileread import converted
+from driver_container.base.resolver import Root
 from driver_container.findings import check
 from driver_container.inspect.hoststate import inspect_host
 from driver_container.inspect.userspace import find_userspace
-from driver_container.resolver import Root
 from driver_container.settings import Settings
 
 HOST = FIXTURES / "hosts" / "talos-1.13-open-595"

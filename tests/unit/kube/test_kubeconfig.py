@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from driver_container.errors import KubernetesError
+from driver_container.base.errors import KubernetesError
 from driver_container.kube.kubeconfig import parse_kubeconfig, select_context
 
 # As written by talosctl kubeconfig (sequences indented under their key) ...

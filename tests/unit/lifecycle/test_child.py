@@ -8,7 +8,7 @@ from typing import Any, cast
 
 import pytest
 
-from driver_container.errors import DriverContainerError, PublishError
+from driver_container.base.errors import DriverContainerError, PublishError
 from driver_container.lifecycle import publishing
 from driver_container.runtime.supervise import BackgroundChild, run_in_child
 

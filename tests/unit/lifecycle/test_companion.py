@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers.support import FIXTURES, fixture_paths
 
-from driver_container.errors import VerificationError
+from driver_container.base.errors import VerificationError
 from driver_container.lifecycle.companion import run_companion
 from driver_container.runtime.supervise import Shutdown
 from driver_container.settings import Settings

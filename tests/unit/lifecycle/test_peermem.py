@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from helpers.support import NODE_FIXTURES
 
+from driver_container.base.paths import HostPaths
 from driver_container.lifecycle.peermem import probe
-from driver_container.paths import HostPaths
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -58,7 +58,7 @@ def test_probe_command_exit_codes(scenario: str, code: int) -> None:
 def test_fast_path_without_typer(scenario: str, code: int) -> None:
     script = (
         "import sys\nfrom driver_container.lifecycle.peermem import probe\n"
-        "from driver_container.paths import HostPaths\n"
+        "from driver_container.base.paths import HostPaths\n"
         "heavy = {'typer', 'elftools', 'requests', 'zstandard', 'subprocess'} & set(sys.modules)\n"
         "assert not heavy, heavy\nsys.exit(0 if probe(HostPaths.from_env())[0] else 1)"
     )

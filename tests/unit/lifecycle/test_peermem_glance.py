@@ -13,9 +13,9 @@ from helpers.support import NODE_FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from driver_container.base.paths import HOST_ROOTS, HostPaths
 from driver_container.lifecycle.peermem import probe
 from driver_container.lifecycle.peermem_glance import PROCFS_DEFAULT, PROCFS_ENV, passes_at_a_glance, procfs_root
-from driver_container.paths import HOST_ROOTS, HostPaths
 
 REPO = Path(__file__).resolve().parents[3]
 LINE = "{name} 16384 0 - Live 0x0000000000000000{taint}"
@@ -89,8 +89,9 @@ def test_probe_command_imports_only_the_glance(scenario: str) -> None:
     assert set(ours.split()) == {
         "driver_container",
         "driver_container.cli",
-        "driver_container.errors",
-        "driver_container.fileread",
+        "driver_container.base",
+        "driver_container.base.errors",
+        "driver_container.base.fileread",
         "driver_container.formats",
         "driver_container.formats.kernel",
         "driver_container.formats.kernel.modules_line",

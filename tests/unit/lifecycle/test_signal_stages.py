@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from helpers.support import FIXTURES, fixture_paths
 
+from driver_container.base.paths import HostPaths
 from driver_container.lifecycle import init as lifecycle
 from driver_container.lifecycle import publishing
 from driver_container.lifecycle.init import InitOptions, run_init
-from driver_container.paths import HostPaths
 from driver_container.runtime import statusfiles
 from driver_container.runtime.runner import Runner
 from driver_container.settings import Settings

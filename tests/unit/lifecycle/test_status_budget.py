@@ -13,11 +13,11 @@ from pathlib import Path
 
 from helpers.support import FIXTURES, fixture_paths
 
+from driver_container.base.paths import HostPaths
 from driver_container.driverroot.integrity import check_integrity
 from driver_container.driverroot.manifest import Manifest, Record, format_manifest
 from driver_container.driverroot.proof import PROOF_BINARY
 from driver_container.lifecycle.status import collect_status
-from driver_container.paths import HostPaths
 from driver_container.runtime.deadline import Deadline
 from driver_container.settings import Settings
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from helpers.support import FIXTURES
 
-from driver_container.errors import ModuleWaitTimeout
+from driver_container.base.errors import ModuleWaitTimeout
+from driver_container.base.paths import HostPaths
 from driver_container.lifecycle.modwait import machine_config_snippet, required_modules, wait_for_modules
-from driver_container.paths import HostPaths
 from driver_container.runtime.supervise import Shutdown
 from driver_container.settings import Settings
 

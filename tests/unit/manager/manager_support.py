@@ -9,7 +9,7 @@ from typing import Any
 
 from helpers.support import MANAGER_FIXTURES
 
-from driver_container.paths import HostPaths
+from driver_container.base.paths import HostPaths
 from driver_container.runtime.runner import Runner
 
 FIXTURES = MANAGER_FIXTURES

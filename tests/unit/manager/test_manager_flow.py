@@ -8,7 +8,8 @@ import pytest
 from helpers.opened import opened_paths
 from manager_support import FakeApi, Node
 
-from driver_container.errors import ForbiddenCommandError, HostDriverPresentError
+from driver_container.base.errors import ForbiddenCommandError, HostDriverPresentError
+from driver_container.base.paths import HostPaths
 from driver_container.formats.kernel.mountinfo import mounts_at_or_below
 from driver_container.manager.facts import NodeFacts, gather_facts
 from driver_container.manager.labels import (
@@ -20,7 +21,6 @@ from driver_container.manager.labels import (
     restored_value,
 )
 from driver_container.manager.manager import ManagerOptions, run_preflight, run_uninstall
-from driver_container.paths import HostPaths
 from driver_container.runtime.runner import MODULE_TOOLS, Runner
 from driver_container.settings import Settings
 

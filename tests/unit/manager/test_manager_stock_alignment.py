@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from manager_support import FakeApi, Node
 
+from driver_container.base.errors import HostDriverPresentError, KubernetesError
 from driver_container.cli.manager_cmd import main
-from driver_container.errors import HostDriverPresentError, KubernetesError
 from driver_container.manager.labels import CLIENT_LABEL, DRA_DRIVER_LABEL, PAUSED, client_pods
 from driver_container.manager.manager import ManagerOptions, run_preflight, run_uninstall
 from driver_container.settings import Settings

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from helpers.support import FIXTURES, fixture_paths
 
-from driver_container.errors import VerdictFormatError
+from driver_container.base.errors import VerdictFormatError
+from driver_container.base.paths import HostPaths
 from driver_container.findings import check
 from driver_container.inspect.hoststate import inspect_host
 from driver_container.inspect.verdict import (
@@ -27,7 +28,6 @@ from driver_container.inspect.verdict import (
 )
 from driver_container.lifecycle.status_render import status_json
 from driver_container.manager.manager import hand_verdict_to_init
-from driver_container.paths import HostPaths
 from driver_container.settings import Settings
 
 DIGEST = "digest-1"

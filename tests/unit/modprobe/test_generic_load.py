@@ -7,10 +7,10 @@ from collections.abc import Callable
 import pytest
 from helpers.fakes import FakeHost
 
-from driver_container.errors import ModuleLoadError, UsageError, VerificationError
+from driver_container.base.errors import ModuleLoadError, UsageError, VerificationError
+from driver_container.base.problems import Problem
 from driver_container.inspect.hoststate import LoadedModule, read_loaded_modules
 from driver_container.modprobe.generic import build_modprobe_argv, confirm_loaded, load_modules, mellanox_present
-from driver_container.problems import Problem
 from driver_container.settings import Settings
 
 Make = Callable[..., FakeHost]

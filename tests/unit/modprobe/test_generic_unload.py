@@ -8,7 +8,7 @@ import pytest
 from helpers.fakes import FakeHost
 from helpers.opened import opened_paths
 
-from driver_container.errors import DriverInUseError, ForbiddenCommandError
+from driver_container.base.errors import DriverInUseError, ForbiddenCommandError
 from driver_container.inspect.hoststate import LoadedModule, read_loaded_modules
 from driver_container.inspect.platform import detect_platform
 from driver_container.modprobe.generic import load_modules

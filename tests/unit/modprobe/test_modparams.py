@@ -7,7 +7,7 @@ from helpers.support import FIXTURES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from driver_container.errors import HostReadError, UsageError
+from driver_container.base.errors import HostReadError, UsageError
 from driver_container.formats.modconf import (
     conf_file_name,
     driver_major,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from helpers.support import NODE_FIXTURES
 
-from driver_container.paths import HostPaths
+from driver_container.base.paths import HostPaths
 
 
 @pytest.fixture

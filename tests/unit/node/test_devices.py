@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from helpers.support import require
 
-from driver_container.errors import HostReadError
+from driver_container.base.errors import HostReadError
+from driver_container.base.paths import HostPaths
 from driver_container.node.devices import DeviceNode, chroot_nodes, create_device_nodes, plan_device_nodes
-from driver_container.paths import HostPaths
 
 
 def _names(nodes: tuple[DeviceNode, ...]) -> dict[str, tuple[int, int, int]]:

@@ -6,8 +6,8 @@ import subprocess
 import sys
 from collections.abc import Callable
 
+from driver_container.base.paths import HostPaths
 from driver_container.node.firmware import FirmwarePathResult, set_firmware_search_path
-from driver_container.paths import HostPaths
 
 PARAM = "module/firmware_class/parameters/path"
 
@@ -45,7 +45,7 @@ _RUN = """
 import logging, sys
 from pathlib import Path
 from driver_container.node.firmware import set_firmware_search_path
-from driver_container.paths import HostPaths
+from driver_container.base.paths import HostPaths
 logging.basicConfig(level=logging.WARNING, format="%(message)s")
 print(set_firmware_search_path(HostPaths(sysfs_root=Path(sys.argv[1]), run_dir=Path(sys.argv[2]))).result.value)
 """

@@ -10,9 +10,9 @@ import pytest
 from helpers.fakes import FAKE_PERSISTENCED
 from helpers.waits import wait_until
 
-from driver_container.errors import CommandError
+from driver_container.base.errors import CommandError
+from driver_container.base.paths import HostPaths
 from driver_container.node import persistenced
-from driver_container.paths import HostPaths
 from driver_container.runtime.runner import Runner
 
 FAKE = FAKE_PERSISTENCED

@@ -19,7 +19,7 @@ import pytest
 from helpers.release import archive_layout, archive_maker
 from helpers.support import FIXTURES
 
-from driver_container.paths import HostPaths
+from driver_container.base.paths import HostPaths
 
 V = "535.309.01"
 TRIPLET = "x86_64-linux-gnu"

@@ -6,7 +6,7 @@
 - A function-local import is allowed only in the functions of ``LOCAL_IMPORTS`` (each keeps an import off
   a measured hot path, bench/README.md) and says so in a comment.
 - ``NamedRecord`` is used only by the modules of ``LIGHT_RECORD_MODULES``: those an unchanged restart,
-  the peermem probe or ``status`` imports (records.py says why, with the measurement); every other record
+  the peermem probe or ``status`` imports (base/records.py says why, with the measurement); every other record
   is a dataclass.
 """
 
@@ -21,12 +21,12 @@ import pytest
 import typer.main
 
 import driver_container
+from driver_container.base.paths import HOST_ROOTS, HostPaths
+from driver_container.base.resolver import Root
 from driver_container.cli.app import app
 from driver_container.formats import userspace_layout
 from driver_container.inspect import userspace as version_finder
-from driver_container.paths import HOST_ROOTS, HostPaths
 from driver_container.publish import scan, toolkit_extras
-from driver_container.resolver import Root
 
 PACKAGE = Path(driver_container.__file__).parent
 OWNERS = {
@@ -48,7 +48,7 @@ CACHE_FLAGS_64 = {0x0303, 0x0A03}  # glibc dl-cache.h FLAG_X8664_LIB64, FLAG_AAR
 # what it measured). tests/integration/test_startup_imports.py and test_status.py check the outcome.
 LOCAL_IMPORTS = {
     "__init__.py": {"project_version"},  # importlib.metadata: the version is shown, never needed on a restart
-    "beneath.py": {"_openat2"},  # ctypes: never on a restart
+    "base/beneath.py": {"_openat2"},  # ctypes: never on a restart
     "cli/about.py": {"version_lines"},  # the userspace inspection: --version only
     "cli/__init__.py": {  # the probe's floor is a bare interpreter: typer, logging, signal only when needed
         "_console_entry",
@@ -61,7 +61,7 @@ LOCAL_IMPORTS = {
         "sigint_as_sigterm",
     },
     "cli/init_cmd.py": {"load", "unload"},  # the module loader (modprobe/): never on Talos
-    "fileread.py": {"open_below"},  # beneath (pathlib): the peermem probe reads by path only
+    "base/fileread.py": {"open_below"},  # beneath (pathlib): the peermem probe reads by path only
     "formats/elfdeps.py": {"_header_and_segments", "parse_elf_deps", "_structs"},  # pyelftools: an indexed publish
     "formats/kmod/__init__.py": {"__getattr__"},  # modinfo's formatter: modinfo only
     "formats/kmod/compression.py": {"_zstd"},  # zstandard: a .ko.zst only
@@ -85,7 +85,7 @@ LOCAL_IMPORTS = {
     "runtime/forkchild.py": {"_die_with_parent"},  # ctypes: in a forked child only
     "runtime/lock.py": {"_held_elsewhere"},  # /proc/locks and its parser: only when the pid lock is held
 }
-# The modules an unchanged restart, the peermem probe or `status` imports that define NamedRecords (records.py).
+# The modules an unchanged restart, the peermem probe or `status` imports that define NamedRecords (base/records.py).
 LIGHT_RECORD_MODULES = {
     "driverroot/journal.py",
     "driverroot/manifest.py",
@@ -120,8 +120,8 @@ LIGHT_RECORD_MODULES = {
     "lifecycle/publishing.py",
     "node/devices.py",
     "node/firmware.py",
-    "paths.py",
-    "resolver.py",
+    "base/paths.py",
+    "base/resolver.py",
     "runtime/runner.py",
     "settings.py",
 }
@@ -238,7 +238,7 @@ def _undocumented_local_imports(modules: list[tuple[str, str]]) -> list[str]:
 
 
 def _named_record_users(modules: list[tuple[str, str]]) -> set[str]:
-    """Modules that import ``NamedRecord`` or name it as a base (records.py itself defines it)."""
+    """Modules that import ``NamedRecord`` or name it as a base (base/records.py itself defines it)."""
     users = set()
     for name, source in modules:
         for node in ast.walk(ast.parse(source)):
@@ -246,13 +246,13 @@ def _named_record_users(modules: list[tuple[str, str]]) -> set[str]:
             based = isinstance(node, ast.ClassDef) and any(
                 isinstance(b, ast.Name | ast.Attribute) and ast.unparse(b).endswith("NamedRecord") for b in node.bases
             )
-            if (imported or based) and name != "records.py":
+            if (imported or based) and name != "base/records.py":
                 users.add(name)
     return users
 
 
 def test_named_records_only_on_the_measured_hot_paths() -> None:
-    """NamedRecord only in LIGHT_RECORD_MODULES (records.py), and each listed module still uses it."""
+    """NamedRecord only in LIGHT_RECORD_MODULES (base/records.py), and each listed module still uses it."""
     users = _named_record_users(_modules())
     assert users - LIGHT_RECORD_MODULES == set(), "NamedRecord off the hot paths: use a frozen, slotted dataclass"
     assert LIGHT_RECORD_MODULES - users == set(), "LIGHT_RECORD_MODULES lists a module without a NamedRecord"
@@ -260,7 +260,7 @@ def test_named_records_only_on_the_measured_hot_paths() -> None:
 
 def test_the_named_record_check_fails_on_a_violation() -> None:
     """The check above catches a record planted in a module off the hot paths."""
-    source = "from driver_container.records import NamedRecord\nclass X(NamedRecord):\n    a: int\n"
+    source = "from driver_container.base.records import NamedRecord\nclass X(NamedRecord):\n    a: int\n"
     planted = ("report/model.py", source)
     assert _named_record_users([*_modules(), planted]) - LIGHT_RECORD_MODULES == {"report/model.py"}
 
@@ -331,7 +331,7 @@ def test_fixed_choices_are_literal_types() -> None:
     mypy strict (strict_equality) rejects a comparison with a value outside them."""
     from typing import get_args, get_type_hints
 
-    from driver_container.errors import UsageError
+    from driver_container.base.errors import UsageError
     from driver_container.findings.model import SEVERITIES, Finding, Severity
     from driver_container.inspect.platform import PlatformInfo, PlatformKind
     from driver_container.settings import DaemonChoice, ModuleTypeChoice, PlatformChoice, RootProcfsChoice, Settings
@@ -385,15 +385,15 @@ def test_other_fixed_choices_are_literal_types() -> None:
 
 
 def test_every_exception_class_is_in_errors_py() -> None:
-    """One hierarchy: a class deriving from an exception lives in errors.py (kubeconfig's private
+    """One hierarchy: a class deriving from an exception lives in base/errors.py (kubeconfig's private
     control-flow signal excepted; it never leaves that module)."""
     exceptions = {"Exception", "ValueError", "DriverContainerError", "OSError"}
     strays = []
     for name, source in _modules():
         for node in ast.walk(ast.parse(source)):
-            if not isinstance(node, ast.ClassDef) or name == "errors.py":
+            if not isinstance(node, ast.ClassDef) or name == "base/errors.py":
                 continue
             bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
             if (bases & exceptions or any(b.endswith("Error") for b in bases)) and node.name != "_Unsupported":
                 strays.append(f"{name}: {node.name}")
-    assert not strays, f"exception classes outside errors.py: {strays}"
+    assert not strays, f"exception classes outside base/errors.py: {strays}"

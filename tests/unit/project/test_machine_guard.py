@@ -14,8 +14,8 @@ import pytest
 from helpers.machine_guard import REPO, SNAPSHOT_ROOTS_ENV, guard_roots
 from helpers.writeguard import is_allowed, written_paths
 
+from driver_container.base.paths import HostPaths
 from driver_container.formats.kernel.sysfs import FIRMWARE_PATH_PARAM
-from driver_container.paths import HostPaths
 
 # Each plant aims at a path that cannot be written on any machine (procfs makes no new files): even a
 # broken guard leaves nothing behind. The snapshot's plant writes a temporary root the session is told

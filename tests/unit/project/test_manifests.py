@@ -14,9 +14,9 @@ import pytest
 import typer
 from helpers.support import REPO, ROUTE_AND_REFERENCE_PAGES, require_module
 
+from driver_container.base.paths import ENV_NAMES, HostPaths
 from driver_container.cli import _register_commands, manager_cmd
 from driver_container.cli.app import app as driver_app
-from driver_container.paths import ENV_NAMES, HostPaths
 from driver_container.settings import Settings
 
 yaml = require_module("yaml")  # PyYAML is in the test extra; the package itself never needs it

@@ -1,7 +1,7 @@
-"""One safe-read idiom (driver_container/fileread.py): no module opens a file for reading with its own
+"""One safe-read idiom (driver_container/base/fileread.py): no module opens a file for reading with its own
 ``O_NOFOLLOW``/``O_NONBLOCK`` flags, and none checks an fstat with ``S_ISREG`` itself.
 
-Left to themselves: fileread.py; beneath.py, the opener below it (its flags are its callers'); and the
+Left to themselves: base/fileread.py; base/beneath.py, the opener below it (its flags are its callers'); and the
 writers, which open for writing with their own checks (runtime/fsutil.py, staged.py, runner.py,
 logfile.py, lock.py).
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import driver_container
 
 PACKAGE = Path(driver_container.__file__).parent
-OPENERS = {"fileread.py", "beneath.py"}
+OPENERS = {"base/fileread.py", "base/beneath.py"}
 WRITERS = {"runtime/fsutil.py", "runtime/staged.py", "runtime/runner.py", "runtime/logfile.py", "runtime/lock.py"}
 READ_MARKS = {"O_NOFOLLOW", "O_NONBLOCK"}
 # A flag set with one of these opens a directory, a path only, or for writing: not a file read.
@@ -74,7 +74,7 @@ def _modules() -> list[tuple[str, str]]:
 
 def test_no_module_opens_a_file_for_reading_with_its_own_flags() -> None:
     strays = [f"{name}:{line}" for name, source in _modules() if name not in OPENERS for line in read_flag_sets(source)]
-    assert not strays, f"open for reading through fileread.py (open_nofollow, open_below): {strays}"
+    assert not strays, f"open for reading through base/fileread.py (open_nofollow, open_below): {strays}"
 
 
 def test_no_module_checks_fstat_for_a_regular_file_itself() -> None:
@@ -84,7 +84,7 @@ def test_no_module_checks_fstat_for_a_regular_file_itself() -> None:
         if name not in OPENERS | WRITERS
         for line in regular_checks(source)
     ]
-    assert not strays, f"check the descriptor through fileread.py (regular_stat, refuse_irregular): {strays}"
+    assert not strays, f"check the descriptor through base/fileread.py (regular_stat, refuse_irregular): {strays}"
 
 
 # The hand-written copies this test replaced, as they were: each must be caught.
@@ -99,7 +99,7 @@ _FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
 """
 PLANTED_BENEATH = """
 import os
-from driver_container.beneath import open_beneath
+from driver_container.base.beneath import open_beneath
 def read(root, inner):
     return open_beneath(root, inner, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
 """

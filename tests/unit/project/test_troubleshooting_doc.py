@@ -16,7 +16,7 @@ from pathlib import Path
 from helpers.support import REPO
 
 import driver_container
-from driver_container.errors import DriverContainerError
+from driver_container.base.errors import DriverContainerError
 
 DOC = REPO / "docs" / "troubleshooting.md"
 FINDINGS = Path(driver_container.__file__).parent / "findings"  # the package: every module of it

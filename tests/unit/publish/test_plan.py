@@ -6,7 +6,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from driver_container.errors import UserspaceError
+from driver_container.base.errors import UserspaceError
 from driver_container.formats.elfdeps import ElfDeps
 from driver_container.publish.model import PlannedEntry, PublishSources, SourceFile
 from driver_container.publish.plan import plan_publish, relative_target, safe_mode

@@ -6,8 +6,8 @@ from pathlib import Path, PurePosixPath
 
 from test_plan import T, V, space
 
+from driver_container.base.problems import Problem
 from driver_container.formats.elfdeps import ElfDeps
-from driver_container.problems import Problem
 from driver_container.publish.cache_check import closure_problems
 from driver_container.publish.model import SourceFile
 from driver_container.publish.plan import plan_publish

@@ -7,8 +7,8 @@ from pathlib import Path, PurePosixPath
 import pytest
 from helpers.support import ARTEFACTS, FIXTURES, require
 
+from driver_container.base.resolver import Root
 from driver_container.publish.scan import _final_name, read_cache
-from driver_container.resolver import Root
 
 TREES = {
     "synthetic": FIXTURES / "userspace" / "debian-595.91.07",

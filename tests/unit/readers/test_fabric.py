@@ -10,10 +10,10 @@ import pytest
 from helpers.fakes import add_fabric_to_image
 from helpers.support import FIXTURES, fixture_paths
 
+from driver_container.base.paths import HostPaths
 from driver_container.findings import check
 from driver_container.inspect.hoststate import inspect_host
 from driver_container.lifecycle.status_render import status_json
-from driver_container.paths import HostPaths
 from driver_container.readers.fabric import host_daemons, inspect_fabric
 from driver_container.settings import Settings
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from helpers.support import FIXTURES
 
-from driver_container.paths import HostPaths
+from driver_container.base.paths import HostPaths
 
 HOST = FIXTURES / "hosts" / "talos-1.11-kmod-535"
 TOP = "nvidia-driver-bug-report"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from report_support import add_script, index_of, report_host, unpack
 
-from driver_container.errors import HostReadError
-from driver_container.paths import HostPaths
+from driver_container.base.errors import HostReadError
+from driver_container.base.paths import HostPaths
 from driver_container.report.collect import ReportOptions, collect_report
 from driver_container.report.environment import environment_member, settings_env_names
 from driver_container.settings import Settings

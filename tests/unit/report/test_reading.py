@@ -8,10 +8,10 @@ from pathlib import Path
 
 from report_support import report_host
 
+from driver_container.base.resolver import Root
 from driver_container.report import hostfacts
 from driver_container.report.model import Budget, Member
 from driver_container.report.reading import file_member, read_capped
-from driver_container.resolver import Root
 
 
 def test_a_fifo_at_a_proc_file_is_not_read(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from driver_container.errors import PublishError
+from driver_container.base.errors import PublishError
 from driver_container.runtime.staged import COPY_CHUNK, atomic_copy, stage_copy, stage_write
 
 

@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 import pytest
 
-from driver_container.errors import PublishError
+from driver_container.base.errors import PublishError
 from driver_container.runtime.childresult import decode_result, encode_result
 from driver_container.runtime.supervise import run_in_child
 

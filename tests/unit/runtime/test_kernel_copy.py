@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from driver_container.errors import PublishError
+from driver_container.base.errors import PublishError
 from driver_container.runtime import staged
 from driver_container.runtime.staged import COPY_CHUNK, _copy_in_kernel, digest_regular, stage_copy
 

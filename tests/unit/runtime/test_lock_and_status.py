@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from driver_container.errors import LockError
-from driver_container.paths import HostPaths
+from driver_container.base.errors import LockError
+from driver_container.base.paths import HostPaths
 from driver_container.runtime import statusfiles
 from driver_container.runtime.lock import PidLock
 

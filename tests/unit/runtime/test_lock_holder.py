@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from driver_container.errors import LockError
+from driver_container.base.errors import LockError
+from driver_container.base.resolver import Root
 from driver_container.formats.kernel.locks import parse_locks
-from driver_container.resolver import Root
 from driver_container.runtime.lock import PidLock
 
 HOLD = (

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from driver_container.errors import HostReadError
+from driver_container.base.errors import HostReadError
 from driver_container.formats.kernel.modules import ProcModule, parse_proc_modules
 from driver_container.formats.kernel.nvidia_proc import (
     gpu_from_information,

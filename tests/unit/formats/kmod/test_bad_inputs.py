@@ -15,7 +15,7 @@ import pytest
 from elfbuild import build_elf
 from helpers.support import MODULES
 
-from driver_container.errors import ModuleFormatError
+from driver_container.base.errors import ModuleFormatError
 from driver_container.formats.kmod.signature import MAGIC
 from driver_container.readers.kmod import read_module
 

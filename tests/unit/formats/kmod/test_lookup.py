@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers.support import MODULES
 
-from driver_container.errors import ModuleNotFoundInTreeError
+from driver_container.base.errors import ModuleNotFoundInTreeError
 from driver_container.readers.kmod import find_module, read_module
 
 KVER = "6.18.24-talos"

@@ -12,7 +12,7 @@ import pytest
 from helpers.support import MODULES, require
 from test_bad_inputs import ELF_PART
 
-from driver_container.errors import ModuleFormatError
+from driver_container.base.errors import ModuleFormatError
 from driver_container.formats.kmod import format_modinfo
 from driver_container.formats.kmod.der import DerError, oid_text
 from driver_container.formats.kmod.signature import MAGIC, split_signature

@@ -1,5 +1,5 @@
 """records.NamedRecord: the same class ``typing.NamedTuple`` would build, made without evaluating the
-annotations (records.py); each test compares with what ``typing.NamedTuple`` does."""
+annotations (base/records.py); each test compares with what ``typing.NamedTuple`` does."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import NamedTuple, get_type_hints
 
 import pytest
 
-from driver_container.records import NamedRecord
+from driver_container.base.records import NamedRecord
 
 
 class Point(NamedRecord):

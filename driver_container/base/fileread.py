@@ -3,15 +3,15 @@
 Opening: ``O_NOFOLLOW`` (a link at the last component is refused, never followed; ``open_following``
 is the exception for files that are links by design), ``O_NONBLOCK`` (opening a FIFO does not wait for
 a writer; reads of a regular file are unaffected), ``O_CLOEXEC``; below a root, with no link at any
-component (``open_below``, beneath.py). Checking: fstat of the descriptor, not of the name, says whether
+component (``open_below``, base/beneath.py). Checking: fstat of the descriptor, not of the name, says whether
 it is a regular file (``regular_stat``, ``refuse_irregular``), so what is read is what was checked.
 Reading: never more than the caller's limit plus one byte (``read_up_to``), so a huge or endless file
 is cut or refused (``refuse_larger``), never read whole.
 
 The functions above raise OSError only. ``converted`` is the boundary that turns it into the caller's
-class from errors.py (HostReadError by default; PublishError for the publisher), as psutil's
+class from base/errors.py (HostReadError by default; PublishError for the publisher), as psutil's
 ``wrap_exceptions`` turns OSError into NoSuchProcess and AccessDenied in one place (giampaolo/psutil,
-psutil/_pslinux.py @ d77cf39abb5b423bde4bb0420eba78203281376b). Only ``os``, ``stat`` and errors.py
+psutil/_pslinux.py @ d77cf39abb5b423bde4bb0420eba78203281376b). Only ``os``, ``stat`` and base/errors.py
 are imported here: the peermem probe reads /proc/modules through this module (lifecycle/peermem_glance.py).
 """
 
@@ -21,7 +21,7 @@ import errno
 import os
 import stat
 
-from driver_container.errors import HostReadError, PathError
+from driver_container.base.errors import HostReadError, PathError
 
 TYPE_CHECKING = False  # typing stays unimported at run time (the probe above); type checkers read True
 if TYPE_CHECKING:
@@ -56,9 +56,9 @@ def open_following(path: str | os.PathLike[str]) -> int:
 
 
 def open_below(root: str | os.PathLike[str], inner: str, flags: int = READ_FLAGS) -> int:
-    """``root/inner`` opened with ``flags`` (read-only ones) and no link at any component (beneath.py)."""
-    # Lazy, hot path: beneath.py imports pathlib, which the peermem probe must not load (see the module doc).
-    from driver_container.beneath import open_beneath
+    """``root/inner`` opened with ``flags`` (read-only ones) and no link at any component (base/beneath.py)."""
+    # Lazy, hot path: base/beneath.py imports pathlib, which the peermem probe must not load (see the module doc).
+    from driver_container.base.beneath import open_beneath
 
     return open_beneath(root, inner, flags | os.O_NOFOLLOW | os.O_CLOEXEC)
 

@@ -1,6 +1,6 @@
 """The host description: every root the entrypoint reads or writes (``HostPaths``), with its production default.
 
-No other module names an absolute host path. Access inside a root is resolver.py's ``Root``.
+No other module names an absolute host path. Access inside a root is base/resolver.py's ``Root``.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from driver_container.records import NamedRecord
-from driver_container.resolver import Root
+from driver_container.base.records import NamedRecord
+from driver_container.base.resolver import Root
 
 
 class HostRootOption(NamedRecord):

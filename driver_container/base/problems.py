@@ -1,13 +1,13 @@
 """``Problem``, the one form of a non-fatal problem, and ``noted``, the reader's way to keep one and go on.
 
-Only ``os`` and errors.py are imported (the peermem probe's budget, as errors.py says).
+Only ``os`` and base/errors.py are imported (the peermem probe's budget, as base/errors.py says).
 """
 
 from __future__ import annotations
 
 import os
 
-from driver_container.errors import HostReadError
+from driver_container.base.errors import HostReadError
 
 TYPE_CHECKING = False  # typing stays unimported at run time; type checkers read this as True
 if TYPE_CHECKING:

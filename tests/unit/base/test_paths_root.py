@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from driver_container.errors import HostFileNotFound, HostReadError, SymlinkLoopError
-from driver_container.paths import HostPaths
-from driver_container.resolver import Root
+from driver_container.base.errors import HostFileNotFound, HostReadError, SymlinkLoopError
+from driver_container.base.paths import HostPaths
+from driver_container.base.resolver import Root
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""fileread.py: the one safe read (no final link, no blocking, regular files only, bounded) and the one
+"""base/fileread.py: the one safe read (no final link, no blocking, regular files only, bounded) and the one
 boundary that turns its OSError into the caller's error class."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from driver_container.errors import HostFileNotFound, HostReadError, KubernetesError, PublishError
-from driver_container.fileread import (
+from driver_container.base.errors import HostFileNotFound, HostReadError, KubernetesError, PublishError
+from driver_container.base.fileread import (
     converted,
     kind_of,
     open_below,

@@ -1,9 +1,9 @@
-"""``Root``: chroot-like access inside one directory (paths.py's ``HostPaths`` names the roots).
+"""``Root``: chroot-like access inside one directory (base/paths.py's ``HostPaths`` names the roots).
 
 A ``Root`` resolves symlinks as the kernel would after
 ``chroot(root)`` (absolute targets restart at the root, ``..`` stops there, over 40 links is a loop: Linux
 ``MAXSYMLINKS``, fs/namei.c), then opens the result from the root with no link at any component
-(beneath.py). So nothing outside a root is read, whatever the links in a hostile tree say or become.
+(base/beneath.py). So nothing outside a root is read, whatever the links in a hostile tree say or become.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections import deque
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
-from driver_container.errors import HostFileNotFound, HostReadError, SymlinkLoopError
-from driver_container.fileread import (
+from driver_container.base.errors import HostFileNotFound, HostReadError, SymlinkLoopError
+from driver_container.base.fileread import (
     READ_FLAGS,
     converted,
     open_below,
@@ -24,7 +24,7 @@ from driver_container.fileread import (
     refuse_larger,
     why,
 )
-from driver_container.records import NamedRecord
+from driver_container.base.records import NamedRecord
 
 MAX_SYMLINKS = 40  # Linux MAXSYMLINKS: ELOOP after 40 links in one lookup (fs/namei.c)
 DEFAULT_READ_LIMIT = 1 << 20  # kernel text files and os-release are far below 1 MiB
@@ -36,7 +36,7 @@ def _split(inner: str | PurePosixPath) -> list[str]:
 
 
 class Root(NamedRecord):
-    """A directory seen as ``/`` by the code that reads below it (a NamedRecord: records.py says why)."""
+    """A directory seen as ``/`` by the code that reads below it (a NamedRecord: base/records.py says why)."""
 
     path: Path
     # lstat answers remembered for the lifetime of this object (see ``snapshot``): None = not remembered.
@@ -101,7 +101,7 @@ class Root(NamedRecord):
         return PurePosixPath("/") / real.relative_to(self.path)
 
     def open_resolved(self, inner: str | PurePosixPath, flags: int) -> tuple[int, Path]:
-        """(fd, real path) of ``inner`` resolved, then opened with no link at any component (beneath.py)."""
+        """(fd, real path) of ``inner`` resolved, then opened with no link at any component (base/beneath.py)."""
         parts = self.resolve_parts(inner)
         real = self.path.joinpath(*parts)
         # ENOTDIR is "no such file" too: a file where a directory is, as _kind says.

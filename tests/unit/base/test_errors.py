@@ -1,4 +1,4 @@
-"""errors.py: ``Problem`` and the structured fields of every exception class, read from real raise sites.
+"""base/errors.py: ``Problem`` and the structured fields of every exception class, read from real raise sites.
 
 Each test asserts fields, not message text (the messages are asserted where they are made). The fields of
 DriverInUseError, ModuleLoadError, VerificationError, ModuleNotFoundInTreeError, ModuleWaitTimeout,
@@ -18,8 +18,7 @@ from pathlib import Path, PurePosixPath
 
 import pytest
 
-from driver_container.cli import report_error
-from driver_container.errors import (
+from driver_container.base.errors import (
     CommandError,
     DaemonError,
     DerError,
@@ -39,6 +38,10 @@ from driver_container.errors import (
     UserspaceError,
     VerdictFormatError,
 )
+from driver_container.base.paths import HostPaths
+from driver_container.base.problems import Problem, noted
+from driver_container.base.resolver import Root
+from driver_container.cli import report_error
 from driver_container.formats.kmod.der import element
 from driver_container.formats.ldcache import parse_ld_cache
 from driver_container.formats.modconf import driver_major, parse_module_conf
@@ -48,13 +51,10 @@ from driver_container.lifecycle.init import _check_alive
 from driver_container.logs import JsonFormatter
 from driver_container.node.fabricdaemons import Daemon, FabricDaemons
 from driver_container.node.fabricmanager import write_config
-from driver_container.paths import HostPaths
-from driver_container.problems import Problem, noted
 from driver_container.publish.plan import relative_target
 from driver_container.readers.elf import read_elf_deps
 from driver_container.readers.fabric import FabricInfo
 from driver_container.readers.kmod import read_module
-from driver_container.resolver import Root
 from driver_container.runtime.fsutil import check_relative
 from driver_container.runtime.lock import PidLock
 from driver_container.runtime.runner import Runner

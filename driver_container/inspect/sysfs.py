@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from driver_container.errors import HostReadError
+from driver_container.base.errors import HostReadError
+from driver_container.base.problems import Problem, noted
+from driver_container.base.resolver import Root
 from driver_container.formats.kernel.sysfs import SMALL, SysfsModule
 from driver_container.formats.numbers import parse_int
-from driver_container.problems import Problem, noted
-from driver_container.resolver import Root
 
 
 class _ModuleDir:

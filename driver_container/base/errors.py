@@ -1,4 +1,4 @@
-"""The one exception hierarchy of the project (problems.py has ``Problem``, the one form of a non-fatal problem).
+"""The one exception hierarchy of the project (base/problems.py has ``Problem``, the one form of a non-fatal problem).
 Library code raises these; only ``driver_container.cli`` turns them into messages and exit codes. A message
 names the file (or command), the values found and the fix; the same facts are keyword-only fields (``path``,
 ``argv``, the versions...), ``details()`` gives those set. Only ``os`` is imported (the peermem probe's budget).
