@@ -114,6 +114,18 @@ def _probe_fast_path(args: list[str]) -> int | None:
     return 0 if healthy else 1
 
 
+def _init_direct(args: list[str]) -> bool:
+    """``init`` as the DaemonSet runs it, without typer (cli/init_entry.py says why and when)."""
+    if args[:1] != ["init"]:
+        return False
+    # Lazy, hot path: the direct init imports no typer (bench/startup.py); every other command does.
+    import os
+
+    from driver_container.cli.init_entry import run_direct
+
+    return run_direct(args, os.environ)
+
+
 def main(argv: list[str] | None = None) -> None:
     """The console script. As the process's own entry (``argv`` None) it keeps the cyclic garbage collector
     off for start-up and freezes everything at exit: nearly all of the ~20 000 objects a command creates
@@ -130,6 +142,8 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(fast)
         if console:
             sigint_as_sigterm()
+        if _init_direct(args):
+            return
         # Lazy, hot path: typer is imported only when not on the probe fast path (bench/startup.py).
         from driver_container.cli.app import app
 

@@ -9,9 +9,8 @@ from typing import Annotated
 import typer
 
 from driver_container.cli.app import app, host_paths
-from driver_container.lifecycle import init as lifecycle_init
+from driver_container.cli.init_entry import PERSISTENCED_RUNTIME_DIR_ENV, start_init
 from driver_container.lifecycle.hostcheck import loaded_version
-from driver_container.runtime.logfile import keep_log
 from driver_container.runtime.runner import Runner
 from driver_container.settings import Settings
 
@@ -33,27 +32,26 @@ def init(
     persistenced_runtime_dir: Annotated[
         Path | None,
         typer.Option(
-            envvar="NVIDIA_PERSISTENCED_RUNTIME_DIR",
+            envvar=PERSISTENCED_RUNTIME_DIR_ENV,
             hidden=True,
             help="nvidia-persistenced's fixed runtime dir in this container (tests)",
         ),
     ] = None,
 ) -> None:
     """Verify the loaded driver, publish DRIVER_ROOT, start nvidia-persistenced, wait for a signal."""
-    paths = host_paths(ctx)
-    keep_log(paths.run_dir)  # RUN_DIR/nvidia-driver.log for bug-report (pods' stdout is unreadable inside)
-
     # NVIDIA's script accepts these for its installer (license prompt, build threads); we build nothing.
+    notes = []
     if accept_license:
-        log.info("--accept-license: ignored (nothing is installed or built)")
+        notes.append("--accept-license: ignored (nothing is installed or built)")
     if max_threads is not None:
-        log.info("--max-threads %d: ignored (nothing is built)", max_threads)
-    options = lifecycle_init.InitOptions(no_wait=no_wait, persistenced_runtime_dir=persistenced_runtime_dir)
-    settings = Settings.from_env()
-    for line in settings.unused_lines():
-        log.warning("%s", line)
-    # Looked up at call time: the CLI boundary's tests replace run_init (tests/unit/test_cli_boundary.py).
-    lifecycle_init.run_init_reporting_refusal(paths, settings, Runner(), options)
+        notes.append(f"--max-threads {max_threads}: ignored (nothing is built)")
+    start_init(
+        host_paths(ctx),
+        Settings.from_env(),
+        no_wait=no_wait,
+        persistenced_runtime_dir=persistenced_runtime_dir,
+        notes=tuple(notes),
+    )
 
 
 @app.command("load")

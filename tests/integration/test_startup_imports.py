@@ -19,6 +19,8 @@ VERSION = "595.91.07"
 # (the Kubernetes client), or when the project's version is asked for, or on NVSwitch nodes (Fabric
 # Manager), or in a forked child (ctypes, pickle).
 NOT_ON_AN_UNCHANGED_RESTART = (
+    "typer",  # `init` as the DaemonSet runs it goes around typer (cli/init_entry.py)
+    "driver_container.cli.app",
     "dataclasses",
     "hashlib",
     "ctypes",

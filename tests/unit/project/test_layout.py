@@ -52,6 +52,7 @@ LOCAL_IMPORTS = {
     "cli/about.py": {"version_lines"},  # the userspace inspection: --version only
     "cli/__init__.py": {  # the probe's floor is a bare interpreter: typer, logging, signal only when needed
         "_console_entry",
+        "_init_direct",
         "_probe_fast_path",
         "_register_commands",
         "die_of_sigint",
