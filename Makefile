@@ -16,6 +16,8 @@ QUICK_TESTS ?= tests/unit tests/property
 # that check such a prerequisite inside (helpers.support.require) skip, listed by -ra. CI=false keeps them
 # skips under a CI service that exports CI=true: `make test` (.ci/run) is the lane where they must run.
 QUICK_MARKERS := not root and not artefact and not container
+# The quick lane's tests run on every core (pytest-xdist); WORKERS=0 runs them in this process.
+WORKERS ?= auto
 # The tests call kmod's depmod and libc's ldconfig by name, as the image does; Debian keeps them in sbin,
 # which a user's PATH there lacks (root's has it).
 QUICK_PATH := $(PATH):/usr/sbin:/sbin
@@ -33,7 +35,7 @@ setup: ## create .venv (no root): the package editable with the test extra
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q -e '.[test]'
 
-check: format-check lint types imports repo-lint unit ## the quick lane: format, lint, types, import contracts, shell/Dockerfile/workflow linters, unit tests (no root, < 2.5 min)
+check: format-check lint types imports repo-lint unit ## the quick lane: format, lint, types, import contracts, shell/Dockerfile/workflow linters, unit tests (no root, < 2 min on two cores)
 
 format-check: ## ruff format --check (what `make format` would change fails)
 	$(VENV)/bin/ruff format --check .
@@ -51,7 +53,7 @@ repo-lint: ## ShellCheck (every shell script), hadolint (Dockerfile), zizmor (.g
 	VENV=$(VENV) bash scripts/lint-repo.sh
 
 unit: ## the unit and property tests without root, engines or artefacts
-	CI=false PATH='$(QUICK_PATH)' $(PY) -m pytest $(QUICK_TESTS) -q -p no:cacheprovider -m '$(QUICK_MARKERS)'
+	CI=false PATH='$(QUICK_PATH)' $(PY) -m pytest $(QUICK_TESTS) -q -p no:cacheprovider -n $(WORKERS) -m '$(QUICK_MARKERS)'
 
 format: ## ruff format, then ruff check --fix (rewrites files)
 	$(VENV)/bin/ruff format .

@@ -77,7 +77,8 @@ def _fallback(name: str, flags: list[str]) -> int:
     count = 0
     inputs = st.one_of(st.binary(max_size=4096), st.sampled_from(seeds).flatmap(mutated)) if seeds else st.binary()
 
-    @settings(max_examples=10_000, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    # Small batches, so the time bound holds to one batch (~0.3 s): a batch of 10 000 ran ~20 s past a 1 s bound.
+    @settings(max_examples=200, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(inputs)
     def batch(data: bytes) -> None:
         nonlocal count
