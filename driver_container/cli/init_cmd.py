@@ -52,7 +52,7 @@ def init(
     settings = Settings.from_env()
     for line in settings.unused_lines():
         log.warning("%s", line)
-    # Looked up at call time: the CLI boundary's tests replace run_init (tests/unit/test_cli_boundary.py).
+    # Looked up at call time: the CLI boundary's tests replace run_init (tests/unit/cli/test_cli_boundary.py).
     lifecycle_init.run_init_reporting_refusal(paths, settings, Runner(), options)
 
 
