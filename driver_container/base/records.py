@@ -17,7 +17,7 @@ whose target (1.5x ``import typer``) leaves ~40 ms for all of ``init``. ``status
 cost ~3% of its CPU time, on a row near its target.
 
 So ``NamedRecord`` is used exactly in the modules that an unchanged restart, the probe or ``status``
-imports, listed in tests/unit/test_layout.py (``LIGHT_RECORD_MODULES``), which fails on any other use
+imports, listed in tests/unit/project/test_layout.py (``LIGHT_RECORD_MODULES``), which fails on any other use
 and on a listed module that no longer uses it. Fields, defaults, methods, properties, docstring, module
 and qualified name are the class's, so pickling and ``_replace``/``_asdict`` work as for
 ``typing.NamedTuple``.

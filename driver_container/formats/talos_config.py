@@ -15,7 +15,7 @@ JSON schema rejects).
 The text is emitted by PyYAML's safe dumper, not by string formatting: a module parameter is any string
 (``NVreg_RegistryDwords="a=1; b: 2"``), and YAML would read ``k: v`` in a plain scalar as a mapping and
 `` #`` as the start of a comment. The dumper quotes exactly what needs quoting, so every name and value
-reads back as the same string (tests/property/test_talos_config_roundtrip.py).
+reads back as the same string (tests/property/test_property_talos_config.py).
 """
 
 from __future__ import annotations

@@ -158,7 +158,7 @@ def select_context(doc: dict[str, YamlValue], source: Path, context: str | None 
         server=server.rstrip("/"),
         ca_file=_path(cluster, "certificate-authority", base),
         ca_data=_text(cluster, "certificate-authority-data"),
-        # Any value but absent/false counts (a quoted "true" must not slip past the refusal in kube.py).
+        # Any value but absent/false counts (a quoted "true" must not slip past the refusal in kube/endpoint.py).
         insecure=cluster.get("insecure-skip-tls-verify") not in (None, False, "false"),
         token=_text(user, "token"),
         token_file=_path(user, "tokenFile", base),

@@ -31,7 +31,9 @@ puts tests/ on sys.path, and no conftest or test changes sys.path.
 - ``fuzz_targets``, ``fuzz_mutate``: every untrusted-input parser with its samples, and the mutation
   strategy (the property tests and bench/fuzz.py).
 - ``bench``: bench/ scripts loaded from their files for the tests of their parsers.
+- ``elfbuild``: tiny module-like ELF files of any class and byte order. ``talos``: a Talos fixture host as
+  another Talos release shows it.
 
 A helper used by one directory's tests only stays beside them (e.g. tests/container/container_support.py,
-tests/unit/formats/kmod/elfbuild.py): pytest's default import mode puts a test's own directory on sys.path.
+tests/unit/manager/manager_support.py): pytest's default import mode puts a test's own directory on sys.path.
 """

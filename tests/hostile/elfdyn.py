@@ -1,5 +1,5 @@
 """Tiny dynamically linked ELF64 (x86-64, LSB) files with any PT_INTERP, DT_NEEDED, DT_SONAME and
-DT_RUNPATH, for hostile-image tests (tests/unit/formats/kmod/elfbuild.py builds relocatable modules instead).
+DT_RUNPATH, for hostile-image tests (tests/helpers/elfbuild.py builds relocatable modules instead).
 
 Layout (System V gABI): Ehdr, three Phdrs (PT_LOAD covering the whole file at vaddr 0, so a file offset
 is its address; PT_INTERP; PT_DYNAMIC), the interpreter string, .dynstr, then the dynamic array.

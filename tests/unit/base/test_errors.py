@@ -3,7 +3,7 @@
 Each test asserts fields, not message text (the messages are asserted where they are made). The fields of
 DriverInUseError, ModuleLoadError, VerificationError, ModuleNotFoundInTreeError, ModuleWaitTimeout,
 HostDriverPresentError and KubernetesError (HTTP status) are asserted beside the flows that raise them
-(tests/unit/modprobe, manager, lifecycle/test_waits.py, formats/kmod/test_lookup.py, integration/test_manager_api.py).
+(tests/unit/modprobe, manager, lifecycle/test_waits.py, readers/test_lookup.py, integration/test_manager_api.py).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers.support import FIXTURES, fixture_paths
-from test_talos_facts import _talos_tree as _tree
+from helpers.talos import talos_tree as _tree
 
 from driver_container.findings import check
 from driver_container.formats.kernel.pci import PciFunction

@@ -6,7 +6,7 @@ lists give them) or a page under docs/; they cannot open the reference notes the
 (the operator contract, the format notes and the test-environment notes, kept beside the repository and
 not in it), and an issue number says nothing about the reason it stands for. So each such citation names
 the upstream source or the docs page instead, or states the reason itself. A docs page of the same name as
-a note (a future docs/formats.md) would need this list changed.
+a note (formats.md, were docs/ to have one) would need this list changed.
 
 An upstream issue stays citable as ``owner/repo#N`` or ``owner/repo issue N``: a clone can open those.
 The ``../shared/tools`` paths that tests and scripts use at run time are inputs, not citations, and pass.

@@ -12,7 +12,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from elfbuild import build_elf
+from helpers.elfbuild import build_elf
 from helpers.support import MODULES
 
 from driver_container.base.errors import ModuleFormatError

@@ -7,7 +7,7 @@ import io
 from pathlib import Path
 
 import pytest
-from elfbuild import build_elf
+from helpers.elfbuild import build_elf
 
 from driver_container.formats.kmod import format_modinfo
 from driver_container.formats.kmod.elf import read_sections

@@ -99,14 +99,14 @@ def test_section_lookup_agrees_with_pyelftools() -> None:
 
 
 def test_name_falls_back_to_this_module_section(tmp_path: Path) -> None:
-    from elfbuild import build_elf
+    from helpers.elfbuild import build_elf
 
     data = build_elf(b"license=GPL\0", bits=64, order="<", this_module_name=b"nvidia_drm")
     assert read_module(data).name == "nvidia_drm"
 
 
 def test_large_file_is_mapped_and_reads_the_same(kmod_modinfo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from elfbuild import build_elf
+    from helpers.elfbuild import build_elf
 
     from driver_container.readers.kmod import MMAP_THRESHOLD
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.support import FIXTURES, REPO, fixture_paths
+from helpers.support import REPO, fixture_paths
+from helpers.talos import talos_tree as _talos_tree
 
 from driver_container.base.errors import ModuleWaitTimeout
 from driver_container.findings import check, talos_module_snippet
@@ -16,16 +17,6 @@ from driver_container.inspect.hoststate import inspect_host
 from driver_container.lifecycle.modwait import machine_config_snippet, required_modules, wait_for_modules
 from driver_container.runtime.supervise import Shutdown
 from driver_container.settings import Settings
-
-HOSTS = FIXTURES / "hosts"
-
-
-def _talos_tree(tmp_path: Path, version: str = "v1.13.9", scenario: str = "talos-1.13-open-595") -> Path:
-    tree = tmp_path / "tree"
-    shutil.copytree(HOSTS / scenario, tree, symlinks=True)
-    release = tree / "host/etc/os-release"
-    release.write_text(release.read_text().replace("v1.13.9", version))
-    return tree
 
 
 @pytest.mark.parametrize(

@@ -1,3 +1,5 @@
+"""Fixtures the unit tests of several rooms share."""
+
 from __future__ import annotations
 
 import shutil
