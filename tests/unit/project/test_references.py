@@ -2,7 +2,7 @@
 
 A reference is
 - a path with a slash and a suffix of ours (``.py``, ``.md``, ``.sh``, ``.toml``, ``.json``, ``.yaml``,
-  ``.yml``, ``.txt``) whose first part is a top-level entry of the repository, a room of driver_container/ or
+  ``.yml``, ``.txt``) whose first part is a tracked top-level entry of the repository, a room of driver_container/ or
   a directory of tests/ (after any leading ``../`` of a Markdown link). It exists when it is found below the
   repository root, driver_container/ (a room-relative name), tests/, tests/unit/ or the referring file's own
   directory. Paths in upstream citations (NVIDIA's ``assets/state-driver/...``) begin with none of those
@@ -49,6 +49,12 @@ def _prose(text: str) -> str:
     return "\n".join(parts)
 
 
+def _anchor_parts(tracked: str) -> list[str]:
+    """The names a tracked file makes anchors: its top-level entry, and its room under the package or tests/."""
+    parts = tracked.split("/")
+    return parts[:2] if parts[0] in (PACKAGE, "tests") and len(parts) > 2 else parts[:1]
+
+
 class References:
     """The stale references of the files of one tree (``repo``, with its package and tests/)."""
 
@@ -56,7 +62,9 @@ class References:
         self.repo, self.files = repo, files
         package, tests = repo / PACKAGE, repo / "tests"
         self.bases = [repo, package, tests, tests / "unit"]
-        self.anchors = {p.name for base in (repo, package, tests) if base.is_dir() for p in base.iterdir()}
+        # Anchors come from the tracked files, never the working tree: a generated directory (.cache/, a
+        # build's output) exists in one checkout and not in a fresh clone, so it must not decide a verdict.
+        self.anchors = {part for f in files for part in _anchor_parts(f)}
         self.names = {Path(f).name for f in files}
         self.defined = cache(self._defined)
 
@@ -120,13 +128,14 @@ def test_a_reference_to_a_file_or_module_that_does_not_exist_is_reported(tmp_pat
         "tests/unit/shelf/test_box.py": "# shelf/box.py, tests/unit/shelf/test_box.py, box.py\n"
         "TREE = {'shelf/gone.py': 'data, not a reference'}\n",
         "docs/shelf.md": "`driver_container/shelf/box.py`, [box](../driver_container/shelf/box.py), `docs/x.md`,"
-        " `upstream/gone.py` (an upstream path)\n",
+        " `upstream/gone.py` (an upstream path), `.cache/follow/plan.json` (generated, untracked)\n",
         "tests/fixtures/hosts/README.md": "shelf/gone.py as the host has it\n",
         "CHANGELOG.md": "Removed shelf/gone.py.\n",
     }
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
+    (tmp_path / ".cache").mkdir()  # a generated directory of this checkout only: never an anchor
     assert References(tmp_path, list(files)).stale() == []
     planted = {
         "driver_container/shelf/box.py": '"""Moved to shelf/crate.py; driver_container.shelf.crate, '
