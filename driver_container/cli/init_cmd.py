@@ -13,7 +13,7 @@ from driver_container.lifecycle import init as lifecycle_init
 from driver_container.lifecycle.hostcheck import loaded_version
 from driver_container.runtime.logfile import keep_log
 from driver_container.runtime.runner import Runner
-from driver_container.settings import Settings
+from driver_container.settings import Settings, resolve
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,6 @@ def init(
     persistenced_runtime_dir: Annotated[
         Path | None,
         typer.Option(
-            envvar="NVIDIA_PERSISTENCED_RUNTIME_DIR",
             hidden=True,
             help="nvidia-persistenced's fixed runtime dir in this container (tests)",
         ),
@@ -48,7 +47,8 @@ def init(
         log.info("--accept-license: ignored (nothing is installed or built)")
     if max_threads is not None:
         log.info("--max-threads %d: ignored (nothing is built)", max_threads)
-    options = lifecycle_init.InitOptions(no_wait=no_wait, persistenced_runtime_dir=persistenced_runtime_dir)
+    runtime_dir = resolve.persistenced_runtime_dir(None, persistenced_runtime_dir)  # NVIDIA_PERSISTENCED_RUNTIME_DIR
+    options = lifecycle_init.InitOptions(no_wait=no_wait, persistenced_runtime_dir=runtime_dir)
     settings = Settings.from_env()
     for line in settings.unused_lines():
         log.warning("%s", line)
