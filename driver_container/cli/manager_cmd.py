@@ -41,7 +41,14 @@ log = logging.getLogger(__name__)
 # Variables this command reads besides HostPaths' and Settings' (settings/variables.py declares each, with
 # the ones that only steer unloading and draining: no effect on Talos, where modules are never unloaded;
 # checked against the manifests by tests/unit/project/test_manifests.py).
-ENV_NAMES = (*variables.names("cluster", "manager", "logging"), "POD_NAME", "HOSTNAME", "GPU_DIRECT_RDMA_ENABLED")
+ENV_NAMES = (
+    *variables.names("cluster", "manager", "logging"),
+    "POD_NAME",  # with HOSTNAME: this pod, named by the node's verdict
+    "HOSTNAME",
+    "DRIVER_CONFIG_DIGEST",  # also a Settings knob: the module-file verdict is kept for the same digest only
+    "GPU_DIRECT_RDMA_ENABLED",  # no MOFED wait on Talos: a warning instead
+    "USE_HOST_MOFED",
+)
 
 
 @app.callback()
