@@ -19,7 +19,8 @@ class LogFormat(enum.StrEnum):
 
 
 LOG_FORMATS = tuple(f.value for f in LogFormat)
-LOG_FORMAT_HELP = "human (one line per record) or json (one JSON object per line)"
+LOG_FORMAT_HELP = "human (one line per record) or json (one JSON object per line); default: LOG_FORMAT, else human"
+VERBOSE_HELP = "debug logging; default: VERBOSE, else off"
 
 
 class JsonFormatter(logging.Formatter):

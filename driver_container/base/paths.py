@@ -5,7 +5,6 @@ No other module names an absolute host path. Access inside a root is base/resolv
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -81,8 +80,9 @@ class HostPaths(NamedRecord):
         return cls(**kwargs)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> HostPaths:
-        return cls.from_mapping(os.environ if env is None else env)
+    def from_env(cls, env: Mapping[str, str]) -> HostPaths:
+        """From an environment mapping; this process's is read by settings/resolve.paths_of."""
+        return cls.from_mapping(env)
 
     @property
     def driver_root(self) -> Path:

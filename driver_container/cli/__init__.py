@@ -98,17 +98,15 @@ def _probe_fast_path(args: list[str]) -> int | None:
     if args != ["probe_nvidia_peermem"]:
         return None
     # Lazy, hot path: the probe runs every 30 s and its floor is a bare interpreter start (bench/startup.py).
-    import os
-
     from driver_container.lifecycle.peermem_glance import passes_at_a_glance, procfs_root
 
-    if passes_at_a_glance(procfs_root(os.environ)):
+    if passes_at_a_glance(procfs_root()):
         return 0
     # Lazy, hot path: only when the glance cannot tell (mlx5_core without nvidia_peermem, odd input).
-    from driver_container.base.paths import HostPaths
     from driver_container.lifecycle.peermem import probe
+    from driver_container.settings.resolve import paths_of
 
-    healthy, reason = probe(HostPaths.from_env())
+    healthy, reason = probe(paths_of())
     if not healthy:
         sys.stderr.write(f"probe_nvidia_peermem: {reason}\n")
     return 0 if healthy else 1
@@ -119,11 +117,9 @@ def _init_direct(args: list[str]) -> bool:
     if args[:1] != ["init"]:
         return False
     # Lazy, hot path: the direct init imports no typer (bench/startup.py); every other command does.
-    import os
-
     from driver_container.cli.init_entry import run_direct
 
-    return run_direct(args, os.environ)
+    return run_direct(args)
 
 
 def main(argv: list[str] | None = None) -> None:

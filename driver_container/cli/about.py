@@ -16,10 +16,10 @@ def version_lines(prog: str) -> list[str]:
     """The lines ``--version`` prints."""
     # Lazy, hot path: only for --version (the inspection and importlib.metadata cost milliseconds).
     from driver_container import project_version
-    from driver_container.base.paths import HostPaths
     from driver_container.inspect.userspace import find_userspace
+    from driver_container.settings.resolve import paths_of
 
-    paths = HostPaths.from_env()
+    paths = paths_of()
     found = find_userspace(paths.userspace)
     if found.version is None:
         driver = f"driver: none (no NVIDIA userspace under {paths.userspace_root}: not inside the driver image)"

@@ -15,6 +15,7 @@ import typer
 from driver_container import logs
 from driver_container.base.paths import HOST_ROOTS, HostPaths, HostRootOption
 from driver_container.cli.about import version_option
+from driver_container.settings.resolve import logging_of as logs_of
 
 app = typer.Typer(
     name="nvidia-driver",
@@ -27,9 +28,12 @@ app = typer.Typer(
 
 
 def configure(
-    ctx: typer.Context, log_format: logs.LogFormat, verbose: bool, version: bool, **roots: Path | None
+    ctx: typer.Context, log_format: logs.LogFormat | None, verbose: bool, version: bool, **roots: Path | None
 ) -> None:
-    logs.configure(json_format=log_format is logs.LogFormat.json, verbose=verbose)
+    # typer resolves each root's variable (envvar, below) into its option; the logging variables are the
+    # reader's (settings/resolve.py), so that every command parses them alike; an explicit option wins.
+    chosen = logs_of(None, {"LOG_FORMAT": log_format.value if log_format else None, "VERBOSE": verbose})
+    logs.configure(json_format=chosen.json, verbose=chosen.verbose)
     ctx.obj = HostPaths.from_mapping({root.env: roots[_option_name(root)] for root in HOST_ROOTS})
 
 
@@ -56,14 +60,14 @@ def _signature() -> inspect.Signature:
             inspect.Parameter(
                 "log_format",
                 keyword,
-                default=logs.LogFormat.human,
-                annotation=Annotated[logs.LogFormat, typer.Option(envvar="LOG_FORMAT", help=logs.LOG_FORMAT_HELP)],
+                default=None,
+                annotation=Annotated[logs.LogFormat | None, typer.Option(help=logs.LOG_FORMAT_HELP)],
             ),
             inspect.Parameter(
                 "verbose",
                 keyword,
                 default=False,
-                annotation=Annotated[bool, typer.Option("--verbose", "-v", envvar="VERBOSE")],
+                annotation=Annotated[bool, typer.Option("--verbose", "-v", help=logs.VERBOSE_HELP)],
             ),
             inspect.Parameter(
                 "version", keyword, default=False, annotation=Annotated[bool, version_option("nvidia-driver")]

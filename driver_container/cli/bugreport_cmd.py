@@ -7,7 +7,6 @@ and writes the archive.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from functools import partial
@@ -64,7 +63,7 @@ def bug_report(
     # it wrote (runtime/signalcleanup.py), then ends this process as that signal does.
     cleanup = SignalCleanup().install()
     try:
-        data = collect_report(paths, options, partial(status_document, paths, Settings.from_env()), os.environ, cleanup)
+        data = collect_report(paths, options, partial(status_document, paths, Settings.from_env()), None, cleanup)
         if target is not None:
             cleanup.add(f"removed the temporaries of {target}", lambda: sweep_temporaries(target))
         write_archive(data, target, sys.stdout.buffer)

@@ -3,15 +3,14 @@ run (``<command> install``), for this image set as their image on Talos (lifecyc
 
 from __future__ import annotations
 
-import os
 import sys
 
 from driver_container import logs
 from driver_container.base.errors import DriverContainerError, UsageError
-from driver_container.base.paths import HostPaths
 from driver_container.cli import die_of_sigint, report_error, report_unexpected, sigint_as_sigterm
 from driver_container.lifecycle.companion import run_companion
-from driver_container.settings import Settings, parse_bool
+from driver_container.settings import Settings
+from driver_container.settings.resolve import logging_of, paths_of
 
 USAGE = "usage: {prog} install   (on Talos: check that Talos loaded {module}, then wait for a signal)"
 
@@ -26,17 +25,9 @@ def _run(prog: str, module: str, argv: list[str] | None) -> None:
             return
         if args != ["install"]:
             raise UsageError(USAGE.format(prog=prog, module=module), name="command", value=" ".join(args))
-        env = os.environ
-        verbose = parse_bool("VERBOSE", env.get("VERBOSE"), False)
-        log_format = env.get("LOG_FORMAT") or "human"
-        if log_format not in logs.LOG_FORMATS:
-            raise UsageError(
-                f"LOG_FORMAT={log_format!r}: not one of {', '.join(logs.LOG_FORMATS)}",
-                name="LOG_FORMAT",
-                value=log_format,
-            )
-        logs.configure(json_format=log_format == "json", verbose=verbose)
-        run_companion(HostPaths.from_env(), Settings.from_env(), module)
+        chosen = logging_of()
+        logs.configure(json_format=chosen.json, verbose=chosen.verbose)
+        run_companion(paths_of(), Settings.from_env(), module)
     except DriverContainerError as exc:
         sys.exit(report_error(exc, prog))
     except Exception as exc:  # the one boundary where an unexpected error becomes a message

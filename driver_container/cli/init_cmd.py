@@ -9,10 +9,10 @@ from typing import Annotated
 import typer
 
 from driver_container.cli.app import app, host_paths
-from driver_container.cli.init_entry import PERSISTENCED_RUNTIME_DIR_ENV, start_init
+from driver_container.cli.init_entry import start_init
 from driver_container.lifecycle.hostcheck import loaded_version
 from driver_container.runtime.runner import Runner
-from driver_container.settings import Settings
+from driver_container.settings import Settings, resolve
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,6 @@ def init(
     persistenced_runtime_dir: Annotated[
         Path | None,
         typer.Option(
-            envvar=PERSISTENCED_RUNTIME_DIR_ENV,
             hidden=True,
             help="nvidia-persistenced's fixed runtime dir in this container (tests)",
         ),
@@ -49,7 +48,7 @@ def init(
         host_paths(ctx),
         Settings.from_env(),
         no_wait=no_wait,
-        persistenced_runtime_dir=persistenced_runtime_dir,
+        persistenced_runtime_dir=resolve.persistenced_runtime_dir(None, persistenced_runtime_dir),
         notes=tuple(notes),
     )
 

@@ -4,10 +4,10 @@ with every option in the environment.
 ``init`` starts on every GPU node at every pod start, and after a restart it usually finds DRIVER_ROOT
 unchanged: its own work is then ~20 ms, while importing typer and building its command costs ~100 ms
 (bench/startup.py, bench/README.md). So for exactly those command lines ``cli.main`` comes here: the
-environment is resolved by the same readers the typer command uses (``base/paths.HostPaths``,
-``settings.Settings``, ``logs``), and the run is the typer command's own (``start_init``). Any other command
-line, and any value these readers would not take exactly as typer does, goes through typer (``cli/app.py``,
-``cli/init_cmd.py``), which parses, documents and reports usage errors for every command.
+environment is resolved by the one configuration reader every command uses (``settings/resolve.py``), and
+the run is the typer command's own (``start_init``). Any other command line, and a value the reader refuses,
+goes through typer (``cli/app.py``, ``cli/init_cmd.py``), which parses, documents and reports usage errors
+for every command.
 """
 
 from __future__ import annotations
@@ -17,20 +17,17 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from driver_container import logs
+from driver_container.base.errors import UsageError
 from driver_container.base.paths import HostPaths
 from driver_container.lifecycle import init as lifecycle_init
 from driver_container.runtime.logfile import keep_log
 from driver_container.runtime.runner import Runner
-from driver_container.settings import Settings
+from driver_container.settings import Settings, resolve
 
 log = logging.getLogger(__name__)
 
 # The command lines served here: what NVIDIA's DaemonSet runs, and its --no-wait form (tests, demos).
 DIRECT_ARGS = (["init"], ["init", "--no-wait"])
-# VERBOSE values that click's boolean (typer's envvar) and ours read alike; anything else goes to typer.
-_VERBOSE = {"": False, "1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False}
-_VERBOSE |= {"off": False}
-PERSISTENCED_RUNTIME_DIR_ENV = "NVIDIA_PERSISTENCED_RUNTIME_DIR"  # cli/init_cmd.py's hidden option
 
 
 def start_init(
@@ -53,31 +50,21 @@ def start_init(
     lifecycle_init.run_init_reporting_refusal(paths, settings, Runner(), options)
 
 
-def logging_of(env: Mapping[str, str]) -> tuple[bool, bool] | None:
-    """(json, verbose) from LOG_FORMAT and VERBOSE, or None where typer's reading could differ (typer then
-    reads them, and reports a bad value as the usage error it is)."""
-    log_format = env.get("LOG_FORMAT") or "human"  # click ignores an empty variable
-    verbose = _VERBOSE.get(env.get("VERBOSE", "").strip().lower())
-    if log_format not in logs.LOG_FORMATS or verbose is None:
-        return None
-    return log_format == "json", verbose
-
-
-def run_direct(args: list[str], env: Mapping[str, str]) -> bool:
+def run_direct(args: list[str], env: Mapping[str, str] | None = None) -> bool:
     """Run ``init`` for a command line of ``DIRECT_ARGS``; False (nothing done) for any other, or where the
-    environment needs typer's reading."""
+    environment (default: this process's) holds a value the reader refuses (typer then reports it as the
+    usage error it is)."""
     if args not in DIRECT_ARGS:
         return False
-    logging_choice = logging_of(env)
-    if logging_choice is None:
+    try:
+        startup = resolve.resolve(env)
+    except UsageError:
         return False
-    json_format, verbose = logging_choice
-    logs.configure(json_format=json_format, verbose=verbose)
-    runtime_dir = env.get(PERSISTENCED_RUNTIME_DIR_ENV) or None
+    logs.configure(json_format=startup.logging.json, verbose=startup.logging.verbose)
     start_init(
-        HostPaths.from_env(env),
-        Settings.from_env(env),
+        startup.paths,
+        startup.settings,
         no_wait=args == ["init", "--no-wait"],
-        persistenced_runtime_dir=Path(runtime_dir) if runtime_dir else None,
+        persistenced_runtime_dir=startup.persistenced_runtime_dir,
     )
     return True

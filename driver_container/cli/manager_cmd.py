@@ -4,13 +4,12 @@ The operator runs ``driver-manager uninstall_driver`` with the stock environment
 OPERATOR_NAMESPACE, DRIVER_CONFIG_DIGEST, FORCE_REINSTALL, ENABLE_GPU_POD_EVICTION, ENABLE_AUTO_DRAIN,
 DRAIN_*, KUBECONFIG; NVIDIA/k8s-driver-manager cmd/driver-manager/main.go @ bd62ca7d, docs/manager.md).
 Host paths use the same variables as
-``nvidia-driver`` (HostPaths.from_env).
+``nvidia-driver`` (HostPaths); settings/variables.py declares every variable it reads.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from typing import Annotated
 
@@ -18,15 +17,15 @@ import typer
 
 from driver_container import logs
 from driver_container.base.errors import DriverContainerError, UsageError
-from driver_container.base.paths import HostPaths
 from driver_container.cli import die_of_sigint, report_error, report_unexpected, sigint_as_sigterm
 from driver_container.cli.about import version_option
 from driver_container.kube.client import KubeClient
-from driver_container.kube.endpoint import KubeConfig, namespace_of_service_account
+from driver_container.kube.endpoint import operator_namespace
 from driver_container.manager import manager, remove
 from driver_container.manager.manager import ManagerOptions
 from driver_container.runtime.runner import Runner
-from driver_container.settings import Settings, parse_bool, parse_seconds
+from driver_container.settings import Cluster, Settings, variables
+from driver_container.settings.resolve import ManagerKnobs, logging_of, manager_knobs, paths_of
 
 app = typer.Typer(
     name="driver-manager",
@@ -39,89 +38,63 @@ app = typer.Typer(
 
 log = logging.getLogger(__name__)
 
-# Stock variables that only steer module unloading and node draining; modules are never unloaded on
-# Talos, so they are accepted and reported as having no effect there (docs/manager.md, "Deliberate differences").
-IGNORED_ON_TALOS = (
-    "ENABLE_GPU_POD_EVICTION",
-    "ENABLE_AUTO_DRAIN",
-    "DRAIN_USE_FORCE",
-    "DRAIN_POD_SELECTOR_LABEL",
-    "DRAIN_TIMEOUT_SECONDS",
-    "DRAIN_DELETE_EMPTYDIR_DATA",
-)
-# The stock manager waits (without a bound) for MOFED when GPU_DIRECT_RDMA_ENABLED and a Mellanox device
-# is present (k8s-driver-manager v0.12.0 waitForMofedDriver). Talos has no MOFED and nvidia_peermem
-# cannot load there, so that wait would never end: it is left out, with a warning.
-NO_MOFED_WAIT = ("GPU_DIRECT_RDMA_ENABLED", "USE_HOST_MOFED")
-# Variables this command reads besides HostPaths' and Settings' (checked by tests/unit/project/test_manifests.py).
+# Variables this command reads besides HostPaths' and Settings' (settings/variables.py declares each, with
+# the ones that only steer unloading and draining: no effect on Talos, where modules are never unloaded;
+# checked against the manifests by tests/unit/project/test_manifests.py).
 ENV_NAMES = (
-    "NODE_NAME",
-    "POD_NAME",  # with HOSTNAME: this pod, named by the node's verdict (kube/ownpod.py)
+    *variables.names("cluster", "manager", "logging"),
+    "POD_NAME",  # with HOSTNAME: this pod, named by the node's verdict
     "HOSTNAME",
-    "OPERATOR_NAMESPACE",
-    "DRIVER_CONFIG_DIGEST",
-    "FORCE_REINSTALL",
-    "KUBECONFIG",
-    "KUBERNETES_SERVICE_HOST",
-    "KUBERNETES_SERVICE_PORT",
-    "HOST_DRIVER_DELAY",
-    "OPERAND_WAIT_TIMEOUT",
-    "NODE_LABEL_FOR_GPU_POD_EVICTION",
-    "LOG_FORMAT",
-    "VERBOSE",
-    *IGNORED_ON_TALOS,
-    *NO_MOFED_WAIT,
+    "DRIVER_CONFIG_DIGEST",  # also a Settings knob: the module-file verdict is kept for the same digest only
+    "GPU_DIRECT_RDMA_ENABLED",  # no MOFED wait on Talos: a warning instead
+    "USE_HOST_MOFED",
 )
 
 
 @app.callback()
 def configure(
-    log_format: Annotated[logs.LogFormat, typer.Option(envvar="LOG_FORMAT", help=logs.LOG_FORMAT_HELP)] = (
-        logs.LogFormat.human
-    ),
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", envvar="VERBOSE")] = False,
+    log_format: Annotated[logs.LogFormat | None, typer.Option(help=logs.LOG_FORMAT_HELP)] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help=logs.VERBOSE_HELP)] = False,
     version: Annotated[bool, version_option("driver-manager")] = False,
 ) -> None:
+    # The logging variables are the reader's, as for nvidia-driver (cli/app.py); an explicit option wins.
+    chosen = logging_of(None, {"LOG_FORMAT": log_format.value if log_format else None, "VERBOSE": verbose})
+    logs.configure(json_format=chosen.json, verbose=chosen.verbose)
 
-    logs.configure(json_format=log_format is logs.LogFormat.json, verbose=verbose)
 
-
-def _options(env: dict[str, str]) -> ManagerOptions:
-
-    node = env.get("NODE_NAME", "").strip()
-    if not node:
+def _options(knobs: ManagerKnobs, cluster: Cluster) -> ManagerOptions:
+    if knobs.node_name is None:
         raise UsageError(
             "NODE_NAME is not set",
             name="NODE_NAME",
             fix="set NODE_NAME from the downward API (fieldRef spec.nodeName)",
         )
-    namespace = (
-        env.get("OPERATOR_NAMESPACE", "").strip() or namespace_of_service_account(KubeConfig()) or "gpu-operator"
-    )
     return ManagerOptions(
-        node_name=node,
-        operator_namespace=namespace,
-        driver_config_digest=(env.get("DRIVER_CONFIG_DIGEST") or "").strip() or None,
-        force_reinstall=parse_bool("FORCE_REINSTALL", env.get("FORCE_REINSTALL"), False),
-        host_driver_delay=parse_seconds("HOST_DRIVER_DELAY", env.get("HOST_DRIVER_DELAY"), 60.0),
-        pod_wait_timeout=parse_seconds("OPERAND_WAIT_TIMEOUT", env.get("OPERAND_WAIT_TIMEOUT"), 300.0),
-        custom_operand_label=(env.get("NODE_LABEL_FOR_GPU_POD_EVICTION") or "").strip() or None,
+        node_name=knobs.node_name,
+        operator_namespace=operator_namespace(cluster),
+        driver_config_digest=knobs.driver_config_digest,
+        force_reinstall=knobs.force_reinstall,
+        host_driver_delay=knobs.host_driver_delay,
+        pod_wait_timeout=knobs.pod_wait_timeout,
+        custom_operand_label=knobs.custom_operand_label,
     )
 
 
-def _warn_about_unused(env: dict[str, str]) -> None:
-
-    set_ignored = [name for name in IGNORED_ON_TALOS if env.get(name)]
-    if set_ignored:
+def _warn_about_unused(knobs: ManagerKnobs, settings: Settings) -> None:
+    if knobs.set_but_ignored:
         log.info(
-            "%s: no effect on Talos (modules are never unloaded, so GPU pods need no eviction)", ", ".join(set_ignored)
+            "%s: no effect on Talos (modules are never unloaded, so GPU pods need no eviction)",
+            ", ".join(knobs.set_but_ignored),
         )
-    if parse_bool("GPU_DIRECT_RDMA_ENABLED", env.get("GPU_DIRECT_RDMA_ENABLED"), False):
+    # The stock manager waits (without a bound) for MOFED when GPU_DIRECT_RDMA_ENABLED and a Mellanox device
+    # is present (k8s-driver-manager v0.12.0 waitForMofedDriver). Talos has no MOFED and nvidia_peermem
+    # cannot load there, so that wait would never end: it is left out, with a warning.
+    if knobs.gpu_direct_rdma:
         log.warning(
             "GPU_DIRECT_RDMA_ENABLED=true: not waiting for MOFED (Talos has none and nvidia_peermem cannot load "
             "there); GPUDirect RDMA on Talos uses DMA-BUF"
         )
-    for line in Settings.from_env(env).unused_lines():
+    for line in settings.unused_lines():
         log.warning("%s", line)
 
 
@@ -129,19 +102,18 @@ def _warn_about_unused(env: dict[str, str]) -> None:
 def uninstall_driver() -> None:
     """Prepare the node for the driver container (never unloads a module on Talos)."""
 
-    env = dict(os.environ)
-    options = _options(env)
+    knobs = manager_knobs()
+    settings = Settings.from_env()
+    options = _options(knobs, settings.cluster)
     clients: list[KubeClient] = []
 
     def api_factory() -> KubeClient:
-        clients.append(KubeClient.from_env(env))
+        clients.append(KubeClient.for_cluster(settings.cluster))
         return clients[-1]
 
-    _warn_about_unused(env)
+    _warn_about_unused(knobs, settings)
     try:
-        summary = manager.run_uninstall(
-            HostPaths.from_env(env), Settings.from_env(env), options, runner=Runner(), api_factory=api_factory
-        )
+        summary = manager.run_uninstall(paths_of(), settings, options, runner=Runner(), api_factory=api_factory)
     finally:
         for client in clients:
             client.close()
@@ -153,8 +125,7 @@ def uninstall() -> None:
     """Removing this project from a node: unmount DRIVER_ROOT (its tmpfs and the mounts below it) and
     remove the node's nvidia-driver-container/* annotations. Idempotent; never unloads a module."""
 
-    env = dict(os.environ)
-    typer.echo(f"driver-manager: {remove.run_remove(HostPaths.from_env(env), Runner(), env)}")
+    typer.echo(f"driver-manager: {remove.run_remove(paths_of(), Runner(), Settings.from_env().cluster)}")
 
 
 @app.command("preflight_check")
@@ -162,9 +133,9 @@ def preflight_check() -> None:
     """Read-only: platform, pre-installed host driver, loaded module vs image userspace, module files
     under /host. Exit 1 with the reason when uninstall_driver or init would refuse; no API calls."""
 
-    env = dict(os.environ)
-    _warn_about_unused(env)
-    for line in manager.run_preflight(HostPaths.from_env(env), Settings.from_env(env)):
+    settings = Settings.from_env()
+    _warn_about_unused(manager_knobs(), settings)
+    for line in manager.run_preflight(paths_of(), settings):
         typer.echo(f"driver-manager: preflight: {line}")
     typer.echo("driver-manager: preflight checks passed (platform, host driver, versions, module files)")
 

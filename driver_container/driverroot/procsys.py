@@ -23,7 +23,7 @@ Those options are parsed in torvalds/linux fs/proc/root.c ``proc_parse_subset_pa
 published: so none, and ``init`` unmounts the one earlier versions mounted (they stay until the node
 reboots otherwise). The DRA driver's chrooted MPS server of 550 and later then fails at cuInit (docs/mps.md).
 
-Unless the cluster opts in: ``DRIVER_ROOT_PROCFS=mps-minimal`` (settings.py) mounts ``PROC_MPS``, the measured
+Unless the cluster opts in: ``DRIVER_ROOT_PROCFS=mps-minimal`` (settings/) mounts ``PROC_MPS``, the measured
 minimum for that server: ``subset=pid`` keeps only the pid directories (no /proc/sys, sysrq-trigger, kcore),
 ``hidepid=invisible`` hides every task the reader may not ptrace (fs/proc/base.c ``has_pid_permissions``:
 ``ptrace_may_access``): another uid sees its own processes only, and root without CAP_SYS_PTRACE none

@@ -14,7 +14,6 @@ so modules that merely import this one stay light.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -31,6 +30,7 @@ from driver_container.kube.endpoint import Endpoint, KubeConfig, in_cluster_endp
 from driver_container.kube.session import ApiSession, DeadlineAdapter
 from driver_container.kube.tlscontext import tls_context
 from driver_container.kube.transport import Answer, exchange
+from driver_container.settings import Cluster
 
 log = logging.getLogger(__name__)
 
@@ -72,24 +72,23 @@ class KubeClient:
         self._session.headers["User-Agent"] = "driver-manager (talos-nvidia-driver-container)"
 
     @classmethod
-    def from_env(
+    def for_cluster(
         cls,
-        env: Mapping[str, str] | None = None,
+        cluster: Cluster,
         config: KubeConfig | None = None,
         stop: Callable[[], bool] | None = None,
     ) -> KubeClient:
         """KUBECONFIG when set, else the in-cluster service account."""
-        e = os.environ if env is None else env
         cfg = config or KubeConfig()
-        if e.get("KUBECONFIG"):
+        if cluster.kubeconfig:
             workdir = Path(tempfile.mkdtemp(prefix="driver-manager-"))
             try:
-                return cls(kubeconfig_endpoint(e["KUBECONFIG"], workdir), cfg, workdir=workdir, stop=stop)
+                return cls(kubeconfig_endpoint(cluster.kubeconfig, workdir), cfg, workdir=workdir, stop=stop)
             except BaseException:
                 shutil.rmtree(workdir, ignore_errors=True)
                 raise
-        if e.get("KUBERNETES_SERVICE_HOST"):
-            return cls(in_cluster_endpoint(e, cfg), cfg, stop=stop)
+        if cluster.service_host:
+            return cls(in_cluster_endpoint(cluster, cfg), cfg, stop=stop)
         raise KubernetesError(
             "no Kubernetes API configuration: KUBECONFIG and KUBERNETES_SERVICE_HOST are both unset",
             fix="run inside the cluster with a service account, or set KUBECONFIG",

@@ -6,13 +6,14 @@ import base64
 import binascii
 import logging
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from driver_container.base.errors import KubernetesError
 from driver_container.kube.secretfile import read_small_file
+from driver_container.settings import Cluster
+from driver_container.settings.variables import DEFAULT_OPERATOR_NAMESPACE
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +45,8 @@ class Endpoint:
     description: str = ""
 
 
-def in_cluster_endpoint(env: Mapping[str, str], config: KubeConfig) -> Endpoint:
-    host = env.get("KUBERNETES_SERVICE_HOST", "").strip()
-    port = env.get("KUBERNETES_SERVICE_PORT", "").strip() or "443"
+def in_cluster_endpoint(cluster: Cluster, config: KubeConfig) -> Endpoint:
+    host, port = cluster.service_host or "", cluster.service_port
     sa = config.service_account_dir
     token = read_small_file(
         sa / "token",
@@ -70,6 +70,14 @@ def namespace_of_service_account(config: KubeConfig) -> str | None:
         return read_small_file(config.service_account_dir / "namespace", "namespace").strip() or None
     except KubernetesError:
         return None
+
+
+def operator_namespace(cluster: Cluster, config: KubeConfig | None = None) -> str:
+    """The one rule for OPERATOR_NAMESPACE: as set, else this pod's service account's namespace (the pod's
+    own, which is what gpu-operator sets it to), else the declared default (settings/variables.py)."""
+    return (
+        cluster.operator_namespace or namespace_of_service_account(config or KubeConfig()) or DEFAULT_OPERATOR_NAMESPACE
+    )
 
 
 def _materialise(data: str | None, name: str, workdir: Path, what: str) -> str:

@@ -31,7 +31,7 @@ from typing import Any, Literal
 from driver_container.base.errors import DriverContainerError
 from driver_container.kube.client import KubeClient
 from driver_container.kube.nodereport import PENDING, NodeVerdict, annotation_patch, clear_patch, with_pod
-from driver_container.kube.ownpod import own_pod_name, owner_daemonset, pod_spec
+from driver_container.kube.ownpod import owner_daemonset, pod_spec
 
 log = logging.getLogger(__name__)
 
@@ -103,14 +103,13 @@ def _write(client: KubeClient, decision: StopDecision, node: str, namespace: str
 
 
 def settle_verdict(
-    env: Mapping[str, str],
+    name: str | None,
     node: str,
     namespace: str,
     client_factory: Callable[[], KubeClient],
 ) -> StopDecision:
-    """Ask the API why this pod stops and write the verdict that follows (cleared on a final stop,
-    ``pending`` naming this pod when a replacement comes). Never raises: what is not known is ``unknown``."""
-    name = own_pod_name(env)
+    """Ask the API why pod ``name`` (this one) stops and write the verdict that follows (cleared on a final
+    stop, ``pending`` naming this pod when a replacement comes). Never raises: what is not known is ``unknown``."""
     if name is None:
         return StopDecision("unknown", "this pod's name is not known (POD_NAME, HOSTNAME)")
     decision = StopDecision("unknown", "the API was not asked")

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import os
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal
@@ -33,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from driver_container import project_version
 from driver_container.base.errors import DriverContainerError
 from driver_container.base.records import NamedRecord
+from driver_container.settings import Cluster
 
 if TYPE_CHECKING:
     from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
@@ -129,47 +129,43 @@ def event(verdict: NodeVerdict, node: str, namespace: str, now: datetime.datetim
     }
 
 
-def in_cluster(env: Mapping[str, str]) -> bool:
-    return bool(env.get("NODE_NAME", "").strip()) and bool(env.get("KUBERNETES_SERVICE_HOST") or env.get("KUBECONFIG"))
-
-
 CALL_DEADLINE_S = 1.5  # per call, connect and the whole answer: SIGTERM is answered within 2 s
+ClientFactory = Callable[[Cluster, Callable[[], bool] | None], "KubeClient"]
 
 
-def _client(env: Mapping[str, str], stop: Callable[[], bool] | None = None) -> KubeClient:
+def _client(cluster: Cluster, stop: Callable[[], bool] | None = None) -> KubeClient:
     # Lazy, hot path: every init imports this module (the Node verdict); the client only in a cluster.
     from driver_container.kube.client import KubeClient
     from driver_container.kube.endpoint import KubeConfig
 
     # One short try per call: a slow or absent API must not hold up a node that is otherwise ready, nor a
     # SIGTERM (the waiting init kills its reporting child; --no-wait and a refusal pass ``stop``).
-    return KubeClient.from_env(env, KubeConfig(timeout=CALL_DEADLINE_S, attempts=1), stop=stop)
+    return KubeClient.for_cluster(cluster, KubeConfig(timeout=CALL_DEADLINE_S, attempts=1), stop=stop)
 
 
-def namespace_of(env: Mapping[str, str]) -> str:
-    from driver_container.kube.endpoint import KubeConfig, namespace_of_service_account  # lazy, hot path: as above
+def namespace_of(cluster: Cluster) -> str:
+    from driver_container.kube.endpoint import operator_namespace  # lazy, hot path: as above
 
-    return env.get("OPERATOR_NAMESPACE", "").strip() or namespace_of_service_account(KubeConfig()) or "default"
+    return operator_namespace(cluster)
 
 
 def report(
     verdict: NodeVerdict,
-    env: Mapping[str, str] | None = None,
+    cluster: Cluster,
     *,
-    client_factory: Callable[[Mapping[str, str], Callable[[], bool] | None], KubeClient] = _client,
-    namespace: Callable[[Mapping[str, str]], str] = namespace_of,
+    client_factory: ClientFactory = _client,
+    namespace: Callable[[Cluster], str] = namespace_of,
     stop: Callable[[], bool] | None = None,
 ) -> bool:
     """Annotate the Node (and post an Event on a refusal). True when everything was accepted; never raises.
     ``stop`` (init's ``Shutdown.requested``) ends the call in flight and skips the rest."""
-    e = os.environ if env is None else env
-    if not in_cluster(e):
+    if not cluster.in_cluster or cluster.node_name is None:
         log.debug("not in a cluster (NODE_NAME, KUBERNETES_SERVICE_HOST/KUBECONFIG): node verdict not reported")
         return False
-    node = e["NODE_NAME"].strip()
+    node = cluster.node_name
     failures: list[str] = []
     try:
-        _report_calls(verdict, e, node, client_factory(e, stop), namespace, failures)
+        _report_calls(verdict, cluster, node, client_factory(cluster, stop), namespace, failures)
     except DriverContainerError as exc:  # no usable API configuration
         failures.append(exc.message)
     except Exception as exc:  # a bug must not fail init nor skip its check after Ready (never fatal, above)
@@ -184,20 +180,20 @@ def report(
 
 def _report_calls(
     verdict: NodeVerdict,
-    e: Mapping[str, str],
+    cluster: Cluster,
     node: str,
     client: KubeClient,
-    namespace: Callable[[Mapping[str, str]], str],
+    namespace: Callable[[Cluster], str],
     failures: list[str],
 ) -> None:
     with client:
         if verdict.pod is None:
-            verdict = _own_pod(verdict, e, client, namespace, failures)
+            verdict = _own_pod(verdict, cluster, client, namespace, failures)
         calls: list[tuple[str, Callable[[], None]]] = [
             ("annotate node", lambda: client.patch_node_annotations(node, annotation_patch(verdict)))
         ]
         if verdict.result == REFUSED:
-            ns = namespace(e)
+            ns = namespace(cluster)
             body = event(verdict, node, ns, datetime.datetime.now(datetime.UTC))
             calls.append((f"post an Event in {ns}", lambda: client.create_event(ns, body)))
         for what, call in calls:
@@ -209,18 +205,16 @@ def _report_calls(
 
 def _own_pod(
     verdict: NodeVerdict,
-    e: Mapping[str, str],
+    cluster: Cluster,
     client: KubeClient,
-    namespace: Callable[[Mapping[str, str]], str],
+    namespace: Callable[[Cluster], str],
     failures: list[str],
 ) -> NodeVerdict:
     """``verdict`` with this pod, its image and build (one GET, the call's deadline); unchanged outside a pod."""
-    from driver_container.kube.ownpod import own_pod_name  # lazy, hot path: in a cluster only
-
-    name = own_pod_name(e)
+    name = cluster.pod_name
     if name is None:
         return verdict
-    ns = namespace(e)
+    ns = namespace(cluster)
     try:
         pod = client.get_pod(ns, name)
     except DriverContainerError as exc:
@@ -229,16 +223,13 @@ def _own_pod(
     return with_pod(verdict, ns, name, pod)
 
 
-def clear(
-    env: Mapping[str, str],
-    client_factory: Callable[[Mapping[str, str], Callable[[], bool] | None], KubeClient] = _client,
-) -> bool:
+def clear(cluster: Cluster, client_factory: ClientFactory = _client) -> bool:
     """Remove every ``nvidia-driver-container/`` annotation from this node (``driver-manager uninstall``);
     False outside a cluster. Raises KubernetesError: the person who asked for it is told why not."""
-    if not in_cluster(env):
+    if not cluster.in_cluster or cluster.node_name is None:
         return False
-    node = env["NODE_NAME"].strip()
-    with client_factory(env, None) as client:
+    node = cluster.node_name
+    with client_factory(cluster, None) as client:
         annotations = client.get_node(node).get("metadata", {}).get("annotations")
         client.patch_node_annotations(node, clear_patch(annotations if isinstance(annotations, Mapping) else None))
     log.info("node %s: every %s annotation removed", node, PREFIX)

@@ -3,7 +3,8 @@
 The operator's driver DaemonSet names its containers ``k8s-driver-manager`` (init) and ``nvidia-driver-ctr``
 and sets ``hostPID`` but not ``hostNetwork`` (NVIDIA/gpu-operator ``assets/state-driver/0500_daemonset.yaml``
 and ``manifests/state-driver/0500_daemonset.yaml`` at v26.7.0, 10ee5b3638b8), so a pod's hostname is its
-name: ``POD_NAME`` (a fieldRef some manifests set) wins, ``HOSTNAME`` is the fallback. Pure functions of the
+name: ``POD_NAME`` (a fieldRef some manifests set) wins, ``HOSTNAME`` is the fallback (``settings.Cluster``
+reads them). Pure functions of the
 objects the API answered; the calls live in ``client.py``.
 """
 
@@ -14,15 +15,6 @@ from typing import Any, Final
 
 DRIVER_CONTAINER: Final = "nvidia-driver-ctr"
 MANAGER_CONTAINER: Final = "k8s-driver-manager"
-
-
-def own_pod_name(env: Mapping[str, str]) -> str | None:
-    """This pod's name from the environment, or None outside a pod."""
-    for key in ("POD_NAME", "HOSTNAME"):
-        value = env.get(key, "").strip()
-        if value:
-            return value
-    return None
 
 
 def _mapping(value: object) -> Mapping[str, Any]:

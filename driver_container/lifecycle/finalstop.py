@@ -13,30 +13,31 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
 
 from driver_container.base.paths import HostPaths
 from driver_container.driverroot.unmount import unmount_root
 from driver_container.kube.client import KubeClient
-from driver_container.kube.endpoint import KubeConfig
+from driver_container.kube.endpoint import KubeConfig, operator_namespace
 from driver_container.kube.finalstop import StopDecision, settle_verdict
-from driver_container.kube.nodereport import namespace_of
 from driver_container.runtime.runner import Runner
+from driver_container.settings import Cluster
 
 log = logging.getLogger(__name__)
 
 API_BUDGET_S = 1.0  # every API call of the decision and its patch together
 
 
-def on_signal(paths: HostPaths, runner: Runner, env: Mapping[str, str]) -> StopDecision:
+def on_signal(paths: HostPaths, runner: Runner, cluster: Cluster) -> StopDecision:
     """After the daemons stopped: ask why this pod stops, write the verdict, unmount the root on a final stop."""
     deadline = time.monotonic() + API_BUDGET_S
 
     def client() -> KubeClient:
         left = max(deadline - time.monotonic(), 0.05)
-        return KubeClient.from_env(env, KubeConfig(timeout=left, attempts=1), stop=lambda: time.monotonic() >= deadline)
+        return KubeClient.for_cluster(
+            cluster, KubeConfig(timeout=left, attempts=1), stop=lambda: time.monotonic() >= deadline
+        )
 
-    decision = settle_verdict(env, env["NODE_NAME"].strip(), namespace_of(env), client)
+    decision = settle_verdict(cluster.pod_name, cluster.node_name or "", operator_namespace(cluster), client)
     if decision.kind == "final":
         log.info("final stop (%s): unmounting the published root %s", decision.reason, paths.driver_root)
         unmount_root(paths, runner)

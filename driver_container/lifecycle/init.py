@@ -11,7 +11,6 @@ in ordinary code.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -24,7 +23,7 @@ from driver_container.base.errors import (
 from driver_container.base.paths import HostPaths
 from driver_container.base.records import NamedRecord
 from driver_container.driverroot.procsys import ensure_proc_sys
-from driver_container.kube.nodereport import REFUSED, NodeVerdict, in_cluster, report
+from driver_container.kube.nodereport import REFUSED, NodeVerdict, report
 from driver_container.lifecycle.hostcheck import detect
 from driver_container.lifecycle.modwait import POLL_S, PROGRESS_S, required_modules, wait_for_modules
 from driver_container.lifecycle.publishing import after_ready, check_and_publish, report_ready, require_usable_root
@@ -81,7 +80,8 @@ def run_init_reporting_refusal(
         run_init(paths, settings, runner, options)
     except DriverContainerError as exc:
         # The Node shows why and what to set (a setting's finding names it and its value).
-        report(NodeVerdict(REFUSED, reason=f"{exc.message}; fix: {exc.fix}" if exc.fix else exc.message))
+        reason = f"{exc.message}; fix: {exc.fix}" if exc.fix else exc.message
+        report(NodeVerdict(REFUSED, reason=reason), settings.cluster)
         raise
 
 
@@ -114,10 +114,10 @@ def run_init(paths: HostPaths, settings: Settings, runner: Runner, options: Init
             from driver_container.lifecycle.generic_host import unload_generic  # lazy, hot path: not on Talos
 
             unload_generic(paths, settings, started.runner.stoppable(None), started.platform)  # after the signal
-        if shutdown.requested and lock.held and not opts.no_wait and in_cluster(os.environ):
+        if shutdown.requested and lock.held and not opts.no_wait and settings.cluster.in_cluster:
             from driver_container.lifecycle.finalstop import on_signal  # lazy, hot path: a signal in a cluster only
 
-            on_signal(paths, started.runner.stoppable(None), os.environ)  # a final stop unmounts DRIVER_ROOT
+            on_signal(paths, started.runner.stoppable(None), settings.cluster)  # a final stop unmounts DRIVER_ROOT
         lock.release()
         shutdown.restore()
 
@@ -178,13 +178,14 @@ def _init_stages(
     if opts.no_wait:
         log.info("Done (--no-wait): driver root published at %s", paths.driver_root)
         # After Ready: the Node's annotations are not on its critical path; a signal ends the call in flight.
-        report_ready(published, stop=lambda: shutdown.requested)
+        report_ready(published, settings.cluster, stop=lambda: shutdown.requested)
         return
     log.info("Done, now waiting for signal")
     # Once, in a child: annotate the Node, then (nice 19, SCHED_IDLE) hash the published root against its
     # manifest. Readiness stays Ready whatever it finds: flipping it would restart consumers over a file
     # they may not even load; the error is logged and `status` reports it.
-    started.after_ready = BackgroundChild(lambda: after_ready(paths, published), "Node report and root check")
+    child = "Node report and root check"
+    started.after_ready = BackgroundChild(lambda: after_ready(paths, published, settings.cluster), child)
     _wait_for_signal(paths, shutdown, started.daemon, started.fabric, started.after_ready)
 
 

@@ -25,10 +25,11 @@ PEERMEM = "nvidia_peermem"
 MODULES_LIMIT = 4 << 20  # as peermem.probe's bounded read; a real /proc/modules is a few KiB
 
 
-def procfs_root(environ: os._Environ[str] | dict[str, str]) -> str:
-    """PROCFS_ROOT as HostPaths.from_env reads it (empty means the default). Not typed ``Mapping``:
-    ``collections.abc`` alone costs a tenth of the probe's floor."""
-    return environ.get(PROCFS_ENV) or PROCFS_DEFAULT
+def procfs_root(environ: os._Environ[str] | dict[str, str] | None = None) -> str:
+    """PROCFS_ROOT as HostPaths.from_env reads it (empty means the default), from this process's environment
+    unless given: the one reader outside settings/, for the probe's floor (docs/configuration.md). Not typed
+    ``Mapping``: ``collections.abc`` alone costs a tenth of the probe's floor."""
+    return (os.environ if environ is None else environ).get(PROCFS_ENV) or PROCFS_DEFAULT
 
 
 def passes_at_a_glance(procfs: str) -> bool | None:

@@ -29,7 +29,7 @@ from driver_container.findings import check
 from driver_container.lifecycle.hostcheck import check_host, loaded_version
 from driver_container.runtime.runner import Runner
 from driver_container.runtime.supervise import Shutdown, lowest_priority, run_in_child
-from driver_container.settings import Settings
+from driver_container.settings import Cluster, Settings
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -112,7 +112,7 @@ def require_usable_root(paths: HostPaths, runner: Runner) -> None:
     )
 
 
-def report_ready(published: Published, stop: Callable[[], bool] | None = None) -> None:
+def report_ready(published: Published, cluster: Cluster, stop: Callable[[], bool] | None = None) -> None:
     """Annotate the Node (after ``Ready``); a no-op outside a cluster, never fatal, 1.5 s at most; ``stop``
     (init's ``Shutdown.requested``) ends it within 50 ms of a signal."""
     from driver_container.kube.nodereport import READY, NodeVerdict, report  # lazy, hot path: after Ready
@@ -122,7 +122,8 @@ def report_ready(published: Published, stop: Callable[[], bool] | None = None) -
     # Warnings reach the Node too: a module parameter the running module does not have as requested
     # (PARAMETER_DIFFERS) is otherwise a log line nobody reads.
     warnings = "; ".join(f"{f.code}: {f.message}" for f in check(state) if f.severity == "warning") or None
-    report(NodeVerdict(READY, published.version, flavour, state.module_files_source, warnings=warnings), stop=stop)
+    verdict = NodeVerdict(READY, published.version, flavour, state.module_files_source, warnings=warnings)
+    report(verdict, cluster, stop=stop)
 
 
 def check_published_root(paths: HostPaths) -> bool:
@@ -132,9 +133,9 @@ def check_published_root(paths: HostPaths) -> bool:
     return check_integrity_and_record(paths).ok
 
 
-def after_ready(paths: HostPaths, published: Published) -> bool:
+def after_ready(paths: HostPaths, published: Published, cluster: Cluster) -> bool:
     """In the background child of a waiting ``init``: the Node's annotations at normal priority (consumers
     and people look for them), then the hashing at the lowest (nice 19, SCHED_IDLE)."""
-    report_ready(published)
+    report_ready(published, cluster)
     lowest_priority()
     return check_published_root(paths)

@@ -46,7 +46,8 @@ from driver_container.manager.labels import (
     restore_patch,
 )
 from driver_container.runtime.runner import MODULE_TOOLS, Runner
-from driver_container.settings import Settings
+from driver_container.settings import Cluster, Settings
+from driver_container.settings.variables import BY_NAME, DEFAULT_OPERATOR_NAMESPACE
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +55,12 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class ManagerOptions:
     node_name: str
-    operator_namespace: str = "gpu-operator"  # stock default of OPERATOR_NAMESPACE
+    # The defaults are the variables' (settings/variables.py); the CLI builds these from them.
+    operator_namespace: str = DEFAULT_OPERATOR_NAMESPACE
     driver_config_digest: str | None = None
     force_reinstall: bool = False
-    host_driver_delay: float = 60.0  # stock: sleep 60 s before failing, while the pod is replaced
-    pod_wait_timeout: float = 300.0  # stock grace period per operand: 5 minutes
+    host_driver_delay: float = float(BY_NAME["HOST_DRIVER_DELAY"].default)  # stock: 60 s, then fail
+    pod_wait_timeout: float = float(BY_NAME["OPERAND_WAIT_TIMEOUT"].default)  # stock: 5 minutes per operand
     poll_interval: float = 5.0
     custom_operand_label: str | None = None  # NODE_LABEL_FOR_GPU_POD_EVICTION: paused and restored too
 
@@ -121,7 +123,7 @@ def hand_verdict_to_init(
 
 
 def disable_container_driver(
-    api: NodeApi, options: ManagerOptions, facts: NodeFacts, sleep: Callable[[float], None]
+    api: NodeApi, options: ManagerOptions, cluster: Cluster, facts: NodeFacts, sleep: Callable[[float], None]
 ) -> None:
     log.warning(
         "the host provides NVIDIA userspace (%s exists and is executable): the driver is pre-installed, "
@@ -134,7 +136,7 @@ def disable_container_driver(
         relabel_command(options.node_name),
     )
     api.patch_node_labels(options.node_name, {DRIVER_DEPLOY_LABEL: PRE_INSTALLED})
-    verdicts.mark_pre_installed(options.node_name, facts.host_smi)  # no longer ready (never fatal)
+    verdicts.mark_pre_installed(cluster, options.node_name, facts.host_smi)  # no longer ready (never fatal)
     sleep(options.host_driver_delay)  # stock behaviour: give the operator time to delete this pod
     raise HostDriverPresentError(
         f"host nvidia-smi {facts.host_smi} found: the node has a pre-installed driver; "
@@ -221,12 +223,12 @@ def run_uninstall(
     facts = facts or gather_facts(paths, settings)
     if facts.platform != "talos":
         return f"not a Talos node ({facts.platform_evidence}): the stock k8s-driver-manager applies here; nothing to do"
-    verdicts.mark_pending()  # before anything else: an earlier pod's ready must not stand (never fatal)
+    verdicts.mark_pending(settings.cluster)  # before anything else: an earlier pod's ready must not stand (never fatal)
     runner = runner.forbid(MODULE_TOOLS)  # Talos owns the modules: no code path may unload one
     api = api_factory()
-    heal.heal_stale_pod(api, options, settings.pod_name, facts, paths, sleep=sleep)  # a stale pod goes
+    heal.heal_stale_pod(api, options, settings.cluster.pod_name, facts, paths, sleep=sleep)  # a stale pod goes
     if facts.host_smi is not None:
-        disable_container_driver(api, options, facts, sleep)
+        disable_container_driver(api, options, settings.cluster, facts, sleep)
     note = version_note(facts)
     if note:
         log.info("%s", note)

@@ -11,18 +11,18 @@ modules: the runner refuses modprobe, rmmod and insmod, so nothing is ever unloa
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 
 from driver_container.base.errors import PublishError
 from driver_container.base.paths import HostPaths
 from driver_container.driverroot.unmount import mounted_at_or_below, unmount_root
 from driver_container.kube import nodereport
 from driver_container.runtime.runner import MODULE_TOOLS, Runner
+from driver_container.settings import Cluster
 
 log = logging.getLogger(__name__)
 
 
-def run_remove(paths: HostPaths, runner: Runner, env: Mapping[str, str]) -> str:
+def run_remove(paths: HostPaths, runner: Runner, cluster: Cluster) -> str:
     """Unmount DRIVER_ROOT and clear the node's verdict; a one-line summary. PublishError when a mount is
     left, KubernetesError when the API refuses the annotations."""
     runner = runner.forbid(MODULE_TOOLS)
@@ -35,9 +35,9 @@ def run_remove(paths: HostPaths, runner: Runner, env: Mapping[str, str]) -> str:
             fix=f"see the warnings above; on the host: umount -l -R {paths.host_driver_root}, or reboot the node",
         )
     root = f"unmounted {', '.join(unmounted)}" if unmounted else f"nothing mounted at {paths.driver_root}"
-    cleared = nodereport.clear(env)
+    cleared = nodereport.clear(cluster)
     verdict = (
-        f"node {env['NODE_NAME'].strip()}: {nodereport.PREFIX}* annotations removed"
+        f"node {cluster.node_name}: {nodereport.PREFIX}* annotations removed"
         if cleared
         else "not in a cluster (NODE_NAME, KUBERNETES_SERVICE_HOST/KUBECONFIG): no annotation touched"
     )

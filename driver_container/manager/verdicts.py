@@ -14,16 +14,17 @@ from pathlib import PurePosixPath
 from driver_container.kube.nodereport import PENDING, PRE_INSTALLED, NodeVerdict, report
 from driver_container.manager.labels import DRIVER_DEPLOY_LABEL, relabel_command
 from driver_container.manager.labels import PRE_INSTALLED as PRE_INSTALLED_LABEL
+from driver_container.settings import Cluster
 
 
-def mark_pending() -> bool:
-    return report(NodeVerdict(PENDING, reason="driver-manager started this pod; init has not answered yet"))
+def mark_pending(cluster: Cluster) -> bool:
+    return report(NodeVerdict(PENDING, reason="driver-manager started this pod; init has not answered yet"), cluster)
 
 
-def mark_pre_installed(node: str, host_smi: PurePosixPath | None) -> bool:
+def mark_pre_installed(cluster: Cluster, node: str, host_smi: PurePosixPath | None) -> bool:
     reason = (
         f"host nvidia-smi {host_smi} found: the driver is pre-installed, node labelled "
         f"{DRIVER_DEPLOY_LABEL}={PRE_INSTALLED_LABEL}; to use the driver container, remove the NVIDIA "
         f"userspace extension, then run `{relabel_command(node)}`"
     )
-    return report(NodeVerdict(PRE_INSTALLED, reason=reason))
+    return report(NodeVerdict(PRE_INSTALLED, reason=reason), cluster)

@@ -34,7 +34,7 @@ from driver_container.formats.userspace_layout import DIGEST_INDEX
 from driver_container.publish.rootdir import prepare_driver_root
 from driver_container.runtime import statusfiles
 from driver_container.runtime.dirtree import Tree
-from driver_container.runtime.runner import Runner
+from driver_container.runtime.runner import Runner, children_search_path
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ def publish_inputs(paths: HostPaths, version: str) -> str | None:
         return None
     code = [(f"{d}/{e.name}", _identity(Path(e.path))) for d in PLANNING_CODE for e in _modules(PACKAGE / d)]
     userspace = os.path.realpath(paths.userspace.path)
-    return json.dumps([version, userspace, index, code, os.environ.get("PATH", "")], separators=(",", ":"))
+    return json.dumps([version, userspace, index, code, children_search_path()], separators=(",", ":"))
 
 
 def _modules(directory: Path) -> list[os.DirEntry[str]]:

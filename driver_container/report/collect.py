@@ -57,12 +57,12 @@ def collect_report(
     paths: HostPaths,
     options: ReportOptions,
     status_json: Callable[[], str],
-    env: Mapping[str, str],
+    env: Mapping[str, str] | None,
     cleanup: SignalCleanup | None = None,
 ) -> bytes:
     """The archive's bytes. ``status_json``: what ``status --json`` prints (``status_document``), run in a child.
     ``cleanup``: where each process group started and the script's directory are registered, so that a
-    termination signal ends and removes them (the CLI's)."""
+    termination signal ends and removes them (the CLI's). ``env``: None for this process's."""
     started = time.time()
     budget = Budget(options.total_cap, options.deadline_s)
     members: list[Member] = []

@@ -40,6 +40,12 @@ MODULE_TOOLS = frozenset({"modprobe", "rmmod", "insmod"})
 STOP_POLL_S = 0.1
 
 
+def children_search_path() -> str:
+    """The PATH this process's children inherit (``Runner`` hands them its environment): an input of the
+    unchanged-publish check (publish/unchanged.py)."""
+    return os.environ.get("PATH", "")
+
+
 class CompletedCommand(NamedRecord):
     argv: tuple[str, ...]
     returncode: int

@@ -36,6 +36,7 @@ from driver_container.base.errors import KubernetesError
 from driver_container.kube.client import KubeClient
 from driver_container.kube.endpoint import Endpoint, KubeConfig
 from driver_container.kube.nodereport import READY, NodeVerdict, report
+from driver_container.settings import Cluster
 
 TOKEN = "hostile-api-token-value"
 NODE = "node-1"
@@ -321,7 +322,10 @@ def test_an_answer_beyond_the_cap_is_not_read(api: Api, mode: str) -> None:
 def test_the_node_report_survives_a_malformed_answer(api: Api, mode: str, caplog: pytest.LogCaptureFixture) -> None:
     api.mode = mode
     env = {"NODE_NAME": NODE, "KUBERNETES_SERVICE_HOST": "set"}
-    assert report(NodeVerdict(READY, "595.91.07"), env, client_factory=lambda e, *_: _client(api)) is False
+    assert (
+        report(NodeVerdict(READY, "595.91.07"), Cluster.from_env(env), client_factory=lambda e, *_: _client(api))
+        is False
+    )
     (warning,) = [r for r in caplog.records if r.levelname == "WARNING"]
     assert "init carries on" in warning.getMessage() and "malformed answer" in warning.getMessage()
 
@@ -353,7 +357,10 @@ def test_a_redirect_is_refused_with_its_body_unread(api: Api, mode: str) -> None
 def test_the_node_report_survives_a_redirect(api: Api, caplog: pytest.LogCaptureFixture) -> None:
     api.mode = "redirect_truncated"
     env = {"NODE_NAME": NODE, "KUBERNETES_SERVICE_HOST": "set"}
-    assert report(NodeVerdict(READY, "595.91.07"), env, client_factory=lambda e, *_: _client(api)) is False
+    assert (
+        report(NodeVerdict(READY, "595.91.07"), Cluster.from_env(env), client_factory=lambda e, *_: _client(api))
+        is False
+    )
     (warning,) = [r for r in caplog.records if r.levelname == "WARNING"]
     assert "init carries on" in warning.getMessage() and "302 Found" in warning.getMessage()
 
@@ -407,7 +414,9 @@ def test_a_kubeconfig_file_that_is_a_fifo_is_refused_at_once(
         kubeconfig.write_text(json.dumps(doc))
 
     def call() -> None:
-        with KubeClient.from_env({"KUBECONFIG": str(kubeconfig)}, KubeConfig(timeout=2, attempts=1)) as client:
+        with KubeClient.for_cluster(
+            Cluster.from_env({"KUBECONFIG": str(kubeconfig)}), KubeConfig(timeout=2, attempts=1)
+        ) as client:
             client.get_node(NODE)
 
     started = time.monotonic()
@@ -428,7 +437,7 @@ def test_an_in_cluster_ca_that_is_a_fifo_is_refused(api: Api, tmp_path: Path) ->
     env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": api.url.rsplit(":", 1)[1]}
     config = KubeConfig(service_account_dir=account, timeout=2, attempts=1)
     with pytest.raises(KubernetesError, match="certificate-authority is not a regular file"):
-        KubeClient.from_env(env, config).get_node(NODE)
+        KubeClient.for_cluster(Cluster.from_env(env), config).get_node(NODE)
     assert api.seen == []
 
 
@@ -443,7 +452,7 @@ def test_no_token_is_sent_over_http(plain_api: Api, tmp_path: Path, user: dict[s
     config = KubeConfig(timeout=2, attempts=1)
     with (
         pytest.raises(KubernetesError, match="only over https://") as caught,
-        KubeClient.from_env({"KUBECONFIG": str(kubeconfig)}, config) as client,
+        KubeClient.for_cluster(Cluster.from_env({"KUBECONFIG": str(kubeconfig)}), config) as client,
     ):
         client.get_node(NODE)
     assert plain_api.seen == [], "a request reached the plain-HTTP server"

@@ -141,7 +141,7 @@ def test_config_digest_with_newlines_and_metacharacters(tmp_path: Path, digest: 
     assert not marker.exists()
     assert done.returncode in (0, 2), done.stderr  # stored verbatim, or refused as a usage error
     if done.returncode == 0:
-        # settings.py strips surrounding whitespace; the rest is stored byte for byte, in RUN_DIR only.
+        # settings/ strips surrounding whitespace; the rest is stored byte for byte, in RUN_DIR only.
         assert (h.run_dir / "nvidia-driver.state").read_text() == value.strip()
         assert not (Path("/") / "RUN_DIR=").exists()
 

@@ -27,7 +27,7 @@ from driver_container.manager.facts import NodeFacts
 from driver_container.manager.labels import PAUSED
 from driver_container.manager.manager import ManagerOptions, run_uninstall
 from driver_container.runtime.runner import Runner
-from driver_container.settings import Settings
+from driver_container.settings import Cluster, Settings
 
 
 class Sleeps(list[float]):
@@ -192,7 +192,7 @@ def test_in_cluster_config_over_tls_with_the_service_account_ca(
     (sa / "namespace").write_text("gpu-operator\n")
     port = srv.url.rsplit(":", 1)[1]
     env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": port}
-    with KubeClient.from_env(env, KubeConfig(service_account_dir=sa, timeout=5)) as client:
+    with KubeClient.for_cluster(Cluster.from_env(env), KubeConfig(service_account_dir=sa, timeout=5)) as client:
         assert client.node_labels(NODE) == {"a": "b"}
     assert srv.state.requests[0].headers["Authorization"] == f"Bearer {TOKEN}"
 
@@ -204,7 +204,10 @@ def test_in_cluster_without_the_ca_refuses_the_self_signed_server(
     (tmp_path / "token").write_text(TOKEN)
     env = {"KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": srv.url.rsplit(":", 1)[1]}
     cfg = KubeConfig(service_account_dir=tmp_path, timeout=5, attempts=1)
-    with KubeClient.from_env(env, cfg) as client, pytest.raises(KubernetesError, match="TLS verification failed"):
+    with (
+        KubeClient.for_cluster(Cluster.from_env(env), cfg) as client,
+        pytest.raises(KubernetesError, match="TLS verification failed"),
+    ):
         client.get_node(NODE)
 
 
@@ -227,7 +230,7 @@ def test_kubeconfig_with_embedded_ca_and_client_certificate(
         "users:\n- name: admin@talos\n  user:\n"
         "    client-certificate-data: " + b64(client_cert) + "\n    client-key-data: " + b64(client_key) + "\n"
     )
-    client = KubeClient.from_env({"KUBECONFIG": str(kubeconfig)}, KubeConfig(timeout=5))
+    client = KubeClient.for_cluster(Cluster.from_env({"KUBECONFIG": str(kubeconfig)}), KubeConfig(timeout=5))
     workdir = client._workdir
     assert workdir is not None and sorted(p.name for p in workdir.iterdir()) == ["ca.crt", "client.crt", "client.key"]
     assert oct((workdir / "client.key").stat().st_mode & 0o777) == "0o600"
@@ -254,7 +257,7 @@ def test_insecure_skip_tls_verify_is_refused_before_any_request(
     )
     before = set(tempfile_dirs())
     with pytest.raises(KubernetesError, match="insecure-skip-tls-verify") as caught:
-        KubeClient.from_env({"KUBECONFIG": str(kubeconfig)}, KubeConfig(timeout=5))
+        KubeClient.for_cluster(Cluster.from_env({"KUBECONFIG": str(kubeconfig)}), KubeConfig(timeout=5))
     assert caught.value.fix is not None and "certificate-authority" in caught.value.fix
     assert srv.state.requests == []  # nothing, and so no token, was sent
     assert set(tempfile_dirs()) == before  # no decoded material left behind
@@ -268,7 +271,7 @@ def tempfile_dirs() -> list[str]:
 
 def test_no_configuration_at_all_is_a_clear_error() -> None:
     with pytest.raises(KubernetesError, match="KUBECONFIG and KUBERNETES_SERVICE_HOST are both unset"):
-        KubeClient.from_env({})
+        KubeClient.for_cluster(Cluster())
 
 
 # -- driver-manager through the client ------------------------------------------------------------

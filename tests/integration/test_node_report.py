@@ -22,7 +22,7 @@ from driver_container.kube.client import KubeClient
 from driver_container.kube.endpoint import KubeConfig
 from driver_container.kube.nodereport import PREFIX, READY, REFUSED, NodeVerdict, event, report
 from driver_container.lifecycle.publishing import Published, report_ready
-from driver_container.settings import Settings
+from driver_container.settings import Cluster, Settings
 
 ENV = {"NODE_NAME": NODE, "KUBERNETES_SERVICE_HOST": "set-so-in-cluster"}
 REFUSAL = NodeVerdict(
@@ -51,7 +51,7 @@ def _factory(server: Server) -> object:
 
 
 def _report(server: Server, verdict: NodeVerdict) -> bool:
-    return report(verdict, ENV, client_factory=_factory(server), namespace=lambda env: NS)  # type: ignore[arg-type]
+    return report(verdict, Cluster.from_env(ENV), client_factory=_factory(server), namespace=lambda c: NS)  # type: ignore[arg-type]
 
 
 def test_ready_annotates_the_node_and_posts_no_event(api: Server) -> None:
@@ -91,7 +91,7 @@ def test_a_ready_init_reports_parameter_differs_on_the_node(
     tree = tmp_path / "host"
     shutil.copytree(FIXTURES / "hosts/talos-1.13-parameter-differs", tree, symlinks=True)
     state = inspect_host(fixture_paths(tree), Settings())
-    report_ready(Published(state, "595.91.07"))
+    report_ready(Published(state, "595.91.07"), Cluster.from_env(ENV))
     assert api.state.annotations[f"{PREFIX}result"] == "ready"
     assert api.state.annotations[f"{PREFIX}warnings"] == (
         "PARAMETER_DIFFERS: nvidia_uvm: uvm_perf_prefetch_enable is 1 in the running kernel but 0 is requested; "
@@ -130,12 +130,13 @@ def test_an_unreachable_api_logs_once_within_the_timeout(caplog: pytest.LogCaptu
 
 
 def test_outside_a_cluster_nothing_is_called_or_imported(api: Server) -> None:
-    assert report(REFUSAL, {"NODE_NAME": NODE}, client_factory=_factory(api)) is False  # type: ignore[arg-type]
-    assert report(REFUSAL, {"KUBERNETES_SERVICE_HOST": "x"}, client_factory=_factory(api)) is False  # type: ignore[arg-type]
+    assert report(REFUSAL, Cluster.from_env({"NODE_NAME": NODE}), client_factory=_factory(api)) is False  # type: ignore[arg-type]
+    assert report(REFUSAL, Cluster.from_env({"KUBERNETES_SERVICE_HOST": "x"}), client_factory=_factory(api)) is False  # type: ignore[arg-type]
     assert api.state.requests == []
     code = (
         "import sys; from driver_container.kube.nodereport import report, NodeVerdict; "
-        "report(NodeVerdict('ready'), {}); assert 'requests' not in sys.modules"
+        "from driver_container.settings import Cluster; "
+        "report(NodeVerdict('ready'), Cluster()); assert 'requests' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=30)
 

@@ -27,6 +27,7 @@ from helpers.tls import self_signed
 from driver_container.kube.client import KubeClient
 from driver_container.kube.endpoint import Endpoint, KubeConfig
 from driver_container.kube.nodereport import PREFIX, REFUSED, NodeVerdict, report
+from driver_container.settings import Cluster
 
 MANIFEST = REPO / "docs/deploy/driver-events-rbac.yaml"
 RELEASES = ("v1.13.9", "v1.14.0-rc.1")
@@ -120,7 +121,7 @@ def test_each_pool_posts_its_refusal_event_only_with_the_manifest(
     for namespace, account in accounts:
         assert namespace == NS  # where init posts its Event (OPERATOR_NAMESPACE, default its own)
         factory = _client_with(url, ca, f"token-{account}")
-        assert report(REFUSAL, ENV, client_factory=factory, namespace=lambda env: NS) is applied
+        assert report(REFUSAL, Cluster.from_env(ENV), client_factory=factory, namespace=lambda c: NS) is applied
     assert state.users == [service_account_user(ns, sa) for ns, sa in accounts for _ in range(2)]
     assert state.annotations[f"{PREFIX}result"] == "refused"  # the operator's ClusterRole: patch nodes
     posts = [r for r in state.requests if r.method == "POST"]

@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import copy
 import functools
-import inspect
 import os
 import re
 import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
-from types import ModuleType
 from typing import Any, NamedTuple
 
 import pytest
@@ -61,9 +59,8 @@ from driver_container.formats.kernel.sysfs import FIRMWARE_PATH_PARAM as FIRMWAR
 from driver_container.formats.modconf import conf_file_name
 from driver_container.formats.userspace_layout import IMAGE_FIRMWARE_DIRS
 from driver_container.inspect.hoststate import NVIDIA_MODULES
-from driver_container.kube import client as kube
-from driver_container.kube import endpoint, nodereport
 from driver_container.report.environment import settings_env_names
+from driver_container.settings import variables
 
 pytestmark = pytest.mark.timeout(180)  # ~20 renders of ~0.6 s, run 8 at a time, once per module
 
@@ -312,14 +309,6 @@ def test_every_node_gets_exactly_one_driver_daemonset(renders: dict[str, Rendere
 # (c) docs/configuration.md "What the operator passes"
 
 
-def _names_in_source(*modules: ModuleType) -> frozenset[str]:
-    """Environment names a module reads as ``env.get("NAME"...)`` or ``env["NAME"]``."""
-    found: set[str] = set()
-    for module in modules:
-        found |= set(re.findall(r'(?:\.get\(|\[)"([A-Z][A-Z0-9_]+)"', inspect.getsource(module)))
-    return frozenset(found)
-
-
 def _envvars(app: typer.Typer) -> frozenset[str]:
     _register_commands()
     command: Any = typer.main.get_command(app)
@@ -337,8 +326,9 @@ def env_readers(probe_script: str) -> dict[str, frozenset[str]]:
         "HOST_ROOTS": frozenset(r.env for r in HOST_ROOTS),
         "Settings": frozenset(settings_env_names()),
         "driver-manager": frozenset(manager_cmd.ENV_NAMES),
-        "node report": _names_in_source(nodereport, endpoint, kube),
-        "CLI options": _envvars(driver_app) | _envvars(manager_cmd.app),
+        "node report": frozenset(variables.names("cluster")),
+        # The global options' variables: typer's for the roots, the reader's for logging (settings/resolve.py).
+        "CLI options": _envvars(driver_app) | _envvars(manager_cmd.app) | frozenset(variables.names("logging")),
         "startup probe": frozenset(re.findall(r"\$\{([A-Z][A-Z0-9_]+):-", probe_script)),  # its inputs
     }
 

@@ -37,7 +37,7 @@ from driver_container.lifecycle.publishing import Published, report_ready
 from driver_container.manager.facts import NodeFacts
 from driver_container.manager.manager import ManagerOptions, run_uninstall
 from driver_container.runtime.runner import Runner
-from driver_container.settings import Settings
+from driver_container.settings import Cluster, Settings
 
 POD = "nvidia-driver-daemonset-x7k2p"
 DS = "nvidia-driver-daemonset"
@@ -113,7 +113,7 @@ def test_the_manager_marks_pending_first_and_a_refused_init_never_says_ready(
     options = ManagerOptions(node_name=NODE, operator_namespace=NS, driver_config_digest="d")
     run_uninstall(
         HostPaths(run_dir=tmp_path / "run"),
-        Settings(),
+        Settings(cluster=Cluster.from_env(IN_CLUSTER)),
         options,
         runner=Runner(),
         api_factory=lambda: _client(cluster),
@@ -160,7 +160,7 @@ def test_the_manager_marks_pending_first_and_a_refused_init_never_says_ready(
 def test_a_ready_verdict_carries_pod_image_and_build(cluster: Server) -> None:
     cluster.state.objects[POD_PATH] = _pod()
     state = inspect_host(fixture_paths(FIXTURES / "hosts" / "talos-1.13-open-595"), Settings())
-    report_ready(Published(state, "595.91.07"))
+    report_ready(Published(state, "595.91.07"), Cluster.from_env(os.environ))
     ann = cluster.state.annotations
     assert ann[f"{PREFIX}result"] == "ready"
     assert ann[f"{PREFIX}pod"] == f"{NS}/{POD}"
@@ -176,7 +176,7 @@ def test_the_pre_installed_relabel_replaces_a_ready_verdict(cluster: Server, tmp
     with pytest.raises(HostDriverPresentError):
         run_uninstall(
             HostPaths(run_dir=tmp_path),
-            Settings(),
+            Settings(cluster=Cluster.from_env(IN_CLUSTER)),
             options,
             runner=Runner(),
             api_factory=lambda: _client(cluster),
@@ -205,7 +205,7 @@ def mounted_root(tmp_path: Path) -> Iterator[HostPaths]:
 def _on_signal(paths: HostPaths) -> str:
     from driver_container.lifecycle.finalstop import on_signal
 
-    return on_signal(paths, Runner(), dict(os.environ)).kind
+    return on_signal(paths, Runner(), Cluster.from_env(os.environ)).kind
 
 
 def _verdict(server: Server) -> None:

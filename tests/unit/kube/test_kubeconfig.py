@@ -159,7 +159,9 @@ def test_in_cluster_path_never_imports_yaml(tmp_path: Path) -> None:
     script = (
         "import sys\nfrom pathlib import Path\n"
         "from driver_container.kube.client import KubeClient, KubeConfig\n"
-        "c = KubeClient.from_env({'KUBERNETES_SERVICE_HOST': '10.96.0.1', 'KUBERNETES_SERVICE_PORT': '443'}, "
+        "from driver_container.settings import Cluster\n"
+        "cluster = Cluster.from_env({'KUBERNETES_SERVICE_HOST': '10.96.0.1', 'KUBERNETES_SERVICE_PORT': '443'})\n"
+        "c = KubeClient.for_cluster(cluster, "
         f"KubeConfig(service_account_dir=Path({str(sa)!r})))\n"
         "print(c.endpoint.server, 'yaml' in sys.modules)"
     )

@@ -1,10 +1,10 @@
-"""This pod's name, owner and images from the objects the API answers (kube/ownpod.py)."""
+"""This pod's owner and images from the objects the API answers (kube/ownpod.py)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from driver_container.kube.ownpod import image_id, images, own_pod_name, owner_daemonset
+from driver_container.kube.ownpod import image_id, images, owner_daemonset
 
 POD: dict[str, Any] = {
     "metadata": {
@@ -20,12 +20,6 @@ POD: dict[str, Any] = {
     },
     "status": {"containerStatuses": [{"name": "nvidia-driver-ctr", "imageID": "r/d@sha256:" + "ab" * 32}]},
 }
-
-
-def test_pod_name_prefers_pod_name_then_hostname() -> None:
-    assert own_pod_name({"POD_NAME": "a", "HOSTNAME": "b"}) == "a"
-    assert own_pod_name({"POD_NAME": " ", "HOSTNAME": "b"}) == "b"
-    assert own_pod_name({}) is None
 
 
 def test_owner_is_the_controlling_daemonset_only() -> None:

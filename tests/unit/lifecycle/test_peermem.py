@@ -57,10 +57,10 @@ def test_probe_command_exit_codes(scenario: str, code: int) -> None:
 @pytest.mark.parametrize(("scenario", "code"), [("peermem-missing", 1), ("no-mellanox", 0), ("peermem-talos", 0)])
 def test_fast_path_without_typer(scenario: str, code: int) -> None:
     script = (
-        "import sys\nfrom driver_container.lifecycle.peermem import probe\n"
+        "import os, sys\nfrom driver_container.lifecycle.peermem import probe\n"
         "from driver_container.base.paths import HostPaths\n"
         "heavy = {'typer', 'elftools', 'requests', 'zstandard', 'subprocess'} & set(sys.modules)\n"
-        "assert not heavy, heavy\nsys.exit(0 if probe(HostPaths.from_env())[0] else 1)"
+        "assert not heavy, heavy\nsys.exit(0 if probe(HostPaths.from_env(os.environ))[0] else 1)"
     )
     env = {**os.environ, "PROCFS_ROOT": str(NODE_FIXTURES / scenario / "proc")}
     done = subprocess.run(

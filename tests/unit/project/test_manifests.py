@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import os
 import re
 import shutil
@@ -17,7 +16,7 @@ from helpers.support import REPO, ROUTE_AND_REFERENCE_PAGES, require_module
 from driver_container.base.paths import ENV_NAMES, HostPaths
 from driver_container.cli import _register_commands, manager_cmd
 from driver_container.cli.app import app as driver_app
-from driver_container.settings import Settings
+from driver_container.settings import variables
 
 yaml = require_module("yaml")  # PyYAML is in the test extra; the package itself never needs it
 
@@ -50,10 +49,9 @@ def _envvars(command: Any) -> set[str]:
 
 
 def known_env_names() -> set[str]:
-    settings_names = set(re.findall(r'"([A-Z][A-Z0-9_]+)"', inspect.getsource(Settings.from_env)))
     return (
         set(ENV_NAMES)
-        | settings_names
+        | set(variables.names())
         | set(manager_cmd.ENV_NAMES)
         | _envvars(_commands(driver_app))
         | _envvars(_commands(manager_cmd.app))

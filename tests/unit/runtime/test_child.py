@@ -56,9 +56,11 @@ def test_after_ready_reports_the_node_before_dropping_to_the_lowest_priority(
             out.write(f"{step} {os.nice(0)}\n")
         return True
 
-    monkeypatch.setattr(publishing, "report_ready", lambda published: note("report"))
+    monkeypatch.setattr(publishing, "report_ready", lambda published, cluster: note("report"))
     monkeypatch.setattr(publishing, "check_published_root", lambda paths: note("check"))
-    child = BackgroundChild(lambda: publishing.after_ready(cast(Any, None), cast(Any, None)), "after Ready")
+    child = BackgroundChild(
+        lambda: publishing.after_ready(cast(Any, None), cast(Any, None), cast(Any, None)), "after Ready"
+    )
     for _ in range(100):  # bounded: 10 s at most
         select.select([child], [], [], 0.1)
         if child.collect():

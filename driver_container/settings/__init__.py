@@ -1,18 +1,38 @@
-"""Behaviour knobs read from the environment (the operator's and the user's ``driver.env``).
-
-Paths live in ``paths.HostPaths``; everything else that changes behaviour lives here, parsed once.
+"""The project's configuration, read from the environment once per process (the operator's and the user's
+``driver.env``): ``Settings`` the behaviour knobs and the cluster identity, ``settings/resolve.py`` a whole
+command's configuration. Every variable is declared once in ``settings/variables.py``; paths live in
+``base/paths.HostPaths``.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Literal, TypeVar, get_args
+from typing import Literal, get_args
 
-from driver_container.base.errors import UsageError
 from driver_container.base.records import NamedRecord
 from driver_container.formats.kernel.nvidia_proc import ModuleFlavour
-from driver_container.formats.numbers import is_ascii_name, parse_decimal_seconds
+from driver_container.formats.numbers import is_ascii_name
+from driver_container.settings import variables as v
+from driver_container.settings.variables import FABRIC_OVERRIDE_PREFIX, parse_bool, parse_choice, parse_seconds
+
+__all__ = [
+    "DAEMON_CHOICES",
+    "FABRIC_OVERRIDE_PREFIX",
+    "MODULE_TYPE_CHOICES",
+    "PLATFORM_CHOICES",
+    "ROOT_PROCFS_CHOICES",
+    "Cluster",
+    "DaemonChoice",
+    "ModuleTypeChoice",
+    "PlatformChoice",
+    "RootProcfsChoice",
+    "Settings",
+    "fabric_overrides_from_env",
+    "parse_bool",
+    "parse_choice",
+    "parse_seconds",
+]
 
 # Fixed-choice knobs as Literal types, so mypy checks every comparison with them.
 PlatformChoice = Literal["auto", "talos", "generic"]  # DRIVER_PLATFORM
@@ -24,42 +44,34 @@ PLATFORM_CHOICES: tuple[PlatformChoice, ...] = get_args(PlatformChoice)
 MODULE_TYPE_CHOICES: tuple[ModuleTypeChoice, ...] = get_args(ModuleTypeChoice)
 DAEMON_CHOICES: tuple[DaemonChoice, ...] = get_args(DaemonChoice)
 ROOT_PROCFS_CHOICES: tuple[RootProcfsChoice, ...] = get_args(RootProcfsChoice)
-_Choice = TypeVar("_Choice", bound=str)
-
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off", ""}
 
 
-def parse_bool(name: str, value: str | None, default: bool) -> bool:
-    if value is None:
-        return default
-    lowered = value.strip().lower()
-    if lowered in _TRUE:
-        return True
-    if lowered in _FALSE:
-        return False
-    raise UsageError(f"{name}={value!r}: expected true or false", name=name, value=value)
+class Cluster(NamedRecord):
+    """Who this process is in a cluster and how it reaches the API; all None outside one."""
 
+    node_name: str | None = None  # NODE_NAME
+    operator_namespace: str | None = None  # OPERATOR_NAMESPACE as set (kube/endpoint.operator_namespace: the rule)
+    pod_name: str | None = None  # POD_NAME, else HOSTNAME: the pod's name in a pod (kube/ownpod.py)
+    kubeconfig: str | None = None  # KUBECONFIG
+    service_host: str | None = None  # KUBERNETES_SERVICE_HOST
+    service_port: str = "443"  # KUBERNETES_SERVICE_PORT
 
-def parse_choice(name: str, value: str | None, choices: tuple[_Choice, ...], default: _Choice) -> _Choice:
-    if value is None or value.strip() == "":
-        return default
-    lowered = value.strip().lower()
-    for choice in choices:
-        if choice == lowered:
-            return choice
-    raise UsageError(f"{name}={value!r}: expected one of {', '.join(choices)}", name=name, value=value)
+    @property
+    def in_cluster(self) -> bool:
+        """A Node to name and an API to reach: the node report and the final stop act only then."""
+        return self.node_name is not None and (self.service_host is not None or self.kubeconfig is not None)
 
-
-def parse_seconds(name: str, value: str | None, default: float) -> float:
-    if value is None or value.strip() == "":
-        return default
-    seconds = parse_decimal_seconds(value.strip())
-    if seconds is None:
-        raise UsageError(
-            f"{name}={value!r}: expected a non-negative number of seconds, e.g. 300 or 1.5", name=name, value=value
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Cluster:
+        return cls(
+            node_name=v.text(env, "NODE_NAME"),
+            # Unset stays None: the service account's namespace comes first (kube/endpoint.operator_namespace).
+            operator_namespace=(env.get("OPERATOR_NAMESPACE") or "").strip() or None,
+            pod_name=v.text(env, "POD_NAME") or v.text(env, "HOSTNAME"),
+            kubeconfig=v.text(env, "KUBECONFIG"),
+            service_host=v.text(env, "KUBERNETES_SERVICE_HOST"),
+            service_port=v.text(env, "KUBERNETES_SERVICE_PORT") or "",
         )
-    return seconds
 
 
 class Settings(NamedRecord):
@@ -78,7 +90,11 @@ class Settings(NamedRecord):
     fabric_wait_timeout: float = 600.0  # FABRIC_WAIT_TIMEOUT seconds: FM up and the GPUs' fabric trained
     fabric_overrides: tuple[tuple[str, str], ...] = ()  # NVFM_CONFIG_<FIELD>=<value> (NVIDIA's names)
     root_procfs: RootProcfsChoice = "none"  # DRIVER_ROOT_PROCFS: the DRA driver's chrooted MPS server (docs/mps.md)
-    pod_name: str | None = None  # POD_NAME, else HOSTNAME: the pod's name in a pod (kube/ownpod.py)
+    cluster: Cluster = Cluster()  # NODE_NAME, OPERATOR_NAMESPACE, POD_NAME/HOSTNAME, KUBECONFIG, KUBERNETES_SERVICE_*
+
+    @property
+    def pod_name(self) -> str | None:
+        return self.cluster.pod_name
 
     def unused_lines(self) -> list[str]:
         """Operator settings this image parses but does not act on, each with what to do instead.
@@ -95,28 +111,23 @@ class Settings(NamedRecord):
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         e = os.environ if env is None else env
         return cls(
-            driver_platform=parse_choice("DRIVER_PLATFORM", e.get("DRIVER_PLATFORM"), PLATFORM_CHOICES, "auto"),
-            driver_version=(e.get("DRIVER_VERSION") or "").strip() or None,
-            kernel_module_type=parse_choice(
-                "KERNEL_MODULE_TYPE", e.get("KERNEL_MODULE_TYPE"), MODULE_TYPE_CHOICES, "auto"
-            ),
-            nvidia_modeset=parse_bool("NVIDIA_MODESET", e.get("NVIDIA_MODESET"), True),
-            gpu_direct_rdma=parse_bool("GPU_DIRECT_RDMA_ENABLED", e.get("GPU_DIRECT_RDMA_ENABLED"), False),
-            use_host_mofed=parse_bool("USE_HOST_MOFED", e.get("USE_HOST_MOFED"), False),
-            gds_enabled=parse_bool("GDS_ENABLED", e.get("GDS_ENABLED"), False),
-            gdrcopy_enabled=parse_bool("GDRCOPY_ENABLED", e.get("GDRCOPY_ENABLED"), False),
-            module_wait_timeout=parse_seconds("MODULE_WAIT_TIMEOUT", e.get("MODULE_WAIT_TIMEOUT"), 300.0),
-            driver_config_digest=(e.get("DRIVER_CONFIG_DIGEST") or "").strip() or None,
-            persistenced=parse_choice("NVIDIA_PERSISTENCED", e.get("NVIDIA_PERSISTENCED"), DAEMON_CHOICES, "auto"),
-            fabricmanager=parse_choice("NVIDIA_FABRICMANAGER", e.get("NVIDIA_FABRICMANAGER"), DAEMON_CHOICES, "auto"),
-            fabric_wait_timeout=parse_seconds("FABRIC_WAIT_TIMEOUT", e.get("FABRIC_WAIT_TIMEOUT"), 600.0),
+            driver_platform=v.choice(e, "DRIVER_PLATFORM", PLATFORM_CHOICES),
+            driver_version=v.text(e, "DRIVER_VERSION"),
+            kernel_module_type=v.choice(e, "KERNEL_MODULE_TYPE", MODULE_TYPE_CHOICES),
+            nvidia_modeset=v.flag(e, "NVIDIA_MODESET"),
+            gpu_direct_rdma=v.flag(e, "GPU_DIRECT_RDMA_ENABLED"),
+            use_host_mofed=v.flag(e, "USE_HOST_MOFED"),
+            gds_enabled=v.flag(e, "GDS_ENABLED"),
+            gdrcopy_enabled=v.flag(e, "GDRCOPY_ENABLED"),
+            module_wait_timeout=v.seconds(e, "MODULE_WAIT_TIMEOUT"),
+            driver_config_digest=v.text(e, "DRIVER_CONFIG_DIGEST"),
+            persistenced=v.choice(e, "NVIDIA_PERSISTENCED", DAEMON_CHOICES),
+            fabricmanager=v.choice(e, "NVIDIA_FABRICMANAGER", DAEMON_CHOICES),
+            fabric_wait_timeout=v.seconds(e, "FABRIC_WAIT_TIMEOUT"),
             fabric_overrides=fabric_overrides_from_env(e),
-            root_procfs=parse_choice("DRIVER_ROOT_PROCFS", e.get("DRIVER_ROOT_PROCFS"), ROOT_PROCFS_CHOICES, "none"),
-            pod_name=(e.get("POD_NAME") or "").strip() or (e.get("HOSTNAME") or "").strip() or None,
+            root_procfs=v.choice(e, "DRIVER_ROOT_PROCFS", ROOT_PROCFS_CHOICES),
+            cluster=Cluster.from_env(e),
         )
-
-
-FABRIC_OVERRIDE_PREFIX = "NVFM_CONFIG_"  # NVIDIA's driver container: NVFM_CONFIG_<FIELD> sets fabricmanager.cfg's FIELD
 
 
 def fabric_overrides_from_env(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
