@@ -175,9 +175,9 @@ def ensure_exec_mount(paths: HostPaths, runner: Runner, mounts: list[Mount] | No
     DRIVER_ROOT is opened as a real directory first (a link or a file is refused, driverroot/rootpath.py);
     its flags are that directory's and the tmpfs is mounted on it through the same descriptor.
     """
-    fd = open_root(paths)
+    fd = open_root(paths.driver_root, paths.run_dir)
     try:
-        target = root_path(paths)
+        target = root_path(paths.driver_root, paths.run_dir)
         flags = root_flags_of(fd, target)
         decision = decide(flags, mounts, target)
         log.info("DRIVER_ROOT mount: %s", decision.reason)

@@ -158,7 +158,7 @@ def read_root_mounts(paths: HostPaths) -> RootMounts | None:
     mounts = read_mounts(paths.own_proc)
     if mounts is None:
         return None
-    target = root_path(paths)
+    target = root_path(paths.driver_root, paths.run_dir)
     found = ProcSys(
         has_shell(paths.driver_root), mounted_at(mounts, target, PROC_LEGACY), mounted_at(mounts, target, SYS)
     )
@@ -174,7 +174,7 @@ def ensure_proc_sys(paths: HostPaths, runner: Runner, procfs: RootProcfsChoice =
         return 0  # no chroot consumer: one lstat on this path, nothing else (bench/startup.py)
     try:
         mounts = read_mounts(paths.own_proc)
-        target = verified_root(paths)
+        target = verified_root(paths.driver_root, paths.run_dir)
     except (HostReadError, PublishError) as exc:
         log.warning("no /sys mounted in %s: %s; %s", paths.driver_root, exc.message, SYS_FIX)
         return 0
@@ -221,7 +221,7 @@ def _settle_proc(paths: HostPaths, target: str, mounts: list[Mount], runner: Run
         log.info("%s: %s is mounted already (%s)", point, describe(found), OPT_IN)
         return True
     try:  # checked just before umount takes the path (driverroot/rootpath.py: no descriptor held)
-        os.close(open_root(paths, ROOT_PROC))
+        os.close(open_root(paths.driver_root, paths.run_dir, ROOT_PROC))
     except PublishError:
         log.warning("%s is not a directory of the root (a link or a file?): nothing unmounted", point)
         return True
@@ -238,7 +238,7 @@ def _mount(paths: HostPaths, target: str, runner: Runner, fs: PseudoFs) -> int:
     ``PROC_MPS`` is a PublishError (the opt-in is never half-kept)."""
     point = f"{target}/{fs.path}"
     try:
-        fd = open_root(paths, fs.path)
+        fd = open_root(paths.driver_root, paths.run_dir, fs.path)
     except PublishError:
         failure: str | None = f"{point} is not a directory of the root (a link or a file?): nothing mounted there"
     else:

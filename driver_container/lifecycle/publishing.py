@@ -60,15 +60,19 @@ def check_and_publish(
     ``loaded``: what ``init`` already read (detection, the module wait's last poll), not read again."""
     state = check_host(paths, settings, platform, loaded)
     version = loaded_version(state)
-    from driver_container.publish.unchanged import keep_unchanged_root  # lazy, hot path: not for `status`
+    # lazy, hot path: not for `status`
+    from driver_container.publish.rootdir import prepare_existing_root
+    from driver_container.publish.unchanged import keep_unchanged_root
 
-    if keep_unchanged_root(paths, version, runner) is not None:
+    # The mount decision, once for this publish: the unchanged check and the publishing child both get it.
+    changed = prepare_existing_root(paths, runner)
+    if keep_unchanged_root(paths, version, changed) is not None:
         return Published(state, version)
     if shutdown.requested:
         log.info("%s received: not publishing", shutdown.describe())
         return None
     try:
-        done = run_in_child(lambda: _publish(paths, version, runner), shutdown)
+        done = run_in_child(lambda: _publish(paths, version, runner, changed is not None), shutdown)
     except DriverContainerError:
         if shutdown.requested:
             log.info("%s received while publishing: stopped", shutdown.describe())
@@ -80,11 +84,12 @@ def check_and_publish(
     return Published(state, version) if done is not None and not shutdown.requested else None
 
 
-def _publish(paths: HostPaths, version: str, runner: Runner) -> str:
-    """In the child: the publisher is imported only when something is to be written."""
+def _publish(paths: HostPaths, version: str, runner: Runner, root_prepared: bool) -> str:
+    """In the child: the publisher is imported only when something is to be written; ``root_prepared``: the
+    mount decision was made in ``init`` (``check_and_publish``), not made again here."""
     from driver_container.publish.publisher import publish_driver_root  # lazy, hot path: see the module doc
 
-    publish_driver_root(paths, version, runner, check_unchanged=False)  # just checked; logs its summary
+    publish_driver_root(paths, version, runner, check_unchanged=False, root_prepared=root_prepared)  # just checked
     return version
 
 

@@ -28,13 +28,10 @@ from driver_container.base.errors import DriverContainerError
 from driver_container.base.paths import HostPaths
 from driver_container.driverroot.journal import STAGING, interrupted
 from driver_container.driverroot.manifest import Manifest, Record, read_manifest
-from driver_container.driverroot.rootpath import is_real_root
 from driver_container.formats.ldcache import LD_SO_CACHE
 from driver_container.formats.userspace_layout import DIGEST_INDEX
-from driver_container.publish.rootdir import prepare_driver_root
 from driver_container.runtime import statusfiles
 from driver_container.runtime.dirtree import Tree
-from driver_container.runtime.runner import Runner
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +65,12 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return (st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
 
 
-def keep_unchanged_root(paths: HostPaths, version: str, runner: Runner) -> Manifest | None:
+def keep_unchanged_root(paths: HostPaths, version: str, root_changed: bool | None) -> Manifest | None:
     """The live manifest when DRIVER_ROOT is exactly what it records for the same inputs: nothing is
-    written (a publish failure recorded earlier is cleared, as a publish would). Its mount comes first, as
-    in the publisher: NVIDIA's leftover bind mount would show another root."""
-    if not is_real_root(paths) or prepare_driver_root(paths, runner):  # a link: the full path refuses it
+    written (a publish failure recorded earlier is cleared, as a publish would). ``root_changed``: this
+    publish's mount decision, made before (publish/rootdir.py ``prepare_existing_root``), as in the
+    publisher: NVIDIA's leftover bind mount unmounted now shows another root; None: no real directory."""
+    if root_changed is not False:  # a link: the full path refuses it; a new mount: the full path fills it
         return None
     manifest = unchanged_manifest(paths, version)
     if manifest is None:

@@ -288,7 +288,7 @@ def test_a_link_renamed_over_driver_root_is_not_mounted_through(tmp_path: Path) 
         )
         outside = talos / "outside"
         outside.mkdir()
-        create_driver_root(paths)
+        create_driver_root(paths.driver_root, paths.run_dir)
         runner = SwappingMountRunner(paths.driver_root, outside)
         prepare_driver_root(paths, runner)
         assert paths.driver_root.is_symlink(), "the swap did not happen: the race was not run"

@@ -4,6 +4,7 @@ change that must send a restart back through the full publish, on the synthetic 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from collections.abc import Callable
@@ -56,6 +57,19 @@ def test_a_published_root_with_its_inputs_is_recognised(published: HostPaths) ->
     same = ("written", "unchanged", "removed", "libraries", "binaries", "firmware", "ldconfig_ran")
     assert [getattr(kept, f) for f in same] == [getattr(full, f) for f in same]
     assert full.unchanged > 0 and full.libraries and full.binaries
+
+
+def test_a_publish_decides_the_mount_of_driver_root_once(
+    published: HostPaths, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The unchanged check and the full publish it sends the restart to share one mount decision
+    (publish/rootdir.py ``prepare_existing_root``): one statvfs and mountinfo read, one log line."""
+    _touch(published.driver_root / LIB)
+    with caplog.at_level(logging.INFO, logger="driver_container.driverroot.mount"):
+        report = publish_driver_root(published, SYNTHETIC_VERSION, Runner())
+    assert report.written == 1  # the full path ran
+    decisions = [r for r in caplog.records if r.getMessage().startswith("DRIVER_ROOT mount: ")]
+    assert len(decisions) == 1, decisions
 
 
 CHANGES: dict[str, Callable[[HostPaths], None]] = {
