@@ -66,6 +66,7 @@ from driver_container.formats.userspace_layout import ROOT_PROC, ROOT_SHELL, ROO
 from driver_container.runtime.dirtree import Tree
 
 if TYPE_CHECKING:  # status reads the mounts through this module too: no subprocess import for it
+    from driver_container.base.resolver import Root
     from driver_container.runtime.runner import Runner
     from driver_container.settings import RootProcfsChoice
 
@@ -152,16 +153,14 @@ class RootMounts(NamedRecord):
     proc_sys: ProcSys
 
 
-def read_root_mounts(paths: HostPaths) -> RootMounts | None:
-    """One read of this process's own mountinfo: DRIVER_ROOT's mount and those at its proc and sys; None
-    where that file does not exist, HostReadError where it cannot be read."""
-    mounts = read_mounts(paths.own_proc)
+def read_root_mounts(driver_root: Path, run_dir: Path, own_proc: Root) -> RootMounts | None:
+    """One read of this process's own mountinfo (``own_proc``): DRIVER_ROOT's mount and those at its proc
+    and sys; None where that file does not exist, HostReadError where it cannot be read."""
+    mounts = read_mounts(own_proc)
     if mounts is None:
         return None
-    target = root_path(paths.driver_root, paths.run_dir)
-    found = ProcSys(
-        has_shell(paths.driver_root), mounted_at(mounts, target, PROC_LEGACY), mounted_at(mounts, target, SYS)
-    )
+    target = root_path(driver_root, run_dir)
+    found = ProcSys(has_shell(driver_root), mounted_at(mounts, target, PROC_LEGACY), mounted_at(mounts, target, SYS))
     return RootMounts(mount_containing(mounts, target), found)
 
 
