@@ -188,7 +188,7 @@ def ensure_exec_mount(paths: HostPaths, runner: Runner, mounts: list[Mount] | No
             return False
         _check_propagation(decision, target, unknown)
         _log_hidden(fd, target)
-        _mount_tmpfs(runner, descriptor_path(paths, fd, target), target, decision.reason)
+        _mount_tmpfs(runner, descriptor_path(paths.own_procfs_root, fd, target), target, decision.reason)
     finally:
         os.close(fd)
     log.info(
@@ -197,9 +197,9 @@ def ensure_exec_mount(paths: HostPaths, runner: Runner, mounts: list[Mount] | No
     return True
 
 
-def descriptor_path(paths: HostPaths, fd: int, shown: str) -> str:
+def descriptor_path(own_procfs_root: Path, fd: int, shown: str) -> str:
     """OWN_PROCFS_ROOT/self/fd/``fd``, checked to name the directory ``fd`` is (mount(8) runs there)."""
-    path = f"{paths.own_procfs_root}/self/fd/{fd}"
+    path = f"{own_procfs_root}/self/fd/{fd}"
     try:
         same = os.path.samestat(os.stat(path), os.fstat(fd))
     except OSError:

@@ -185,7 +185,7 @@ def ensure_proc_sys(paths: HostPaths, runner: Runner, procfs: RootProcfsChoice =
             SYS_FIX,
         )
         return 0
-    proc_left = _settle_proc(paths, target, mounts, runner, keep=procfs == "mps-minimal")
+    proc_left = _settle_proc(paths.driver_root, paths.run_dir, target, mounts, runner, keep=procfs == "mps-minimal")
     reason = why_not(mounts, target)
     if reason is not None:
         log.info("no /sys mounted in the root: %s (gpu-operator's validator reads it)", reason)
@@ -201,7 +201,9 @@ def ensure_proc_sys(paths: HostPaths, runner: Runner, procfs: RootProcfsChoice =
     return made
 
 
-def _settle_proc(paths: HostPaths, target: str, mounts: list[Mount], runner: Runner, *, keep: bool) -> bool:
+def _settle_proc(
+    driver_root: Path, run_dir: Path, target: str, mounts: list[Mount], runner: Runner, *, keep: bool
+) -> bool:
     """Unmount the procfs at the root's proc when it is ours and not wanted (earlier versions', or
     ``PROC_MPS`` without ``keep``); whether a procfs is left there."""
     point = f"{target}/{ROOT_PROC}"
@@ -220,7 +222,7 @@ def _settle_proc(paths: HostPaths, target: str, mounts: list[Mount], runner: Run
         log.info("%s: %s is mounted already (%s)", point, describe(found), OPT_IN)
         return True
     try:  # checked just before umount takes the path (driverroot/rootpath.py: no descriptor held)
-        os.close(open_root(paths.driver_root, paths.run_dir, ROOT_PROC))
+        os.close(open_root(driver_root, run_dir, ROOT_PROC))
     except PublishError:
         log.warning("%s is not a directory of the root (a link or a file?): nothing unmounted", point)
         return True
@@ -245,7 +247,7 @@ def _mount(paths: HostPaths, target: str, runner: Runner, fs: PseudoFs) -> int:
         # /proc/self/fd entry; the child still holds it when it changes directory, before exec), and mounts
         # on "." uncanonicalized: a link renamed over the name meanwhile is never followed out of the root.
         try:
-            failed = _failure(runner, mount_argv(fs), cwd=descriptor_path(paths, fd, point))
+            failed = _failure(runner, mount_argv(fs), cwd=descriptor_path(paths.own_procfs_root, fd, point))
             failure = None if failed is None else f"{point}: {failed}"
         except PublishError as exc:
             failure = exc.message

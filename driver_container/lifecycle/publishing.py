@@ -33,6 +33,7 @@ from driver_container.settings import Settings
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
     from driver_container.inspect.hoststate import HostState, LoadedModules
     from driver_container.inspect.platform import PlatformInfo
@@ -76,11 +77,11 @@ def check_and_publish(
     except DriverContainerError:
         if shutdown.requested:
             log.info("%s received while publishing: stopped", shutdown.describe())
-            _undo_interrupted_publish(paths)
+            _undo_interrupted_publish(paths.driver_root)
             return None
         raise
     if done is None:  # killed after the grace period, maybe mid-commit
-        _undo_interrupted_publish(paths)
+        _undo_interrupted_publish(paths.driver_root)
     return Published(state, version) if done is not None and not shutdown.requested else None
 
 
@@ -93,26 +94,26 @@ def _publish(paths: HostPaths, version: str, runner: Runner, root_prepared: bool
     return version
 
 
-def _undo_interrupted_publish(paths: HostPaths) -> None:
+def _undo_interrupted_publish(driver_root: Path) -> None:
     """The publishing child was killed by a signal: roll its commit back now (renames only), so the
     previous root is intact even if no container starts again here."""
     try:
-        recover(paths.driver_root)
+        recover(driver_root)
     except (DriverContainerError, OSError) as exc:
         log.warning("the interrupted publish is rolled back at the next start: %s", exc)
 
 
-def require_usable_root(paths: HostPaths, runner: Runner) -> None:
+def require_usable_root(driver_root: Path, runner: Runner) -> None:
     """Before Ready: execute from and map from the published root for real (driverroot/proof.py); a root
     its consumers would fail on ends ``init`` here, with the flags found and the fix (docs/init.md, step 6b)."""
-    proof = prove_root_usable(paths.driver_root, runner)
+    proof = prove_root_usable(driver_root, runner)
     if proof.ok:
-        log.debug("DRIVER_ROOT %s: executed %s and mapped a library executable", paths.driver_root, PROOF_BINARY)
+        log.debug("DRIVER_ROOT %s: executed %s and mapped a library executable", driver_root, PROOF_BINARY)
         return
     raise PublishError(
-        f"the published driver root {paths.driver_root} cannot be used by its consumers, not Ready: "
+        f"the published driver root {driver_root} cannot be used by its consumers, not Ready: "
         f"{'; '.join(proof.failures)}; {proof.flags.describe()}",
-        path=paths.driver_root,
+        path=driver_root,
         fix=UNUSABLE_ROOT_FIX,
     )
 

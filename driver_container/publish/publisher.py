@@ -79,7 +79,7 @@ def _publish(paths: HostPaths, version: str, runner: Runner, *, root_prepared: b
         prepare_driver_root(paths, runner)
     recover(root)
     _text, previous = read_manifest(root)
-    inputs = publish_inputs(paths, version) or ""  # before the scan: what this plan is computed from
+    inputs = publish_inputs(paths.userspace, version) or ""  # before the scan: what this plan is computed from
     known_elf = previous.elf_facts() if previous else None
     index = LazyIndex(paths.userspace)  # read only if a source is not in the manifest
     copier = Copier(root, index=index)

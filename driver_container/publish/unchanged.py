@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 
 from driver_container.base.errors import DriverContainerError
 from driver_container.base.paths import HostPaths
+from driver_container.base.resolver import Root
 from driver_container.driverroot.journal import STAGING, interrupted
 from driver_container.driverroot.manifest import Manifest, Record, read_manifest
 from driver_container.formats.ldcache import LD_SO_CACHE
@@ -41,15 +42,15 @@ PLANNING_CODE = ("publish", "formats")
 PACKAGE = Path(__file__).resolve().parent.parent
 
 
-def publish_inputs(paths: HostPaths, version: str) -> str | None:
+def publish_inputs(userspace: Root, version: str) -> str | None:
     """What a plan is computed from, as one string (recorded in the manifest); None without the image's
     digest index, whose absence means that the userspace's files cannot be vouched for by one stat."""
-    index = _identity(paths.userspace.path / DIGEST_INDEX)
+    index = _identity(userspace.path / DIGEST_INDEX)
     if index is None:
         return None
     code = [(f"{d}/{e.name}", _identity(Path(e.path))) for d in PLANNING_CODE for e in _modules(PACKAGE / d)]
-    userspace = os.path.realpath(paths.userspace.path)
-    return json.dumps([version, userspace, index, code, os.environ.get("PATH", "")], separators=(",", ":"))
+    resolved = os.path.realpath(userspace.path)
+    return json.dumps([version, resolved, index, code, os.environ.get("PATH", "")], separators=(",", ":"))
 
 
 def _modules(directory: Path) -> list[os.DirEntry[str]]:
@@ -72,7 +73,7 @@ def keep_unchanged_root(paths: HostPaths, version: str, root_changed: bool | Non
     publisher: NVIDIA's leftover bind mount unmounted now shows another root; None: no real directory."""
     if root_changed is not False:  # a link: the full path refuses it; a new mount: the full path fills it
         return None
-    manifest = unchanged_manifest(paths, version)
+    manifest = unchanged_manifest(paths.driver_root, paths.userspace, version)
     if manifest is None:
         return None
     statusfiles.clear_publish_failure(paths.run_dir)
@@ -85,10 +86,10 @@ def keep_unchanged_root(paths: HostPaths, version: str, root_changed: bool | Non
     return manifest
 
 
-def unchanged_manifest(paths: HostPaths, version: str) -> Manifest | None:
-    """The live manifest when DRIVER_ROOT is what it records and the inputs are the same; else None."""
-    root = paths.driver_root
-    inputs = publish_inputs(paths, version)
+def unchanged_manifest(root: Path, userspace: Root, version: str) -> Manifest | None:
+    """The live manifest when DRIVER_ROOT (``root``) is what it records and the inputs (USERSPACE_ROOT's)
+    are the same; else None."""
+    inputs = publish_inputs(userspace, version)
     if inputs is None or interrupted(root) or os.path.lexists(root / STAGING):
         return None
     _text, manifest = read_manifest(root)

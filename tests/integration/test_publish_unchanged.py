@@ -45,13 +45,15 @@ def published(userspace: Path, tmp_path: Path) -> HostPaths:
 
 
 def test_a_published_root_with_its_inputs_is_recognised(published: HostPaths) -> None:
-    manifest = unchanged_manifest(published, SYNTHETIC_VERSION)
+    manifest = unchanged_manifest(published.driver_root, published.userspace, SYNTHETIC_VERSION)
     assert manifest is not None and manifest.inputs and manifest.cache is not None
     cache = (published.driver_root / "etc/ld.so.cache").stat()
     assert manifest.cache == (cache.st_size, cache.st_mtime_ns)
     full = publish_driver_root(published, SYNTHETIC_VERSION, Runner(), check_unchanged=False)  # the full path agrees
     assert (full.written, full.removed, full.ldconfig_ran) == (0, 0, False)
-    assert unchanged_manifest(published, SYNTHETIC_VERSION) == manifest  # and rewrote no manifest
+    assert (
+        unchanged_manifest(published.driver_root, published.userspace, SYNTHETIC_VERSION) == manifest
+    )  # and rewrote no manifest
     # The publisher's own shortcut reports what the full path reported, without a scan.
     kept = publish_driver_root(published, SYNTHETIC_VERSION, Runner())
     same = ("written", "unchanged", "removed", "libraries", "binaries", "firmware", "ldconfig_ran")
@@ -92,15 +94,15 @@ def _relink(link: Path, target: str) -> None:
 
 @pytest.mark.parametrize("change", sorted(CHANGES))
 def test_any_change_takes_the_full_publish(published: HostPaths, change: str) -> None:
-    assert unchanged_manifest(published, SYNTHETIC_VERSION) is not None
+    assert unchanged_manifest(published.driver_root, published.userspace, SYNTHETIC_VERSION) is not None
     CHANGES[change](published)
-    assert unchanged_manifest(published, SYNTHETIC_VERSION) is None, change
+    assert unchanged_manifest(published.driver_root, published.userspace, SYNTHETIC_VERSION) is None, change
 
 
 def test_another_version_or_path_takes_the_full_publish(published: HostPaths, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert unchanged_manifest(published, "595.91.08") is None
+    assert unchanged_manifest(published.driver_root, published.userspace, "595.91.08") is None
     monkeypatch.setenv("PATH", "/nonexistent:" + os.environ.get("PATH", ""))  # ldconfig may be found elsewhere
-    assert unchanged_manifest(published, SYNTHETIC_VERSION) is None
+    assert unchanged_manifest(published.driver_root, published.userspace, SYNTHETIC_VERSION) is None
 
 
 def test_without_the_image_index_every_restart_takes_the_full_publish(userspace: Path, tmp_path: Path) -> None:
@@ -108,7 +110,7 @@ def test_without_the_image_index_every_restart_takes_the_full_publish(userspace:
     publish_driver_root(paths, SYNTHETIC_VERSION, Runner())
     _text, manifest = read_manifest(paths.driver_root)
     assert manifest is not None and manifest.inputs == "" and manifest.cache is not None
-    assert unchanged_manifest(paths, SYNTHETIC_VERSION) is None
+    assert unchanged_manifest(paths.driver_root, paths.userspace, SYNTHETIC_VERSION) is None
 
 
 def test_a_manifest_of_the_previous_format_is_rewritten_once(published: HostPaths) -> None:
@@ -117,7 +119,7 @@ def test_a_manifest_of_the_previous_format_is_rewritten_once(published: HostPath
     body = json.loads(manifest_file.read_text())
     del body["inputs"], body["cache"]
     manifest_file.write_text(json.dumps(body))
-    assert unchanged_manifest(published, SYNTHETIC_VERSION) is None
+    assert unchanged_manifest(published.driver_root, published.userspace, SYNTHETIC_VERSION) is None
     report = publish_driver_root(published, SYNTHETIC_VERSION, Runner())
     assert (report.written, report.ldconfig_ran) == (0, False)
-    assert unchanged_manifest(published, SYNTHETIC_VERSION) is not None
+    assert unchanged_manifest(published.driver_root, published.userspace, SYNTHETIC_VERSION) is not None
