@@ -175,9 +175,9 @@ def ensure_exec_mount(paths: HostPaths, runner: Runner, mounts: list[Mount] | No
     DRIVER_ROOT is opened as a real directory first (a link or a file is refused, driverroot/rootpath.py);
     its flags are that directory's and the tmpfs is mounted on it through the same descriptor.
     """
-    fd = open_root(paths)
+    fd = open_root(paths.driver_root, paths.run_dir)
     try:
-        target = root_path(paths)
+        target = root_path(paths.driver_root, paths.run_dir)
         flags = root_flags_of(fd, target)
         decision = decide(flags, mounts, target)
         log.info("DRIVER_ROOT mount: %s", decision.reason)
@@ -188,7 +188,7 @@ def ensure_exec_mount(paths: HostPaths, runner: Runner, mounts: list[Mount] | No
             return False
         _check_propagation(decision, target, unknown)
         _log_hidden(fd, target)
-        _mount_tmpfs(runner, descriptor_path(paths, fd, target), target, decision.reason)
+        _mount_tmpfs(runner, descriptor_path(paths.own_procfs_root, fd, target), target, decision.reason)
     finally:
         os.close(fd)
     log.info(
@@ -197,9 +197,9 @@ def ensure_exec_mount(paths: HostPaths, runner: Runner, mounts: list[Mount] | No
     return True
 
 
-def descriptor_path(paths: HostPaths, fd: int, shown: str) -> str:
+def descriptor_path(own_procfs_root: Path, fd: int, shown: str) -> str:
     """OWN_PROCFS_ROOT/self/fd/``fd``, checked to name the directory ``fd`` is (mount(8) runs there)."""
-    path = f"{paths.own_procfs_root}/self/fd/{fd}"
+    path = f"{own_procfs_root}/self/fd/{fd}"
     try:
         same = os.path.samestat(os.stat(path), os.fstat(fd))
     except OSError:

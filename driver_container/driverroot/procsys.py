@@ -66,6 +66,7 @@ from driver_container.formats.userspace_layout import ROOT_PROC, ROOT_SHELL, ROO
 from driver_container.runtime.dirtree import Tree
 
 if TYPE_CHECKING:  # status reads the mounts through this module too: no subprocess import for it
+    from driver_container.base.resolver import Root
     from driver_container.runtime.runner import Runner
     from driver_container.settings import RootProcfsChoice
 
@@ -152,16 +153,14 @@ class RootMounts(NamedRecord):
     proc_sys: ProcSys
 
 
-def read_root_mounts(paths: HostPaths) -> RootMounts | None:
-    """One read of this process's own mountinfo: DRIVER_ROOT's mount and those at its proc and sys; None
-    where that file does not exist, HostReadError where it cannot be read."""
-    mounts = read_mounts(paths.own_proc)
+def read_root_mounts(driver_root: Path, run_dir: Path, own_proc: Root) -> RootMounts | None:
+    """One read of this process's own mountinfo (``own_proc``): DRIVER_ROOT's mount and those at its proc
+    and sys; None where that file does not exist, HostReadError where it cannot be read."""
+    mounts = read_mounts(own_proc)
     if mounts is None:
         return None
-    target = root_path(paths)
-    found = ProcSys(
-        has_shell(paths.driver_root), mounted_at(mounts, target, PROC_LEGACY), mounted_at(mounts, target, SYS)
-    )
+    target = root_path(driver_root, run_dir)
+    found = ProcSys(has_shell(driver_root), mounted_at(mounts, target, PROC_LEGACY), mounted_at(mounts, target, SYS))
     return RootMounts(mount_containing(mounts, target), found)
 
 
@@ -174,7 +173,7 @@ def ensure_proc_sys(paths: HostPaths, runner: Runner, procfs: RootProcfsChoice =
         return 0  # no chroot consumer: one lstat on this path, nothing else (bench/startup.py)
     try:
         mounts = read_mounts(paths.own_proc)
-        target = verified_root(paths)
+        target = verified_root(paths.driver_root, paths.run_dir)
     except (HostReadError, PublishError) as exc:
         log.warning("no /sys mounted in %s: %s; %s", paths.driver_root, exc.message, SYS_FIX)
         return 0
@@ -186,7 +185,7 @@ def ensure_proc_sys(paths: HostPaths, runner: Runner, procfs: RootProcfsChoice =
             SYS_FIX,
         )
         return 0
-    proc_left = _settle_proc(paths, target, mounts, runner, keep=procfs == "mps-minimal")
+    proc_left = _settle_proc(paths.driver_root, paths.run_dir, target, mounts, runner, keep=procfs == "mps-minimal")
     reason = why_not(mounts, target)
     if reason is not None:
         log.info("no /sys mounted in the root: %s (gpu-operator's validator reads it)", reason)
@@ -202,7 +201,9 @@ def ensure_proc_sys(paths: HostPaths, runner: Runner, procfs: RootProcfsChoice =
     return made
 
 
-def _settle_proc(paths: HostPaths, target: str, mounts: list[Mount], runner: Runner, *, keep: bool) -> bool:
+def _settle_proc(
+    driver_root: Path, run_dir: Path, target: str, mounts: list[Mount], runner: Runner, *, keep: bool
+) -> bool:
     """Unmount the procfs at the root's proc when it is ours and not wanted (earlier versions', or
     ``PROC_MPS`` without ``keep``); whether a procfs is left there."""
     point = f"{target}/{ROOT_PROC}"
@@ -221,7 +222,7 @@ def _settle_proc(paths: HostPaths, target: str, mounts: list[Mount], runner: Run
         log.info("%s: %s is mounted already (%s)", point, describe(found), OPT_IN)
         return True
     try:  # checked just before umount takes the path (driverroot/rootpath.py: no descriptor held)
-        os.close(open_root(paths, ROOT_PROC))
+        os.close(open_root(driver_root, run_dir, ROOT_PROC))
     except PublishError:
         log.warning("%s is not a directory of the root (a link or a file?): nothing unmounted", point)
         return True
@@ -238,7 +239,7 @@ def _mount(paths: HostPaths, target: str, runner: Runner, fs: PseudoFs) -> int:
     ``PROC_MPS`` is a PublishError (the opt-in is never half-kept)."""
     point = f"{target}/{fs.path}"
     try:
-        fd = open_root(paths, fs.path)
+        fd = open_root(paths.driver_root, paths.run_dir, fs.path)
     except PublishError:
         failure: str | None = f"{point} is not a directory of the root (a link or a file?): nothing mounted there"
     else:
@@ -246,7 +247,7 @@ def _mount(paths: HostPaths, target: str, runner: Runner, fs: PseudoFs) -> int:
         # /proc/self/fd entry; the child still holds it when it changes directory, before exec), and mounts
         # on "." uncanonicalized: a link renamed over the name meanwhile is never followed out of the root.
         try:
-            failed = _failure(runner, mount_argv(fs), cwd=descriptor_path(paths, fd, point))
+            failed = _failure(runner, mount_argv(fs), cwd=descriptor_path(paths.own_procfs_root, fd, point))
             failure = None if failed is None else f"{point}: {failed}"
         except PublishError as exc:
             failure = exc.message

@@ -22,57 +22,56 @@ import os
 from pathlib import Path, PurePosixPath
 
 from driver_container.base.errors import PublishError
-from driver_container.base.paths import HostPaths
 from driver_container.runtime.fsutil import open_dir
 
 FIX = "remove it on the host (init makes DRIVER_ROOT a directory of its own), or set DRIVER_ROOT to a directory"
 
 
-def base_and_rel(paths: HostPaths) -> tuple[Path, PurePosixPath]:
+def base_and_rel(driver_root: Path, run_dir: Path) -> tuple[Path, PurePosixPath]:
     """(configuration, what is below it): (RUN_DIR, driver) by default; (parent, name) for a DRIVER_ROOT
     set outside RUN_DIR."""
-    root = paths.driver_root
+    root = driver_root
     try:
-        rel = PurePosixPath(root.relative_to(paths.run_dir))
+        rel = PurePosixPath(root.relative_to(run_dir))
     except ValueError:
         rel = PurePosixPath()
     if not rel.parts or ".." in rel.parts:
         return root.parent, PurePosixPath(root.name)
-    return paths.run_dir, rel
+    return run_dir, rel
 
 
-def root_path(paths: HostPaths) -> str:
+def root_path(driver_root: Path, run_dir: Path) -> str:
     """DRIVER_ROOT as the mount table names it: its configuration part resolved, the rest as given (never
     resolved: a link there is refused by ``open_root``, not followed)."""
-    base, rel = base_and_rel(paths)
+    base, rel = base_and_rel(driver_root, run_dir)
     return os.path.join(os.path.realpath(base), *rel.parts)
 
 
-def open_root(paths: HostPaths, below: str = "", *, create: bool = False) -> int:
+def open_root(driver_root: Path, run_dir: Path, below: str = "", *, create: bool = False) -> int:
     """A descriptor of the real directory DRIVER_ROOT (or ``below`` in it), no link followed below the
     configuration; ``create`` makes what is missing. PublishError for a link, a file, anything else."""
-    base, rel = base_and_rel(paths)
+    base, rel = base_and_rel(driver_root, run_dir)
     try:
         return open_dir(base, rel / below if below else rel, create=create)
     except PublishError as exc:
         raise PublishError(
-            f"DRIVER_ROOT {paths.driver_root}: {exc.message}: nothing is mounted or unmounted through it",
-            path=exc.path or paths.driver_root,
+            f"DRIVER_ROOT {driver_root}: {exc.message}: nothing is mounted or unmounted through it",
+            path=exc.path or driver_root,
             fix=FIX,
         ) from exc
 
 
-def verified_root(paths: HostPaths) -> str:
+def verified_root(driver_root: Path, run_dir: Path) -> str:
     """``root_path`` once DRIVER_ROOT was opened as a real directory now: call it right before a command
     that takes the path (its descriptor is closed again, see the module doc)."""
-    os.close(open_root(paths))
-    return root_path(paths)
+    os.close(open_root(driver_root, run_dir))
+    return root_path(driver_root, run_dir)
 
 
-def is_real_root(paths: HostPaths) -> bool:
+def is_real_root(driver_root: Path, run_dir: Path) -> bool:
     """DRIVER_ROOT exists as a real directory (no link below the configuration)."""
     try:
-        os.close(open_root(paths))
+        os.close(open_root(driver_root, run_dir))
     except PublishError:
         return False
     return True

@@ -23,6 +23,8 @@ from driver_container.driverroot.mount import read_mounts
 from driver_container.driverroot.rootpath import open_root, root_path, verified_root
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from driver_container.formats.kernel.mountinfo import Mount
     from driver_container.runtime.runner import Runner
 
@@ -63,7 +65,7 @@ def unmount_root(paths: HostPaths, runner: Runner) -> list[str]:
     what it cannot read or unmount, and refuses a DRIVER_ROOT that is a link or not a directory."""
     try:
         mounts = read_mounts(paths.own_proc)
-        target = verified_root(paths)
+        target = verified_root(paths.driver_root, paths.run_dir)
     except (HostReadError, PublishError) as exc:
         log.warning("DRIVER_ROOT %s not unmounted: %s", paths.driver_root, exc.message)
         return []
@@ -71,10 +73,11 @@ def unmount_root(paths: HostPaths, runner: Runner) -> list[str]:
         log.warning("DRIVER_ROOT %s not unmounted: %s/self/mountinfo does not exist", target, paths.own_proc.path)
         return []
     done: list[str] = []
+    root = (paths.driver_root, paths.run_dir)
     for point in _tops(mounts, target):
         below = point[len(target) + 1 :]
         try:  # checked right before umount takes the path (driverroot/rootpath.py: no descriptor held)
-            checked = verified_root(paths) == target and (not below or _is_dir(paths, below))
+            checked = verified_root(*root) == target and (not below or _is_dir(*root, below))
         except PublishError:
             checked = False
         if not checked:
@@ -92,13 +95,13 @@ def unmount_root(paths: HostPaths, runner: Runner) -> list[str]:
     return done
 
 
-def _is_dir(paths: HostPaths, below: str) -> bool:
+def _is_dir(driver_root: Path, run_dir: Path, below: str) -> bool:
     """``below`` is a real directory of DRIVER_ROOT (PublishError for a link or a file)."""
-    os.close(open_root(paths, below))
+    os.close(open_root(driver_root, run_dir, below))
     return True
 
 
 def mounted_at_or_below(paths: HostPaths) -> list[str]:
     """The mount points at or below DRIVER_ROOT now (this process's mountinfo; empty where it is absent)."""
     mounts = read_mounts(paths.own_proc)
-    return _at_or_below(mounts, root_path(paths)) if mounts else []
+    return _at_or_below(mounts, root_path(paths.driver_root, paths.run_dir)) if mounts else []

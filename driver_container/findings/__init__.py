@@ -65,7 +65,7 @@ def check(state: HostState) -> list[Finding]:
     findings += architecture(state)
     for name, module in state.modules.items():
         findings += file_checks(state, module, state.module_files.get(name))
-    findings += parameters(state) + environment(state) + fabric(state) + driver_root_usability(state)
+    findings += parameters(state) + environment(state) + fabric(state) + driver_root_usability(state.root)
     findings += driver_root_proc_sys(state) + coherent_memory(state, loaded_version(state))
     gpus = gpu_flavour(state)
     return sorted(reconcile(state, findings, gpus) + gpus, key=lambda f: SEVERITIES.index(f.severity))

@@ -30,7 +30,7 @@ def _firmware_search_path(state: HostState) -> list[Finding]:
     """Firmware the module names that only the published root holds, while the kernel's search path does
     not lead there: the GPU's GSP boots from it when the GPU is first opened, so that open would fail.
     Only for a root already published (before that, ``init`` sets the path itself)."""
-    root = str(state.driver_root).rstrip("/") + "/"
+    root = str(state.root.path).rstrip("/") + "/"
     stranded = sorted(
         name
         for name, where in state.firmware.items()
@@ -43,7 +43,7 @@ def _firmware_search_path(state: HostState) -> list[Finding]:
         Finding(
             "warning",
             "FIRMWARE_PATH_UNSET",
-            f"firmware {', '.join(stranded)} is only in the driver root {state.driver_root}, and the kernel's "
+            f"firmware {', '.join(stranded)} is only in the driver root {state.root.path}, and the kernel's "
             f"firmware search path (/sys/module/firmware_class/parameters/path) is {current}: the kernel "
             "cannot load it when a GPU is first opened",
             "boot with the kernel argument firmware_class.path=<host driver root, default /run/nvidia/driver>"

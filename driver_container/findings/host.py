@@ -16,6 +16,7 @@ from driver_container.findings.model import (
 )
 
 if TYPE_CHECKING:
+    from driver_container.driverroot.state import RootState
     from driver_container.inspect.hoststate import HostState
     from driver_container.readers.fabric import FabricKind
 
@@ -115,13 +116,13 @@ def environment(state: HostState) -> list[Finding]:
                 "mount the host's /etc/os-release at /host-etc/os-release or set DRIVER_PLATFORM",
             )
         )
-    out += _publish_state(state)
-    if not state.published:
+    out += _publish_state(state.root)
+    if not state.root.published:
         out.append(
             Finding(
                 "info",
                 "DRIVER_ROOT_NOT_PUBLISHED",
-                f"{state.driver_root} holds no published driver (no {MANIFEST_PATH})",
+                f"{state.root.path} holds no published driver (no {MANIFEST_PATH})",
                 "run `nvidia-driver init`",
             )
         )
@@ -213,17 +214,17 @@ def fabric(state: HostState) -> list[Finding]:
     return out
 
 
-def driver_root_usability(state: HostState) -> list[Finding]:
+def driver_root_usability(root: RootState) -> list[Finding]:
     """A published root that its consumers cannot execute or map from: ``status``'s run of the same proof
     ``init`` makes before Ready (driverroot/proof.py), not a reading of a mount table."""
-    proof = state.driver_root_proof
+    proof = root.proof
     if proof is None or proof.ok:
         return []
     return [
         Finding(
             "error",
             "DRIVER_ROOT_NOT_EXECUTABLE",
-            f"the published driver root {state.driver_root} cannot be used by its consumers (validator, device "
+            f"the published driver root {root.path} cannot be used by its consumers (validator, device "
             f"plugin, CDI containers): {'; '.join(proof.failures)}; {proof.flags.describe()}",
             UNUSABLE_ROOT_FIX,
         )
@@ -234,31 +235,31 @@ def driver_root_proc_sys(state: HostState) -> list[Finding]:
     """The root's ``sys`` without the read-only sysfs ``init`` mounts there, and any procfs at its ``proc``
     (driverroot/procsys.py): the first stops gpu-operator's validator, the second hands the node to every
     consumer of the root."""
-    found = state.proc_sys
+    found = state.root.proc_sys
     if found is None:
         return []
     findings = []
     opted_in = state.settings.root_procfs == "mps-minimal" and found.shell
     if opted_in:  # on the Node while it is on: the Ready report's state is read before the mount
-        note = f"{OPT_IN}: {state.driver_root}/proc: {PROC_MPS_NOTE}"
+        note = f"{OPT_IN}: {state.root.path}/proc: {PROC_MPS_NOTE}"
         findings.append(Finding("warning", "DRIVER_ROOT_PROCFS_MPS", note, PROC_MPS_OFF))
     if found.proc is not None and not (opted_in and found.proc.source == PROC_MPS.source):
         findings.append(
             Finding(
                 "warning",
                 "DRIVER_ROOT_PROC_MOUNTED",
-                f"the published driver root {state.driver_root} has a procfs mounted at proc ({found.proc.source}, "
+                f"the published driver root {state.root.path} has a procfs mounted at proc ({found.proc.source}, "
                 f"{','.join(found.proc.options)}): every consumer of the root reaches the node through it, "
                 "read-only bind or not (/proc/sys, every process's command line, /proc/<pid>/root)",
                 PROC_FIX,
             )
         )
-    if state.published and found.shell and found.sys is None:
+    if state.root.published and found.shell and found.sys is None:
         findings.append(
             Finding(
                 "warning",
                 "DRIVER_ROOT_SYS_MISSING",
-                f"the published driver root {state.driver_root} has no sysfs mounted at sys: gpu-operator's "
+                f"the published driver root {state.root.path} has no sysfs mounted at sys: gpu-operator's "
                 "validator reads its sys/bus/pci/devices (and exits 1 without it), libcuda in NVIDIA's DRA "
                 "driver's chrooted MPS server reads /sys",
                 SYS_FIX,
@@ -272,26 +273,26 @@ def driver_root_proc_sys(state: HostState) -> list[Finding]:
 PUBLISH_OUTCOMES = frozenset({"LAST_PUBLISH_FAILED", "PUBLISH_INTERRUPTED"})
 
 
-def _publish_state(state: HostState) -> list[Finding]:
+def _publish_state(root: RootState) -> list[Finding]:
     """A failed or interrupted publish: the root is the previous one (rolled back), not the one wanted."""
     out = []
-    shown = f"version {state.published_version} is published" if state.published_version else "nothing is published"
-    if state.publish_failure is not None:
-        version, error = state.publish_failure
+    shown = f"version {root.version} is published" if root.version else "nothing is published"
+    if root.failure is not None:
+        version, error = root.failure
         out.append(
             Finding(
                 "error",
                 "LAST_PUBLISH_FAILED",
-                f"the last publish (of {version}) failed and was rolled back; {shown} in {state.driver_root}: {error}",
+                f"the last publish (of {version}) failed and was rolled back; {shown} in {root.path}: {error}",
                 "fix the cause named in the error, then restart the driver pod (`nvidia-driver init`)",
             )
         )
-    if state.publish_interrupted:
+    if root.interrupted:
         out.append(
             Finding(
                 "warning",
                 "PUBLISH_INTERRUPTED",
-                f"a publish into {state.driver_root} was killed mid-commit (journal left); {shown} once the next "
+                f"a publish into {root.path} was killed mid-commit (journal left); {shown} once the next "
                 "start rolls it back",
                 "restart the driver pod: `init` rolls the interrupted publish back before anything else",
             )

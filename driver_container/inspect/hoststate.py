@@ -9,7 +9,6 @@ the image's userspace, requested parameters and firmware. Checking is ``findings
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from driver_container.base.errors import HostReadError
@@ -17,15 +16,12 @@ from driver_container.base.paths import HostPaths
 from driver_container.base.problems import Problem, noted
 from driver_container.base.records import NamedRecord
 from driver_container.base.resolver import Root
-from driver_container.driverroot.mount import RootFlags, read_root_flags
-from driver_container.driverroot.procsys import ProcSys, read_root_mounts
-from driver_container.driverroot.publish_status import read_publish_status
+from driver_container.driverroot.state import RootState, read_root_state
 from driver_container.formats.gpu_support import GpuSupport, gpu_support
 from driver_container.formats.kernel.modules import (
     ProcModule,
     parse_proc_modules,
 )
-from driver_container.formats.kernel.mountinfo import Mount
 from driver_container.formats.kernel.nvidia_proc import (
     GpuInfo,
     GpuList,
@@ -47,7 +43,6 @@ from driver_container.readers.nvidia_proc import nvswitch_proc_present, read_gpu
 from driver_container.settings import Settings
 
 if TYPE_CHECKING:
-    from driver_container.driverroot.proof import RootProof
     from driver_container.inspect.modfiles import ModuleFile
     from driver_container.inspect.podcontext import PodContext
     from driver_container.readers.fabric import FabricInfo
@@ -136,19 +131,11 @@ class HostState(NamedRecord):
     userspace: UserspaceVersion
     requested_params: dict[str, tuple[tuple[str, str], ...]]  # module -> ((NAME, VALUE), ...)
     firmware: dict[str, str | None]  # firmware name -> where it was found (None: nowhere)
-    driver_root: Path
-    published: bool
+    root: RootState  # DRIVER_ROOT: its publish, mounts, flags (driverroot/state.py)
     problems: tuple[Problem, ...] = ()  # unreadable or malformed host files
     param_errors: tuple[Problem, ...] = ()  # unreadable or malformed /drivers/*.conf
     fabric: FabricInfo | None = None  # NVSwitch / NVLink5 systems only (docs/fabric.md)
     module_files_source: str = "host"  # host | driver-manager verdict <file> | none (verdict.py)
-    driver_root_mount: Mount | None = None  # the mount holding DRIVER_ROOT in our own mountinfo (None: unknown)
-    proc_sys: ProcSys | None = None  # the root's shell, and the mounts at its proc and sys (None: unknown)
-    driver_root_flags: RootFlags | None = None  # statvfs at DRIVER_ROOT; the proof: status only (driverroot/proof.py)
-    driver_root_proof: RootProof | None = None
-    published_version: str | None = None  # from the manifest
-    publish_failure: tuple[str, str] | None = None  # (version, error) of the last publish, when it failed
-    publish_interrupted: bool = False  # a journal is left: the next start rolls that publish back
     pci_gpus: tuple[PciFunction, ...] = ()  # every NVIDIA GPU on the PCI bus, bound or not (pcigpus.py)
     # What the image's supported-gpus.json says of those GPUs' ids (None: no usable list; supportedgpus.py)
     listed_gpus: dict[int, GpuSupport] | None = None
@@ -249,9 +236,8 @@ def inspect_host(
     problems.extend(userspace.problems)
     fabric = _fabric(paths)
     problems.extend(fabric.problems if fabric else ())
-    publish = read_publish_status(paths)
-    mounts = noted(problems, lambda: read_root_mounts(paths), None)  # our own mountinfo, read once
-    flags = noted(problems, lambda: read_root_flags(paths.driver_root), None)
+    root = read_root_state(paths.driver_root, paths.run_dir, paths.own_proc)  # our own mountinfo, read once
+    problems.extend(root.problems)
     firmware = locate_firmware(paths, firmware_names, kver)
     problems.extend(firmware.problems)
     return HostState(
@@ -264,11 +250,7 @@ def inspect_host(
         userspace=userspace,
         requested_params=requested.params,
         firmware=firmware.where,
-        driver_root=paths.driver_root,
-        published=publish.version is not None,
-        published_version=publish.version,
-        publish_failure=publish.failure,
-        publish_interrupted=publish.interrupted,
+        root=root,
         pci_gpus=pci.gpus,
         listed_gpus=listed.listed,
         companions_loaded=loaded.companions,
@@ -278,8 +260,5 @@ def inspect_host(
         param_errors=requested.problems,
         fabric=fabric,
         module_files_source=files_source,
-        driver_root_mount=mounts.holder if mounts else None,
-        proc_sys=mounts.proc_sys if mounts else None,
-        driver_root_flags=flags,
         pod_context=_pod_context(paths, settings),
     )

@@ -62,7 +62,7 @@ def loaded_version(state: HostState) -> str:
     version = findings.loaded_version(state)
     if version is None:
         raise VerificationError(
-            f"cannot tell the loaded driver version ({state.driver_root} left untouched): neither "
+            f"cannot tell the loaded driver version ({state.root.path} left untouched): neither "
             "/proc/driver/nvidia/version nor /sys/module/nvidia/version is readable",
             codes=("LOADED_VERSION_UNKNOWN",),
             userspace_version=state.userspace.version,

@@ -157,7 +157,7 @@ def _init_stages(
     published = check_and_publish(paths, settings, runner, shutdown, info, loaded)
     if published is None:
         return
-    require_usable_root(paths, runner)  # never Ready on a root its consumers cannot execute from
+    require_usable_root(paths.driver_root, runner)  # never Ready on a root its consumers cannot execute from
     ensure_proc_sys(paths, runner, settings.root_procfs)  # a read-only sys, no proc unless opted in (procsys.py)
     if _interrupted(shutdown, "the node steps"):
         return
@@ -192,9 +192,9 @@ def _init_stages(
 def _node_steps(paths: HostPaths) -> None:
     """Firmware path first: GSP firmware is loaded when a GPU is first opened (persistenced opens them)."""
 
-    firmware.set_firmware_search_path(paths)
+    firmware.set_firmware_search_path(paths.host_driver_root, paths.sys)
     try:
-        nodes = devices.plan_device_nodes(paths) + devices.chroot_nodes(paths.driver_root)
+        nodes = devices.plan_device_nodes(paths.proc) + devices.chroot_nodes(paths.driver_root)
     except HostReadError as exc:
         # Best effort like the firmware path: without nodes the validator falls back to the host's /dev.
         log.warning("device nodes not created: %s", exc.message)
@@ -214,7 +214,7 @@ def _start_daemons(
 ) -> Persistenced | None:
     from driver_container.node import persistenced  # lazy, hot path: not for --no-wait (see the note above)
 
-    if not persistenced.should_start(paths, settings.persistenced, runner):
+    if not persistenced.should_start(paths.host, paths.proc, settings.persistenced, runner):
         return None
     runtime_dir = opts.persistenced_runtime_dir or persistenced.CONTAINER_RUNTIME_DIR
     socket = persistenced.link_runtime_dir(paths.driver_root, runtime_dir)

@@ -33,6 +33,7 @@ from driver_container.settings import Cluster, Settings
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
     from driver_container.inspect.hoststate import HostState, LoadedModules
     from driver_container.inspect.platform import PlatformInfo
@@ -60,54 +61,59 @@ def check_and_publish(
     ``loaded``: what ``init`` already read (detection, the module wait's last poll), not read again."""
     state = check_host(paths, settings, platform, loaded)
     version = loaded_version(state)
-    from driver_container.publish.unchanged import keep_unchanged_root  # lazy, hot path: not for `status`
+    # lazy, hot path: not for `status`
+    from driver_container.publish.rootdir import prepare_existing_root
+    from driver_container.publish.unchanged import keep_unchanged_root
 
-    if keep_unchanged_root(paths, version, runner) is not None:
+    # The mount decision, once for this publish: the unchanged check and the publishing child both get it.
+    changed = prepare_existing_root(paths, runner)
+    if keep_unchanged_root(paths, version, changed) is not None:
         return Published(state, version)
     if shutdown.requested:
         log.info("%s received: not publishing", shutdown.describe())
         return None
     try:
-        done = run_in_child(lambda: _publish(paths, version, runner), shutdown)
+        done = run_in_child(lambda: _publish(paths, version, runner, changed is not None), shutdown)
     except DriverContainerError:
         if shutdown.requested:
             log.info("%s received while publishing: stopped", shutdown.describe())
-            _undo_interrupted_publish(paths)
+            _undo_interrupted_publish(paths.driver_root)
             return None
         raise
     if done is None:  # killed after the grace period, maybe mid-commit
-        _undo_interrupted_publish(paths)
+        _undo_interrupted_publish(paths.driver_root)
     return Published(state, version) if done is not None and not shutdown.requested else None
 
 
-def _publish(paths: HostPaths, version: str, runner: Runner) -> str:
-    """In the child: the publisher is imported only when something is to be written."""
+def _publish(paths: HostPaths, version: str, runner: Runner, root_prepared: bool) -> str:
+    """In the child: the publisher is imported only when something is to be written; ``root_prepared``: the
+    mount decision was made in ``init`` (``check_and_publish``), not made again here."""
     from driver_container.publish.publisher import publish_driver_root  # lazy, hot path: see the module doc
 
-    publish_driver_root(paths, version, runner, check_unchanged=False)  # just checked; logs its summary
+    publish_driver_root(paths, version, runner, check_unchanged=False, root_prepared=root_prepared)  # just checked
     return version
 
 
-def _undo_interrupted_publish(paths: HostPaths) -> None:
+def _undo_interrupted_publish(driver_root: Path) -> None:
     """The publishing child was killed by a signal: roll its commit back now (renames only), so the
     previous root is intact even if no container starts again here."""
     try:
-        recover(paths.driver_root)
+        recover(driver_root)
     except (DriverContainerError, OSError) as exc:
         log.warning("the interrupted publish is rolled back at the next start: %s", exc)
 
 
-def require_usable_root(paths: HostPaths, runner: Runner) -> None:
+def require_usable_root(driver_root: Path, runner: Runner) -> None:
     """Before Ready: execute from and map from the published root for real (driverroot/proof.py); a root
     its consumers would fail on ends ``init`` here, with the flags found and the fix (docs/init.md, step 6b)."""
-    proof = prove_root_usable(paths.driver_root, runner)
+    proof = prove_root_usable(driver_root, runner)
     if proof.ok:
-        log.debug("DRIVER_ROOT %s: executed %s and mapped a library executable", paths.driver_root, PROOF_BINARY)
+        log.debug("DRIVER_ROOT %s: executed %s and mapped a library executable", driver_root, PROOF_BINARY)
         return
     raise PublishError(
-        f"the published driver root {paths.driver_root} cannot be used by its consumers, not Ready: "
+        f"the published driver root {driver_root} cannot be used by its consumers, not Ready: "
         f"{'; '.join(proof.failures)}; {proof.flags.describe()}",
-        path=paths.driver_root,
+        path=driver_root,
         fix=UNUSABLE_ROOT_FIX,
     )
 

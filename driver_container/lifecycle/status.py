@@ -31,9 +31,9 @@ def inspect_for_status(paths: HostPaths, settings: Settings, deadline: Deadline 
     """The host picture, with a published root proven usable by running its static ldconfig and mapping a
     library as its consumers would (driverroot/proof.py): DRIVER_ROOT_NOT_EXECUTABLE is init's own proof."""
     state = inspect_host(paths, settings)
-    if not state.published:
+    if not state.root.published:
         return state
-    return state._replace(driver_root_proof=prove_root_usable(paths.driver_root, Runner(), deadline))
+    return state._replace(root=state.root._replace(proof=prove_root_usable(paths.driver_root, Runner(), deadline)))
 
 
 def collect_status(

@@ -10,6 +10,7 @@ from driver_container.driverroot.procsys import OPT_IN, PROC_MPS
 
 if TYPE_CHECKING:
     from driver_container.driverroot.procsys import ProcSys
+    from driver_container.driverroot.state import RootState
     from driver_container.driverroot.toolkit_features import ToolkitFeature
     from driver_container.findings import Finding
     from driver_container.formats.kernel.mountinfo import Mount
@@ -49,26 +50,26 @@ def status_json(state: HostState, findings: list[Finding], absent: tuple[Toolkit
         "requested_parameters": {m: dict(p) for m, p in state.requested_params.items()},
         "firmware": state.firmware,
         "driver_root": {
-            "path": str(state.driver_root),
-            "published": state.published,
-            "version": state.published_version,
-            "last_publish_failed": state.publish_failure is not None,
-            "interrupted": state.publish_interrupted,
+            "path": str(state.root.path),
+            "published": state.root.published,
+            "version": state.root.version,
+            "last_publish_failed": state.root.failure is not None,
+            "interrupted": state.root.interrupted,
             "not_in_image": [{"name": f.name, "loses": f.loses} for f in absent],
         }
-        | _mount_json(state),
+        | _mount_json(state.root),
         "fabric": state.fabric.to_json() if state.fabric is not None else None,
         "findings": [{"severity": f.severity, "code": f.code, "message": f.message, "fix": f.fix} for f in findings],
     }
 
 
-def _mount_json(state: HostState) -> dict[str, Any]:
-    m, flags, proof = state.driver_root_mount, state.driver_root_flags, state.driver_root_proof
+def _mount_json(root: RootState) -> dict[str, Any]:
+    m, flags, proof = root.mount, root.flags, root.proof
     shown: dict[str, Any] = {
         "flags": None if flags is None else {"path": flags.path, "noexec": flags.noexec, "nodev": flags.nodev},
         "usable": None if proof is None else {"ok": proof.ok, "failures": list(proof.failures)},
     }
-    shown["proc_sys"] = _proc_sys_json(state.proc_sys)
+    shown["proc_sys"] = _proc_sys_json(root.proc_sys)
     return {"mount": None if m is None else _mount_keys(m) | {"ours": is_ours(m)}} | shown
 
 

@@ -135,7 +135,7 @@ def _peermem_decision(sysfs: Root, settings: Settings) -> tuple[bool, str]:
 
 def _set_firmware_path(paths: HostPaths) -> str:
     # Open modules boot GSP from firmware on first GPU open: the path must be set before modprobe.
-    return set_firmware_search_path(paths).result.value
+    return set_firmware_search_path(paths.host_driver_root, paths.sys).result.value
 
 
 def load_modules(

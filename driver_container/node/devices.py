@@ -28,7 +28,6 @@ import stat
 from pathlib import Path, PurePosixPath
 
 from driver_container.base.errors import HostReadError, PublishError
-from driver_container.base.paths import HostPaths
 from driver_container.base.records import NamedRecord
 from driver_container.base.resolver import Root
 from driver_container.driverroot.procsys import has_shell
@@ -68,11 +67,11 @@ class NodeReport(NamedRecord):
     not_permitted: tuple[str, ...]
 
 
-def plan_device_nodes(paths: HostPaths) -> tuple[DeviceNode, ...]:
-    """The nodes the loaded driver provides, read from PROCFS_ROOT (no writes)."""
-    text = paths.proc.read_text_or_none("devices")
+def plan_device_nodes(proc: Root) -> tuple[DeviceNode, ...]:
+    """The nodes the loaded driver provides, read from PROCFS_ROOT (``proc``; no writes)."""
+    text = proc.read_text_or_none("devices")
     if text is None:
-        where = paths.procfs_root / "devices"
+        where = proc.path / "devices"
         raise HostReadError(
             f"{where}: missing; cannot learn the NVIDIA device majors",
             path=where,
@@ -82,18 +81,18 @@ def plan_device_nodes(paths: HostPaths) -> tuple[DeviceNode, ...]:
     nodes: list[DeviceNode] = []
     nvidia = next((m for m in map(devices.major, NVIDIA_MAJOR_NAMES) if m is not None), None)
     if nvidia is None:
-        log.warning("%s: no nvidia major registered; no control or GPU nodes", paths.procfs_root / "devices")
+        log.warning("%s: no nvidia major registered; no control or GPU nodes", proc.path / "devices")
     else:
         nodes += [DeviceNode("nvidiactl", nvidia, CTL_MINOR), DeviceNode("nvidia-modeset", nvidia, MODESET_MINOR)]
-        nodes += [DeviceNode(f"nvidia{minor}", nvidia, minor) for minor in _gpu_minors(paths.proc)]
+        nodes += [DeviceNode(f"nvidia{minor}", nvidia, minor) for minor in _gpu_minors(proc)]
     uvm = devices.major("nvidia-uvm")
     if uvm is not None:
         nodes += [DeviceNode("nvidia-uvm", uvm, 0), DeviceNode("nvidia-uvm-tools", uvm, 1)]
     caps = devices.major("nvidia-caps")
-    mig_text = paths.proc.read_text_or_none("driver/nvidia-caps/mig-minors")
+    mig_text = proc.read_text_or_none("driver/nvidia-caps/mig-minors")
     if caps is not None and mig_text is not None:
-        registered = frozenset(paths.proc.listdir(CAPABILITIES))  # "mig", "gpu0", ...: skip absent GPUs' reads
-        modes = {entry.minor: _cap_mode(paths.proc, entry, registered) for entry in parse_mig_minors(mig_text)}
+        registered = frozenset(proc.listdir(CAPABILITIES))  # "mig", "gpu0", ...: skip absent GPUs' reads
+        modes = {entry.minor: _cap_mode(proc, entry, registered) for entry in parse_mig_minors(mig_text)}
         nodes += [DeviceNode(f"nvidia-caps/nvidia-cap{m}", caps, m, modes[m]) for m in sorted(modes)]
     return tuple(nodes)
 

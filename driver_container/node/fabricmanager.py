@@ -79,17 +79,18 @@ def write_config(paths: HostPaths, info: FabricInfo, settings: Settings) -> Path
     return target
 
 
-def _spawn(runner: Runner, paths: HostPaths, name: str, argv: list[str], logs: tuple[Path, ...]) -> Daemon:
-    output = paths.fabric_log_dir / f"{name}.out"
+def _spawn(runner: Runner, log_dir: Path, run_dir: Path, name: str, argv: list[str], logs: tuple[Path, ...]) -> Daemon:
+    """``name`` started, its output in FABRICMANAGER_LOG_DIR (``log_dir``), its pid file in FABRICMANAGER_RUN_DIR."""
+    output = log_dir / f"{name}.out"
     try:
-        paths.fabric_log_dir.mkdir(parents=True, exist_ok=True)
+        log_dir.mkdir(parents=True, exist_ok=True)
         process = runner.spawn(argv, output=output)
     except (CommandError, OSError) as exc:
         raise FabricError(
             f"{name}: cannot start: {exc}", daemon=name, fix="check the image's Fabric Manager files"
         ) from exc
     log.info("%s started (pid %d)", name, process.pid)
-    return Daemon(name, process, paths.fabric_run_dir / PID_FILES[name], (output, *logs))
+    return Daemon(name, process, run_dir / PID_FILES[name], (output, *logs))
 
 
 def _wait_for_file(daemons: FabricDaemons, path: Path, timeout: float, shutdown: Shutdown) -> bool:
@@ -124,7 +125,7 @@ def _start_nvlsm(paths: HostPaths, info: FabricInfo, runner: Runner, daemons: Fa
         "--log_file",
         str(nvlsm_log),
     ]
-    daemons.started.append(_spawn(runner, paths, NVLSM_BINARY, argv, (nvlsm_log,)))
+    daemons.started.append(_spawn(runner, paths.fabric_log_dir, paths.fabric_run_dir, NVLSM_BINARY, argv, (nvlsm_log,)))
 
 
 def _start_fm(paths: HostPaths, info: FabricInfo, settings: Settings, runner: Runner, daemons: FabricDaemons) -> None:
@@ -135,7 +136,7 @@ def _start_fm(paths: HostPaths, info: FabricInfo, settings: Settings, runner: Ru
         argv += ["--fm-sm-mgmt-port-guid", info.management_port.guid_hex]
     fm_log = parse_config(config.read_text()).get("LOG_FILE_NAME", "")
     logs = (Path(fm_log),) if fm_log.startswith(str(paths.fabric_log_dir) + "/") else ()
-    daemon = _spawn(runner, paths, FM_BINARY, argv, logs)
+    daemon = _spawn(runner, paths.fabric_log_dir, paths.fabric_run_dir, FM_BINARY, argv, logs)
     daemons.started.append(daemon)
     atomic_write_text(daemon.pid_file, f"{daemon.process.pid}\n", root=paths.fabric_run_dir)
 

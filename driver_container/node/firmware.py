@@ -19,7 +19,6 @@ from pathlib import Path
 
 from driver_container.base.beneath import open_beneath
 from driver_container.base.errors import HostReadError
-from driver_container.base.paths import HostPaths
 from driver_container.base.records import NamedRecord
 from driver_container.base.resolver import Root
 from driver_container.formats.kernel.sysfs import FIRMWARE_PATH_PARAM
@@ -73,11 +72,13 @@ def wanted_firmware_path(host_driver_root: Path) -> str:
     return str(host_driver_root / "lib/firmware")
 
 
-def set_firmware_search_path(paths: HostPaths) -> FirmwarePathReport:
-    wanted = wanted_firmware_path(paths.host_driver_root)
-    param_file = paths.sysfs_root / FIRMWARE_PATH_PARAM
+def set_firmware_search_path(host_driver_root: Path, sysfs: Root) -> FirmwarePathReport:
+    """Point the kernel's firmware search path (in SYSFS_ROOT, ``sysfs``) at HOST_DRIVER_ROOT/lib/firmware
+    where it is empty; anything else is left alone and said."""
+    wanted = wanted_firmware_path(host_driver_root)
+    param_file = sysfs.path / FIRMWARE_PATH_PARAM
     try:
-        current_text = paths.sys.read_text_or_none(FIRMWARE_PATH_PARAM)
+        current_text = sysfs.read_text_or_none(FIRMWARE_PATH_PARAM)
     except HostReadError as exc:
         log.warning("%s; firmware search path not set", exc.message)
         return FirmwarePathReport(FirmwarePathResult.READ_ONLY, wanted, None)
@@ -106,7 +107,7 @@ def set_firmware_search_path(paths: HostPaths) -> FirmwarePathReport:
     if len(wanted.encode()) > MAX_PATH_LEN:
         log.warning("%s: %s is longer than the kernel's %d bytes; not set", param_file, wanted, MAX_PATH_LEN)
         return FirmwarePathReport(FirmwarePathResult.TOO_LONG, wanted, current)
-    return _write(paths.sys, param_file.as_posix(), wanted)
+    return _write(sysfs, param_file.as_posix(), wanted)
 
 
 def _write(sysfs: Root, param_file: str, wanted: str) -> FirmwarePathReport:

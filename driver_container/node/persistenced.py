@@ -31,7 +31,6 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from driver_container.base.errors import CommandError, HostReadError, PublishError
-from driver_container.base.paths import HostPaths
 from driver_container.base.resolver import Root
 from driver_container.formats.numbers import parse_uint
 from driver_container.runtime.fsutil import ensure_dir
@@ -67,33 +66,33 @@ class Persistenced:
         return self.process.poll()
 
 
-def host_daemon_pid(paths: HostPaths) -> int | None:
+def host_daemon_pid(host: Root, proc: Root) -> int | None:
     """The pid (host namespace) of a persistenced the host already runs, else None. See the module doc."""
-    text = paths.host.read_text_or_none(HOST_PID_FILE, limit=64)
+    text = host.read_text_or_none(HOST_PID_FILE, limit=64)
     pid = parse_uint(text.strip()) if text is not None else None
     if pid is None:
         return None
-    comm = _comm(paths.proc, pid)
+    comm = _comm(proc, pid)
     if comm == COMM:
         return pid
-    if _socket_answers(paths.host):
+    if _socket_answers(host):
         log.info(
             "%s names pid %d, not visible as %s in this pid namespace (Talos workloadIsolation?), but %s "
             "answers: the host runs %s",
-            paths.host_root / HOST_PID_FILE,
+            host.path / HOST_PID_FILE,
             pid,
             BINARY,
-            paths.host_root / HOST_SOCKET,
+            host.path / HOST_SOCKET,
             BINARY,
         )
         return pid
     what = "not running" if comm is None else f"{comm!r} here, not {BINARY}"
     log.info(
         "%s names pid %d (%s) and %s does not answer: ignored",
-        paths.host_root / HOST_PID_FILE,
+        host.path / HOST_PID_FILE,
         pid,
         what,
-        paths.host_root / HOST_SOCKET,
+        host.path / HOST_SOCKET,
     )
     return None
 
@@ -125,12 +124,13 @@ def _socket_answers(host: Root) -> bool:
     return True
 
 
-def should_start(paths: HostPaths, mode: DaemonChoice, runner: Runner) -> bool:
-    """NVIDIA_PERSISTENCED: false = never; true = required; auto = when the image has it and the host has none."""
+def should_start(host: Root, proc: Root, mode: DaemonChoice, runner: Runner) -> bool:
+    """NVIDIA_PERSISTENCED: false = never; true = required; auto = when the image has it and the host (its root
+    ``host``, its processes in ``proc``) has none."""
     if mode == "false":
         log.info("NVIDIA_PERSISTENCED=false: not starting %s", BINARY)
         return False
-    host_pid = host_daemon_pid(paths)
+    host_pid = host_daemon_pid(host, proc)
     if host_pid is not None:
         log.info("the host already runs %s (pid %d): not starting another", BINARY, host_pid)
         return False

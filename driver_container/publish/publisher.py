@@ -28,7 +28,7 @@ from driver_container.publish.cache_check import build_cache, cache_problems, cl
 from driver_container.publish.copier import TMP_SUFFIX, Copier, reset_staging, sweep_temporaries
 from driver_container.publish.model import PublishPlan, PublishReport
 from driver_container.publish.plan import plan_publish
-from driver_container.publish.rootdir import create_driver_root, prepare_driver_root
+from driver_container.publish.rootdir import create_driver_root, prepare_driver_root, prepare_existing_root
 from driver_container.publish.scan import describe_userspace, early_sources
 from driver_container.publish.unchanged import keep_unchanged_root, publish_inputs
 from driver_container.runtime import statusfiles
@@ -44,20 +44,23 @@ STAGED_MANIFEST = MANIFEST_PATH.name  # its temporary in STAGING, named in the j
 
 
 def publish_driver_root(
-    paths: HostPaths, version: str, runner: Runner, *, check_unchanged: bool = True
+    paths: HostPaths, version: str, runner: Runner, *, check_unchanged: bool = True, root_prepared: bool = False
 ) -> PublishReport:
     """Publish the userspace of ``version`` (the verified loaded driver) into ``paths.driver_root``.
 
     A root that its manifest shows unchanged for the same inputs is kept without a scan
     (``unchanged.keep_unchanged_root``); ``check_unchanged=False`` when the caller has just checked, or to
-    take the full path, which also compares every file with the image (tests)."""
+    take the full path, which also compares every file with the image (tests). ``root_prepared``: the
+    caller made this publish's mount decision already (``rootdir.prepare_existing_root``), not made again."""
     started = time.monotonic()
     if check_unchanged:
-        kept = keep_unchanged_root(paths, version, runner)
+        changed = prepare_existing_root(paths, runner)  # the mount decision, once for this publish
+        root_prepared = changed is not None
+        kept = keep_unchanged_root(paths, version, changed)
         if kept is not None:
             return _unchanged_report(kept, time.monotonic() - started)
     try:
-        report = _publish(paths, version, runner)
+        report = _publish(paths, version, runner, root_prepared=root_prepared)
     except DriverContainerError as exc:
         statusfiles.write_publish_failure(paths.run_dir, version, exc.message)
         raise
@@ -65,16 +68,18 @@ def publish_driver_root(
     return report
 
 
-def _publish(paths: HostPaths, version: str, runner: Runner) -> PublishReport:
+def _publish(paths: HostPaths, version: str, runner: Runner, *, root_prepared: bool) -> PublishReport:
     started = time.monotonic()
     root = paths.driver_root
-    create_driver_root(paths)
+    create_driver_root(root, paths.run_dir)
     # Before anything is read: mounts left by NVIDIA's script hide our root, and a noexec/nodev filesystem
-    # gets DRIVER_ROOT's own tmpfs (driverroot/mount.py); then an interrupted commit is undone.
-    prepare_driver_root(paths, runner)
+    # gets DRIVER_ROOT's own tmpfs (driverroot/mount.py), unless decided for this publish already; then an
+    # interrupted commit is undone.
+    if not root_prepared:
+        prepare_driver_root(paths, runner)
     recover(root)
     _text, previous = read_manifest(root)
-    inputs = publish_inputs(paths, version) or ""  # before the scan: what this plan is computed from
+    inputs = publish_inputs(paths.userspace, version) or ""  # before the scan: what this plan is computed from
     known_elf = previous.elf_facts() if previous else None
     index = LazyIndex(paths.userspace)  # read only if a source is not in the manifest
     copier = Copier(root, index=index)

@@ -26,15 +26,14 @@ from pathlib import Path, PurePosixPath
 
 from driver_container.base.errors import DriverContainerError
 from driver_container.base.paths import HostPaths
+from driver_container.base.resolver import Root
 from driver_container.driverroot.journal import STAGING, interrupted
 from driver_container.driverroot.manifest import Manifest, Record, read_manifest
-from driver_container.driverroot.rootpath import is_real_root
 from driver_container.formats.ldcache import LD_SO_CACHE
 from driver_container.formats.userspace_layout import DIGEST_INDEX
-from driver_container.publish.rootdir import prepare_driver_root
 from driver_container.runtime import statusfiles
 from driver_container.runtime.dirtree import Tree
-from driver_container.runtime.runner import Runner, children_search_path
+from driver_container.runtime.runner import children_search_path
 
 log = logging.getLogger(__name__)
 
@@ -44,15 +43,15 @@ PLANNING_CODE = ("publish", "formats")
 PACKAGE = Path(__file__).resolve().parent.parent
 
 
-def publish_inputs(paths: HostPaths, version: str) -> str | None:
+def publish_inputs(userspace: Root, version: str) -> str | None:
     """What a plan is computed from, as one string (recorded in the manifest); None without the image's
     digest index, whose absence means that the userspace's files cannot be vouched for by one stat."""
-    index = _identity(paths.userspace.path / DIGEST_INDEX)
+    index = _identity(userspace.path / DIGEST_INDEX)
     if index is None:
         return None
     code = [(f"{d}/{e.name}", _identity(Path(e.path))) for d in PLANNING_CODE for e in _modules(PACKAGE / d)]
-    userspace = os.path.realpath(paths.userspace.path)
-    return json.dumps([version, userspace, index, code, children_search_path()], separators=(",", ":"))
+    resolved = os.path.realpath(userspace.path)
+    return json.dumps([version, resolved, index, code, children_search_path()], separators=(",", ":"))
 
 
 def _modules(directory: Path) -> list[os.DirEntry[str]]:
@@ -68,13 +67,14 @@ def _identity(path: Path) -> tuple[int, int] | None:
     return (st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
 
 
-def keep_unchanged_root(paths: HostPaths, version: str, runner: Runner) -> Manifest | None:
+def keep_unchanged_root(paths: HostPaths, version: str, root_changed: bool | None) -> Manifest | None:
     """The live manifest when DRIVER_ROOT is exactly what it records for the same inputs: nothing is
-    written (a publish failure recorded earlier is cleared, as a publish would). Its mount comes first, as
-    in the publisher: NVIDIA's leftover bind mount would show another root."""
-    if not is_real_root(paths) or prepare_driver_root(paths, runner):  # a link: the full path refuses it
+    written (a publish failure recorded earlier is cleared, as a publish would). ``root_changed``: this
+    publish's mount decision, made before (publish/rootdir.py ``prepare_existing_root``), as in the
+    publisher: NVIDIA's leftover bind mount unmounted now shows another root; None: no real directory."""
+    if root_changed is not False:  # a link: the full path refuses it; a new mount: the full path fills it
         return None
-    manifest = unchanged_manifest(paths, version)
+    manifest = unchanged_manifest(paths.driver_root, paths.userspace, version)
     if manifest is None:
         return None
     statusfiles.clear_publish_failure(paths.run_dir)
@@ -87,10 +87,10 @@ def keep_unchanged_root(paths: HostPaths, version: str, runner: Runner) -> Manif
     return manifest
 
 
-def unchanged_manifest(paths: HostPaths, version: str) -> Manifest | None:
-    """The live manifest when DRIVER_ROOT is what it records and the inputs are the same; else None."""
-    root = paths.driver_root
-    inputs = publish_inputs(paths, version)
+def unchanged_manifest(root: Path, userspace: Root, version: str) -> Manifest | None:
+    """The live manifest when DRIVER_ROOT (``root``) is what it records and the inputs (USERSPACE_ROOT's)
+    are the same; else None."""
+    inputs = publish_inputs(userspace, version)
     if inputs is None or interrupted(root) or os.path.lexists(root / STAGING):
         return None
     _text, manifest = read_manifest(root)

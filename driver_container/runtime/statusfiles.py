@@ -130,13 +130,13 @@ def clear_publish_failure(run_dir: Path) -> None:
         os.unlink(run_dir / PUBLISH_FAILED)
 
 
-def read_publish_failure(paths: HostPaths) -> tuple[str, str] | None:
+def read_publish_failure(run_dir: Path) -> tuple[str, str] | None:
     """(version, error) of the last failed publish; None when the last one succeeded (or none was made).
     A record that does not parse still means a failure, of an unknown version."""
     try:
-        text = paths.run.read_text_or_none(PUBLISH_FAILED, limit=MAX_FAILURE_RECORD)
+        text = Root(run_dir).read_text_or_none(PUBLISH_FAILED, limit=MAX_FAILURE_RECORD)
     except HostReadError as exc:  # too large, a directory, a FIFO: replaced by the next start (make_room)
-        log.warning("%s: ignored, %s", paths.run_dir / PUBLISH_FAILED, exc.message)
+        log.warning("%s: ignored, %s", run_dir / PUBLISH_FAILED, exc.message)
         return ("unknown", "unreadable record")
     if text is None:
         return None
@@ -146,7 +146,7 @@ def read_publish_failure(paths: HostPaths) -> tuple[str, str] | None:
     except (ValueError, TypeError, KeyError) as exc:  # the next start that publishes (or keeps) the root clears it
         log.warning(
             "%s: ignored, not a record this version wrote (%s)",
-            paths.run_dir / PUBLISH_FAILED,
+            run_dir / PUBLISH_FAILED,
             str(exc)[:200] or type(exc).__name__,
         )
         return ("unknown", "damaged record")

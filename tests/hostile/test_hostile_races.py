@@ -177,7 +177,7 @@ def test_a_sysfs_directory_flipped_to_a_link_is_never_written_through(tmp_path: 
             deadline = time.monotonic() + RACE_SECONDS
             while time.monotonic() < deadline and sum(results.values()) < 5000:
                 os.ftruncate(reset, 0)
-                result = set_firmware_search_path(paths).result
+                result = set_firmware_search_path(paths.host_driver_root, paths.sys).result
                 results[result] = results.get(result, 0) + 1
                 assert outside.read_bytes() == b"", f"written through the link: {outside.read_bytes()!r}"
     finally:
@@ -288,7 +288,7 @@ def test_a_link_renamed_over_driver_root_is_not_mounted_through(tmp_path: Path) 
         )
         outside = talos / "outside"
         outside.mkdir()
-        create_driver_root(paths)
+        create_driver_root(paths.driver_root, paths.run_dir)
         runner = SwappingMountRunner(paths.driver_root, outside)
         prepare_driver_root(paths, runner)
         assert paths.driver_root.is_symlink(), "the swap did not happen: the race was not run"

@@ -60,6 +60,21 @@ def test_no_wait_publishes_and_writes_state(host: Callable[..., Host]) -> None:
     assert h.tool_calls() == []
 
 
+def test_a_publish_decides_the_mount_of_driver_root_once(host: Callable[..., Host]) -> None:
+    """A restart the unchanged check does not recognise (a published file's mtime moved) decides DRIVER_ROOT's
+    mount once in ``init`` and hands the outcome to the publishing child (lifecycle/publishing.py)."""
+    h = host()
+    assert h.run("init", "--no-wait").returncode == 0
+    lib = h.driver_root / "usr/lib/x86_64-linux-gnu/libcuda.so.595.91.07"
+    st = lib.stat()
+    os.utime(lib, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    done = h.run("--verbose", "init", "--no-wait")
+    assert done.returncode == 0, done.stderr
+    assert "unchanged since its last publish" not in done.stderr  # the full publish ran, in its child
+    assert "published" in done.stderr and lib.stat().st_mtime_ns == st.st_mtime_ns  # and repaired the file
+    assert done.stderr.count("DRIVER_ROOT mount: ") == 1, done.stderr
+
+
 def test_nvidia_compat_flags_are_ignored_and_unknown_ones_refused(host: Callable[..., Host]) -> None:
     h = host()
     bad = h.run("init", "--bogus-flag")

@@ -98,12 +98,12 @@ def test_an_unchanged_restart_sees_dev_shm_gone_or_replaced(userspace: Path, tmp
     build_index(HostPaths(userspace_root=userspace).userspace, V, Runner())
     paths = HostPaths(userspace_root=userspace, driver_root_override=tmp_path / "driver", run_dir=tmp_path / "run")
     publish_driver_root(paths, V, Runner())
-    assert unchanged_manifest(paths, V) is not None
+    assert unchanged_manifest(paths.driver_root, paths.userspace, V) is not None
     shm = paths.driver_root / "dev/shm"
     shm.rmdir()
-    assert unchanged_manifest(paths, V) is None
+    assert unchanged_manifest(paths.driver_root, paths.userspace, V) is None
     shm.write_text("")
-    assert unchanged_manifest(paths, V) is None
+    assert unchanged_manifest(paths.driver_root, paths.userspace, V) is None
     shm.unlink()
     assert publish_driver_root(paths, V, Runner()).written == 1 and shm.is_dir()
-    assert unchanged_manifest(paths, V) is not None
+    assert unchanged_manifest(paths.driver_root, paths.userspace, V) is not None

@@ -4,6 +4,7 @@ change that must send a restart back through the full publish, on the synthetic 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from collections.abc import Callable
@@ -44,18 +45,33 @@ def published(userspace: Path, tmp_path: Path) -> HostPaths:
 
 
 def test_a_published_root_with_its_inputs_is_recognised(published: HostPaths) -> None:
-    manifest = unchanged_manifest(published, SYNTHETIC_VERSION)
+    manifest = unchanged_manifest(published.driver_root, published.userspace, SYNTHETIC_VERSION)
     assert manifest is not None and manifest.inputs and manifest.cache is not None
     cache = (published.driver_root / "etc/ld.so.cache").stat()
     assert manifest.cache == (cache.st_size, cache.st_mtime_ns)
     full = publish_driver_root(published, SYNTHETIC_VERSION, Runner(), check_unchanged=False)  # the full path agrees
     assert (full.written, full.removed, full.ldconfig_ran) == (0, 0, False)
-    assert unchanged_manifest(published, SYNTHETIC_VERSION) == manifest  # and rewrote no manifest
+    assert (
+        unchanged_manifest(published.driver_root, published.userspace, SYNTHETIC_VERSION) == manifest
+    )  # and rewrote no manifest
     # The publisher's own shortcut reports what the full path reported, without a scan.
     kept = publish_driver_root(published, SYNTHETIC_VERSION, Runner())
     same = ("written", "unchanged", "removed", "libraries", "binaries", "firmware", "ldconfig_ran")
     assert [getattr(kept, f) for f in same] == [getattr(full, f) for f in same]
     assert full.unchanged > 0 and full.libraries and full.binaries
+
+
+def test_a_publish_decides_the_mount_of_driver_root_once(
+    published: HostPaths, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The unchanged check and the full publish it sends the restart to share one mount decision
+    (publish/rootdir.py ``prepare_existing_root``): one statvfs and mountinfo read, one log line."""
+    _touch(published.driver_root / LIB)
+    with caplog.at_level(logging.INFO, logger="driver_container.driverroot.mount"):
+        report = publish_driver_root(published, SYNTHETIC_VERSION, Runner())
+    assert report.written == 1  # the full path ran
+    decisions = [r for r in caplog.records if r.getMessage().startswith("DRIVER_ROOT mount: ")]
+    assert len(decisions) == 1, decisions
 
 
 CHANGES: dict[str, Callable[[HostPaths], None]] = {
@@ -78,15 +94,15 @@ def _relink(link: Path, target: str) -> None:
 
 @pytest.mark.parametrize("change", sorted(CHANGES))
 def test_any_change_takes_the_full_publish(published: HostPaths, change: str) -> None:
-    assert unchanged_manifest(published, SYNTHETIC_VERSION) is not None
+    assert unchanged_manifest(published.driver_root, published.userspace, SYNTHETIC_VERSION) is not None
     CHANGES[change](published)
-    assert unchanged_manifest(published, SYNTHETIC_VERSION) is None, change
+    assert unchanged_manifest(published.driver_root, published.userspace, SYNTHETIC_VERSION) is None, change
 
 
 def test_another_version_or_path_takes_the_full_publish(published: HostPaths, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert unchanged_manifest(published, "595.91.08") is None
+    assert unchanged_manifest(published.driver_root, published.userspace, "595.91.08") is None
     monkeypatch.setenv("PATH", "/nonexistent:" + os.environ.get("PATH", ""))  # ldconfig may be found elsewhere
-    assert unchanged_manifest(published, SYNTHETIC_VERSION) is None
+    assert unchanged_manifest(published.driver_root, published.userspace, SYNTHETIC_VERSION) is None
 
 
 def test_without_the_image_index_every_restart_takes_the_full_publish(userspace: Path, tmp_path: Path) -> None:
@@ -94,7 +110,7 @@ def test_without_the_image_index_every_restart_takes_the_full_publish(userspace:
     publish_driver_root(paths, SYNTHETIC_VERSION, Runner())
     _text, manifest = read_manifest(paths.driver_root)
     assert manifest is not None and manifest.inputs == "" and manifest.cache is not None
-    assert unchanged_manifest(paths, SYNTHETIC_VERSION) is None
+    assert unchanged_manifest(paths.driver_root, paths.userspace, SYNTHETIC_VERSION) is None
 
 
 def test_a_manifest_of_the_previous_format_is_rewritten_once(published: HostPaths) -> None:
@@ -103,7 +119,7 @@ def test_a_manifest_of_the_previous_format_is_rewritten_once(published: HostPath
     body = json.loads(manifest_file.read_text())
     del body["inputs"], body["cache"]
     manifest_file.write_text(json.dumps(body))
-    assert unchanged_manifest(published, SYNTHETIC_VERSION) is None
+    assert unchanged_manifest(published.driver_root, published.userspace, SYNTHETIC_VERSION) is None
     report = publish_driver_root(published, SYNTHETIC_VERSION, Runner())
     assert (report.written, report.ldconfig_ran) == (0, False)
-    assert unchanged_manifest(published, SYNTHETIC_VERSION) is not None
+    assert unchanged_manifest(published.driver_root, published.userspace, SYNTHETIC_VERSION) is not None

@@ -134,7 +134,7 @@ def _node(tmp_path: Path) -> Node:
         )
         (bindir / tool).chmod(0o755)
     paths = HostPaths(own_procfs_root=tmp_path / "proc", procfs_root=tmp_path / "host-proc", run_dir=tmp_path / "run")
-    create_driver_root(paths)
+    create_driver_root(paths.driver_root, paths.run_dir)
     return Node(paths, Runner(env={"PATH": f"{bindir}:{os.environ['PATH']}"}), calls)
 
 

@@ -133,11 +133,12 @@ def test_symlinks_planted_at_proc_and_sys_are_never_mounted_or_unmounted_through
 
 def test_status_reads_the_shell_and_both_mounts_from_one_mount_table(tmp_path: Path) -> None:
     paths = _node(tmp_path, TALOS_RUN, OURS, SYS)
-    found = read_root_mounts(paths)
+    found = read_root_mounts(paths.driver_root, paths.run_dir, paths.own_proc)
     assert found is not None and found.holder is not None and found.holder.source == "nvidia-driver-root"
     assert found.proc_sys.shell and found.proc_sys.proc is None
     assert found.proc_sys.sys is not None and found.proc_sys.sys.has("ro")
-    assert read_root_mounts(_node(tmp_path / "none", mountinfo=False)) is None
+    none = _node(tmp_path / "none", mountinfo=False)
+    assert read_root_mounts(none.driver_root, none.run_dir, none.own_proc) is None
 
 
 # DRIVER_ROOT_PROCFS=mps-minimal: the procfs NVIDIA's DRA driver's chrooted MPS server of 550+ needs (docs/mps.md).

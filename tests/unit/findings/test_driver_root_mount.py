@@ -93,12 +93,12 @@ def test_an_exec_capable_root_is_clean_whatever_the_host_views_mount_table_says(
 def test_init_verify_proves_nothing_before_it_publishes(noexec_paths: HostPaths) -> None:
     _publish(noexec_paths)
     state = check_host(noexec_paths, Settings())  # raises VerificationError on any error finding
-    assert state.driver_root_proof is None and state.driver_root_flags is not None
+    assert state.root.proof is None and state.root.flags is not None
 
 
 def test_unpublished_root_on_noexec_is_no_error_yet(noexec_paths: HostPaths) -> None:
     state = _status(noexec_paths)
-    assert state.driver_root_proof is None
+    assert state.root.proof is None
     assert "DRIVER_ROOT_NOT_EXECUTABLE" not in {f.code for f in check(state)}
 
 
@@ -114,8 +114,9 @@ def test_a_root_without_its_sysfs_or_with_a_procfs_is_a_warning(exec_paths: Host
     assert "validator reads its sys/bus/pci/devices" in found.message and "Bidirectional" in (found.fix or "")
     assert status_json(state, check(state))["driver_root"]["proc_sys"] == {"shell": True, "proc": None, "sys": None}
     assert "  chroot (bin/sh): proc none (the root is data), sys NOT mounted" in render_text(state, check(state))
-    assert state.proc_sys is not None and state.driver_root_mount is not None
-    both = state._replace(proc_sys=state.proc_sys._replace(proc=state.driver_root_mount, sys=state.driver_root_mount))
+    root = state.root
+    assert root.proc_sys is not None and root.mount is not None
+    both = state._replace(root=root._replace(proc_sys=root.proc_sys._replace(proc=root.mount, sys=root.mount)))
     codes = {f.code: f for f in check(both)}
     assert "DRIVER_ROOT_SYS_MISSING" not in codes and codes["DRIVER_ROOT_PROC_MOUNTED"].severity == "warning"
     assert "/proc/sys" in codes["DRIVER_ROOT_PROC_MOUNTED"].message
@@ -130,19 +131,21 @@ def test_the_procfs_opt_in_is_a_warning_naming_the_setting_and_others_stay_one(e
     (exec_paths.driver_root / "bin").mkdir()
     (exec_paths.driver_root / "bin/sh").write_bytes(b"\x7fELF stand-in for busybox")
     state = _status(exec_paths)._replace(settings=Settings(root_procfs="mps-minimal"))
-    assert state.proc_sys is not None and state.driver_root_mount is not None
+    root = state.root
+    assert root.proc_sys is not None and root.mount is not None
     codes = {f.code: f for f in check(state)}
     assert codes["DRIVER_ROOT_PROCFS_MPS"].severity == "warning" and "DRIVER_ROOT_PROC_MOUNTED" not in codes
     assert "DRIVER_ROOT_PROCFS=mps-minimal" in codes["DRIVER_ROOT_PROCFS_MPS"].message
     assert "subset=pid,hidepid=invisible" in codes["DRIVER_ROOT_PROCFS_MPS"].message
     assert "DRIVER_ROOT_PROCFS=none" in (codes["DRIVER_ROOT_PROCFS_MPS"].fix or "")
-    ours = state.driver_root_mount._replace(source="nvidia-driver-proc-mps", options=("rw", "nosuid"))
-    mounted = state._replace(proc_sys=state.proc_sys._replace(proc=ours, sys=state.driver_root_mount))
+    ours = root.mount._replace(source="nvidia-driver-proc-mps", options=("rw", "nosuid"))
+    mounted = state._replace(root=root._replace(proc_sys=root.proc_sys._replace(proc=ours, sys=root.mount)))
     codes = {f.code: f for f in check(mounted)}
     assert "DRIVER_ROOT_PROCFS_MPS" in codes and "DRIVER_ROOT_PROC_MOUNTED" not in codes
     text = render_text(mounted, check(mounted))
     assert "  chroot (bin/sh): proc DRIVER_ROOT_PROCFS=mps-minimal (rw,nosuid), sys mounted" in text
-    legacy = mounted._replace(proc_sys=mounted.proc_sys._replace(proc=ours._replace(source="nvidia-driver-proc")))
+    legacy_proc = ours._replace(source="nvidia-driver-proc")
+    legacy = mounted._replace(root=root._replace(proc_sys=root.proc_sys._replace(proc=legacy_proc, sys=root.mount)))
     assert {"DRIVER_ROOT_PROCFS_MPS", "DRIVER_ROOT_PROC_MOUNTED"} <= {f.code for f in check(legacy)}
     off = mounted._replace(settings=Settings())  # switched off, not restarted yet: ours is the alarm again
     assert {f.code for f in check(off)} & {"DRIVER_ROOT_PROCFS_MPS", "DRIVER_ROOT_PROC_MOUNTED"} == {

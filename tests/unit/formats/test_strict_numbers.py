@@ -104,9 +104,9 @@ def test_host_persistenced_pid_file_with_unicode_digit(tmp_path: Path) -> None:
     (tmp_path / "proc/1/comm").write_text("nvidia-persiste\n")  # comm is cut to 15 bytes (proc(5))
     paths = HostPaths(host_root=tmp_path / "host", procfs_root=tmp_path / "proc")
     pid_file.write_text("²\n")
-    assert host_daemon_pid(paths) is None
+    assert host_daemon_pid(paths.host, paths.proc) is None
     pid_file.write_text("1\n")
-    assert host_daemon_pid(paths) == 1
+    assert host_daemon_pid(paths.host, paths.proc) == 1
 
 
 class _Response:

@@ -20,7 +20,7 @@ def _names(nodes: tuple[DeviceNode, ...]) -> dict[str, tuple[int, int, int]]:
 
 
 def test_two_gpus_and_mig_caps(node_host: Callable[[str], HostPaths]) -> None:
-    nodes = _names(plan_device_nodes(node_host("h100x2-mig")))
+    nodes = _names(plan_device_nodes(node_host("h100x2-mig").proc))
     assert nodes == {
         "nvidiactl": (195, 255, 0o666),
         "nvidia-modeset": (195, 254, 0o666),
@@ -48,7 +48,7 @@ def test_cap_mode_is_the_registered_one_and_a_disagreeing_file_is_ignored(
     (caps / "mig/monitor").write_text("DeviceFileMinor: 2\nDeviceFileMode: 288\nDeviceFileModify: 1\n")  # 0440
     (caps / "gpu0/mig/gi1/access").write_text("DeviceFileMinor: 99\nDeviceFileMode: 438\nDeviceFileModify: 1\n")
     (caps / "mig/config").write_text("DeviceFileMinor: 1\n")  # no mode: the default, never 0666
-    nodes = _names(plan_device_nodes(paths))
+    nodes = _names(plan_device_nodes(paths.proc))
     assert nodes["nvidia-caps/nvidia-cap2"] == (236, 2, 0o440)
     assert nodes["nvidia-caps/nvidia-cap12"] == (236, 12, 0o444)
     assert nodes["nvidia-caps/nvidia-cap1"] == (236, 1, 0o400)
@@ -57,7 +57,7 @@ def test_cap_mode_is_the_registered_one_and_a_disagreeing_file_is_ignored(
 
 
 def test_old_frontend_major_and_sparse_minor(node_host: Callable[[str], HostPaths]) -> None:
-    nodes = _names(plan_device_nodes(node_host("frontend-535")))
+    nodes = _names(plan_device_nodes(node_host("frontend-535").proc))
     assert nodes == {
         "nvidiactl": (195, 255, 0o666),
         "nvidia-modeset": (195, 254, 0o666),
@@ -68,12 +68,12 @@ def test_old_frontend_major_and_sparse_minor(node_host: Callable[[str], HostPath
 
 
 def test_no_driver_loaded_means_no_nodes(node_host: Callable[[str], HostPaths]) -> None:
-    assert plan_device_nodes(node_host("no-nvidia")) == ()
+    assert plan_device_nodes(node_host("no-nvidia").proc) == ()
 
 
 def test_missing_proc_devices_names_the_file(tmp_path: Path) -> None:
     with pytest.raises(HostReadError, match=r"proc/devices: missing"):
-        plan_device_nodes(HostPaths(procfs_root=tmp_path / "proc", run_dir=tmp_path / "run"))
+        plan_device_nodes(HostPaths(procfs_root=tmp_path / "proc", run_dir=tmp_path / "run").proc)
 
 
 @pytest.mark.root
@@ -82,7 +82,7 @@ def test_created_nodes_have_real_type_numbers_and_mode(node_host: Callable[[str]
     paths = node_host("h100x2-mig")
     old_umask = os.umask(0o077)  # the mode must not depend on the umask
     try:
-        report = create_device_nodes(paths.driver_root, plan_device_nodes(paths))
+        report = create_device_nodes(paths.driver_root, plan_device_nodes(paths.proc))
     finally:
         os.umask(old_umask)
     assert report.not_permitted == ()
@@ -95,7 +95,7 @@ def test_created_nodes_have_real_type_numbers_and_mode(node_host: Callable[[str]
         assert (os.major(st_node.st_rdev), os.minor(st_node.st_rdev)) == (major, minor)
         assert stat.S_IMODE(st_node.st_mode) == mode
     before = os.lstat(paths.driver_root / "dev/nvidia0").st_ino
-    again = create_device_nodes(paths.driver_root, plan_device_nodes(paths))
+    again = create_device_nodes(paths.driver_root, plan_device_nodes(paths.proc))
     assert again.created == () and len(again.unchanged) == 13
     assert os.lstat(paths.driver_root / "dev/nvidia0").st_ino == before  # idempotent: not recreated
 
@@ -106,7 +106,7 @@ def test_wrong_existing_node_is_replaced(node_host: Callable[[str], HostPaths]) 
     paths = node_host("frontend-535")
     (paths.driver_root / "dev").mkdir(parents=True)
     os.mknod(paths.driver_root / "dev/nvidia-uvm", stat.S_IFCHR | 0o600, os.makedev(511, 0))
-    report = create_device_nodes(paths.driver_root, plan_device_nodes(paths))
+    report = create_device_nodes(paths.driver_root, plan_device_nodes(paths.proc))
     assert "nvidia-uvm" in report.created
     st_uvm = os.lstat(paths.driver_root / "dev/nvidia-uvm")
     assert os.major(st_uvm.st_rdev) == 240 and stat.S_IMODE(st_uvm.st_mode) == 0o666

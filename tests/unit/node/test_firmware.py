@@ -14,31 +14,31 @@ PARAM = "module/firmware_class/parameters/path"
 
 def test_empty_path_gets_the_host_driver_root(node_host: Callable[[str], HostPaths]) -> None:
     paths = node_host("fw-empty")
-    report = set_firmware_search_path(paths)
+    report = set_firmware_search_path(paths.host_driver_root, paths.sys)
     assert report.result is FirmwarePathResult.SET
     # HOST_DRIVER_ROOT, not the container's DRIVER_ROOT: the kernel resolves it in the host namespace.
     assert (paths.sysfs_root / PARAM).read_text() == "/run/nvidia/driver/lib/firmware"
-    assert set_firmware_search_path(paths).result is FirmwarePathResult.ALREADY
+    assert set_firmware_search_path(paths.host_driver_root, paths.sys).result is FirmwarePathResult.ALREADY
 
 
 def test_kernel_newline_counts_as_empty_and_default_is_driver_root(node_host: Callable[[str], HostPaths]) -> None:
     paths = node_host("fw-empty")
     (paths.sysfs_root / PARAM).write_text("\n")
     paths = HostPaths(sysfs_root=paths.sysfs_root, run_dir=paths.run_dir)  # HOST_DRIVER_ROOT unset
-    assert set_firmware_search_path(paths).result is FirmwarePathResult.SET
+    assert set_firmware_search_path(paths.host_driver_root, paths.sys).result is FirmwarePathResult.SET
     assert (paths.sysfs_root / PARAM).read_text() == f"{paths.run_dir}/driver/lib/firmware"
 
 
 def test_preset_path_is_left_alone(node_host: Callable[[str], HostPaths], caplog: object) -> None:
     paths = node_host("fw-preset")
-    report = set_firmware_search_path(paths)
+    report = set_firmware_search_path(paths.host_driver_root, paths.sys)
     assert report.result is FirmwarePathResult.OTHER and report.found == "/var/lib/firmware-custom"
     assert (paths.sysfs_root / PARAM).read_text() == "/var/lib/firmware-custom\n"
 
 
 def test_missing_parameter_file(node_host: Callable[[str], HostPaths]) -> None:
     paths = node_host("no-nvidia")
-    assert set_firmware_search_path(paths).result is FirmwarePathResult.MISSING
+    assert set_firmware_search_path(paths.host_driver_root, paths.sys).result is FirmwarePathResult.MISSING
 
 
 _RUN = """
@@ -47,7 +47,8 @@ from pathlib import Path
 from driver_container.node.firmware import set_firmware_search_path
 from driver_container.base.paths import HostPaths
 logging.basicConfig(level=logging.WARNING, format="%(message)s")
-print(set_firmware_search_path(HostPaths(sysfs_root=Path(sys.argv[1]), run_dir=Path(sys.argv[2]))).result.value)
+p = HostPaths(sysfs_root=Path(sys.argv[1]), run_dir=Path(sys.argv[2]))
+print(set_firmware_search_path(p.host_driver_root, p.sys).result.value)
 """
 
 

@@ -36,15 +36,16 @@ def _runner(tmp_path: Path, mode: str = "normal", *, with_binary: bool = True) -
 
 
 def test_mode_false_never_starts(node_host: Callable[[str], HostPaths], tmp_path: Path) -> None:
-    assert not persistenced.should_start(node_host("no-nvidia"), "false", _runner(tmp_path))
+    paths = node_host("no-nvidia")
+    assert not persistenced.should_start(paths.host, paths.proc, "false", _runner(tmp_path))
 
 
 def test_auto_without_binary_skips_but_true_fails(node_host: Callable[[str], HostPaths], tmp_path: Path) -> None:
     paths = node_host("no-nvidia")
     runner = _runner(tmp_path, with_binary=False)
-    assert not persistenced.should_start(paths, "auto", runner)
+    assert not persistenced.should_start(paths.host, paths.proc, "auto", runner)
     with pytest.raises(CommandError, match="nvidia-persistenced: not found on PATH"):
-        persistenced.should_start(paths, "true", runner)
+        persistenced.should_start(paths.host, paths.proc, "true", runner)
 
 
 def test_host_daemon_alive_blocks_stale_does_not(node_host: Callable[[str], HostPaths], tmp_path: Path) -> None:
@@ -52,11 +53,11 @@ def test_host_daemon_alive_blocks_stale_does_not(node_host: Callable[[str], Host
     pid_file = paths.host_root / persistenced.HOST_PID_FILE
     pid_file.parent.mkdir(parents=True)
     pid_file.write_text("4242\n")
-    assert persistenced.should_start(paths, "auto", _runner(tmp_path))  # pid 4242 not in fixture /proc
+    assert persistenced.should_start(paths.host, paths.proc, "auto", _runner(tmp_path))  # pid 4242 not in fixture /proc
     (paths.procfs_root / "4242").mkdir()
     (paths.procfs_root / "4242/comm").write_text("nvidia-persiste\n")  # the kernel's 15-byte comm
-    assert persistenced.host_daemon_pid(paths) == 4242
-    assert not persistenced.should_start(paths, "true", _runner(tmp_path))
+    assert persistenced.host_daemon_pid(paths.host, paths.proc) == 4242
+    assert not persistenced.should_start(paths.host, paths.proc, "true", _runner(tmp_path))
 
 
 def test_start_socket_visible_in_driver_root_then_stop(node_host: Callable[[str], HostPaths], tmp_path: Path) -> None:
@@ -106,8 +107,8 @@ def test_workload_isolation_pid_of_another_process_is_not_the_daemon(
     pid_file.write_text("1\n")
     (paths.procfs_root / "1").mkdir()
     (paths.procfs_root / "1/comm").write_text("sandboxd\n")
-    assert persistenced.host_daemon_pid(paths) is None
-    assert persistenced.should_start(paths, "auto", _runner(tmp_path))
+    assert persistenced.host_daemon_pid(paths.host, paths.proc) is None
+    assert persistenced.should_start(paths.host, paths.proc, "auto", _runner(tmp_path))
 
 
 def test_workload_isolation_hidden_daemon_found_by_its_socket(
@@ -128,10 +129,10 @@ def test_workload_isolation_hidden_daemon_found_by_its_socket(
         server.bind(sock_path.name)
         os.chdir(cwd)
         server.listen(1)
-        assert persistenced.host_daemon_pid(paths) == 4242
-        assert not persistenced.should_start(paths, "auto", _runner(tmp_path))
+        assert persistenced.host_daemon_pid(paths.host, paths.proc) == 4242
+        assert not persistenced.should_start(paths.host, paths.proc, "auto", _runner(tmp_path))
     finally:
         os.chdir(cwd)
         server.close()
     # A socket file nobody listens on (the daemon died) is stale.
-    assert persistenced.host_daemon_pid(paths) is None
+    assert persistenced.host_daemon_pid(paths.host, paths.proc) is None

@@ -93,7 +93,7 @@ LIGHT_RECORD_MODULES = {
     "driverroot/mount.py",
     "driverroot/procsys.py",
     "driverroot/proof.py",
-    "driverroot/publish_status.py",
+    "driverroot/state.py",
     "driverroot/toolkit_features.py",
     "findings/model.py",
     "formats/elffacts.py",

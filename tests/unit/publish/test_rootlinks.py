@@ -21,7 +21,7 @@ from driver_container.base.errors import PublishError
 from driver_container.base.paths import HostPaths
 from driver_container.driverroot.mount import mount_argv
 from driver_container.publish.publisher import publish_driver_root
-from driver_container.publish.rootdir import create_driver_root, prepare_driver_root
+from driver_container.publish.rootdir import create_driver_root, prepare_driver_root, prepare_existing_root
 from driver_container.publish.unchanged import keep_unchanged_root
 
 VERSION = "595.91.07"
@@ -93,7 +93,8 @@ def test_a_link_at_driver_root_on_the_unchanged_restart_path_runs_nothing(node: 
     node.mountinfo(*table)
     _link_driver_root(node)
     before, runner = node.outside_listing(), MountRunner()
-    assert keep_unchanged_root(node.paths, VERSION, runner) is None  # the full path then refuses (above)
+    changed = prepare_existing_root(node.paths, runner)  # the unchanged restart's mount decision
+    assert changed is None and keep_unchanged_root(node.paths, VERSION, changed) is None  # the full path refuses
     assert runner.argvs == []
     _unchanged(node, before)
 
@@ -103,7 +104,8 @@ def test_a_file_at_driver_root_is_refused(node: Node) -> None:
     node.mountinfo(ROOT, TALOS_RUN)
     node.paths.driver_root.write_text("a file\n")
     runner = MountRunner()
-    assert keep_unchanged_root(node.paths, VERSION, runner) is None
+    changed = prepare_existing_root(node.paths, runner)
+    assert changed is None and keep_unchanged_root(node.paths, VERSION, changed) is None
     with pytest.raises(PublishError, match=r"driver.* not a directory"):
         publish_driver_root(node.paths, VERSION, runner, check_unchanged=False)
     assert runner.argvs == [] and node.paths.driver_root.read_text() == "a file\n"
@@ -111,7 +113,7 @@ def test_a_file_at_driver_root_is_refused(node: Node) -> None:
 
 def test_prepare_refuses_a_link_swapped_in_after_the_root_was_made(node: Node) -> None:
     node.mountinfo(ROOT, TALOS_RUN, FOREIGN)
-    create_driver_root(node.paths)
+    create_driver_root(node.paths.driver_root, node.paths.run_dir)
     node.paths.driver_root.rmdir()
     _link_driver_root(node)
     runner = MountRunner()
@@ -122,7 +124,7 @@ def test_prepare_refuses_a_link_swapped_in_after_the_root_was_made(node: Node) -
 
 def test_the_real_directory_gets_the_tmpfs_through_its_descriptor(node: Node) -> None:
     node.mountinfo(ROOT, TALOS_RUN)
-    create_driver_root(node.paths)
+    create_driver_root(node.paths.driver_root, node.paths.run_dir)
     runner = MountRunner()
     assert prepare_driver_root(node.paths, runner) is True
     assert runner.argvs == [mount_argv()] and runner.dirs == [str(node.paths.driver_root)]
