@@ -11,6 +11,7 @@ pyelftools, the module loader, hashing or the thread pool: an unchanged root is 
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -73,6 +74,39 @@ def test_an_unchanged_restart_imports_neither_dataclasses_nor_the_publisher(tmp_
     assert "driver_container.publish.unchanged" in imported
     heavy = sorted(m for m in imported if any(m == n or m.startswith(n + ".") for n in NOT_ON_AN_UNCHANGED_RESTART))
     assert heavy == [], f"an unchanged restart imports {heavy}"
+
+
+# Imported by typer (and its click) on today's restart, so not in the list above, but by nothing of the
+# package below the CLI: a restart that skips typer imports none of them (bench/README.md, the local imports).
+NOT_BELOW_THE_CLI = ("typer", "datetime", "inspect", "uuid", "platform", "difflib", "gettext")
+RESTART_CLI = ("cli/init_cmd.py", "cli/app.py")  # the restart's command module and the app it registers on
+
+
+def _project_imports(module: Path) -> set[str]:
+    """The driver_container modules ``module`` imports at its top (not the CLI's own)."""
+    names = set()
+    for node in ast.parse(module.read_text()).body:
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "driver_container":
+            names.add(node.module)
+            for alias in node.names:  # ``from driver_container.lifecycle import init``: a module
+                sub = PACKAGE.parent.joinpath(*node.module.split("."), alias.name)
+                if sub.with_suffix(".py").is_file() or (sub / "__init__.py").is_file():
+                    names.add(f"{node.module}.{alias.name}")
+        elif isinstance(node, ast.Import):
+            names |= {a.name for a in node.names if a.name.startswith("driver_container.")}
+    return {n for n in names if not n.startswith("driver_container.cli")}
+
+
+def test_the_restarts_modules_below_the_cli_import_no_typer_nor_what_typer_brings() -> None:
+    below = sorted(set().union(*(_project_imports(PACKAGE / m) for m in RESTART_CLI)))
+    assert "driver_container.lifecycle.init" in below, below  # the listing reaches the restart's modules
+    script = f"import sys\nimport {', '.join(below)}\nprint('\\n'.join(sys.modules))"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    imported = set(done.stdout.split())
+    never = (*NOT_ON_AN_UNCHANGED_RESTART, *NOT_BELOW_THE_CLI)
+    heavy = sorted(m for m in imported if any(m == n or m.startswith(n + ".") for n in never))
+    assert heavy == [], f"the restart's modules below the CLI import {heavy}"
 
 
 # The rooms of driver_container/ each command may import (an entry ``room.module`` allows that module of the
