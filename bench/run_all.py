@@ -102,21 +102,30 @@ STARTUP_ROWS = {  # bench/startup.py's keys -> (row name, floor)
     "status_no_modules": ("status, no module files", "import typer"),
     "status_modules": ("status, 3 module files", "import typer"),
 }
+# With BENCH_VS=REF (off by default): this tree against commit REF's, paired in the same run.
+STARTUP_VS_ROWS = {
+    "first_init_vs": ("first init --no-wait vs {ref}", "{ref}'s first init"),
+    "restart_vs": ("unchanged restart vs {ref}", "{ref}'s restart"),
+}
 
 
 def startup_rows(quick: bool) -> list[Row]:
-    rc, out = _run([PY, "bench/startup.py", "--json", "--rounds", "5" if quick else "11"], 1200)
-    return parse_startup(out, rc)
+    # bench/startup.py reads BENCH_VS from the environment it inherits
+    rc, out = _run([PY, "bench/startup.py", "--json", "--rounds", "5" if quick else "11"], 1800)
+    return parse_startup(out, rc, os.environ.get("BENCH_VS") or None)
 
 
-def parse_startup(out: str, rc: int) -> list[Row]:
+def parse_startup(out: str, rc: int, vs: str | None = None) -> list[Row]:
     lines = [line for line in out.splitlines() if line.startswith("{")]
     try:
         result = json.loads(lines[-1]) if rc == 0 and lines else {}
     except ValueError:
         result = {}
     rows = []
-    for key, (name, floor) in STARTUP_ROWS.items():
+    wanted = {**STARTUP_ROWS}
+    if vs:
+        wanted |= {key: (name.format(ref=vs), floor.format(ref=vs)) for key, (name, floor) in STARTUP_VS_ROWS.items()}
+    for key, (name, floor) in wanted.items():
         r = result.get(key)
         if r is None:
             rows.append(Row(name, None, "x", 0.0, _why(out)))

@@ -1,6 +1,6 @@
 """Whole-process start-up of the commands a node waits for, against their floors, in paired runs (docs/development.md).
 
-    .venv/bin/python bench/startup.py [--rounds N] [--json]
+    .venv/bin/python bench/startup.py [--rounds N] [--json] [--vs REF]
 
 Each row runs its subject and its floor back to back, ROUNDS times (order alternating between rounds, so
 a drift of CPU frequency or load from other processes hits both alike), and reports the median of the
@@ -23,6 +23,11 @@ The host is the fixture Talos 1.11 node with 535.309.01 loaded (tests/fixtures/h
 RUN_DIR is under TMPDIR (default /dev/shm: DRIVER_ROOT is on /run, a tmpfs, in production). The package
 and the interpreter's site-packages are byte-compiled first: CI sets PYTHONDONTWRITEBYTECODE=1, and the
 image ships byte code, so a measurement that compiles on every start would measure the wrong thing.
+
+--vs REF adds two rows with a previous commit as the floor, in the same run: REF's tree exported with
+``git archive`` into the temporary directory (the repository is only read), in a venv built the same way,
+and the first ``init --no-wait`` and the unchanged restart of this tree against REF's (same fixture host
+copy and userspace, each its own RUN_DIR).
 """
 
 from __future__ import annotations
@@ -51,13 +56,23 @@ PEERMEM_PROC = REPO / "tests/fixtures/node/peermem-loaded/proc"
 CONSOLE_SCRIPT = (
     "#!{python}\nimport sys\nfrom driver_container.cli import main\nif __name__ == '__main__':\n    sys.exit(main())\n"
 )
-TARGETS = {"first_init": 1.3, "restart": 1.5, "probe": 1.3, "status_no_modules": 1.5, "status_modules": 2.0}
+TARGETS = {
+    "first_init": 1.3,
+    "restart": 1.35,
+    "probe": 1.3,
+    "status_no_modules": 1.5,
+    "status_modules": 2.0,
+    # --vs REF: this tree no slower than REF's (a ratio of 1.0 is a tie; the spread is the machine's noise)
+    "first_init_vs": 1.0,
+    "restart_vs": 1.0,
+}
 
 Sample = tuple[float, float]  # (wall s, CPU s of the child processes)
 
 
-def bench_interpreter(work: Path) -> tuple[str, str]:
-    """(python, nvidia-driver) of a venv like the image's (see the module doc), everything byte-compiled."""
+def bench_interpreter(work: Path, tree: Path = REPO) -> tuple[str, str]:
+    """(python, nvidia-driver) of a venv like the image's (see the module doc) running the package of
+    ``tree``, everything byte-compiled; the venv is ``work``/venv."""
     venv = work / "venv"
     subprocess.run([DEV_PY, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = str(venv / "bin/python")
@@ -68,13 +83,13 @@ def bench_interpreter(work: Path) -> tuple[str, str]:
         text=True,
     ).stdout.strip()
     deps = sysconfig.get_paths()["purelib"]  # the development venv's: typer, requests, pyelftools...
-    Path(purelib, "bench-startup.pth").write_text(f"{REPO}\n{deps}\n")
+    Path(purelib, "bench-startup.pth").write_text(f"{tree}\n{deps}\n")
     script = venv / "bin/nvidia-driver"
     script.write_text(CONSOLE_SCRIPT.format(python=python))
     script.chmod(0o755)
     # CI sets PYTHONDONTWRITEBYTECODE=1 and the image ships byte code: no measured start may compile.
-    for tree in (REPO / "driver_container", Path(deps)):
-        subprocess.run([python, "-m", "compileall", "-q", "-j0", str(tree)], check=True, stdout=subprocess.DEVNULL)
+    for compiled in (tree / "driver_container", Path(deps)):
+        subprocess.run([python, "-m", "compileall", "-q", "-j0", str(compiled)], check=True, stdout=subprocess.DEVNULL)
     return python, str(script)
 
 
@@ -176,6 +191,45 @@ def rows(rounds: int, work: Path, userspace: Path) -> dict[str, dict[str, object
     return {name: {**result, "target": TARGETS[name]} for name, result in found.items()}
 
 
+def exported_tree(ref: str, dest: Path) -> Path:
+    """The package of commit ``ref`` under ``dest`` (``git archive``: the repository is only read)."""
+    dest.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", "--format=tar", ref, "driver_container"], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
+def rows_vs(ref: str, rounds: int, work: Path, userspace: Path) -> dict[str, dict[str, object]]:
+    """First ``init --no-wait`` and the unchanged restart of this tree (subject) against ``ref``'s (floor)."""
+    (work / "this").mkdir(parents=True)
+    (work / "ref").mkdir()
+    _, cli = bench_interpreter(work / "this")
+    _, ref_cli = bench_interpreter(work / "ref", exported_tree(ref, work / "ref/tree"))
+    host = fixture_host_copy(work)
+    runs = {side: work / side / "run" for side in ("this", "ref")}
+    envs = {side: host_env(run_dir, host / "host", userspace, host) for side, run_dir in runs.items()}
+    clis = {"this": cli, "ref": ref_cli}
+
+    def first_init(side: str) -> Callable[[], Sample]:
+        def run() -> Sample:
+            shutil.rmtree(runs[side], ignore_errors=True)
+            runs[side].mkdir()
+            return timed([clis[side], "init", "--no-wait"], env=envs[side])
+
+        return run
+
+    def restart(side: str) -> Callable[[], Sample]:
+        return lambda: timed([clis[side], "init", "--no-wait"], env=envs[side])
+
+    found = {
+        "first_init_vs": paired(first_init("this"), first_init("ref"), rounds),
+        "restart_vs": paired(restart("this"), restart("ref"), rounds),  # each on its root of the last first init
+    }
+    return {name: {**result, "target": TARGETS[name], "ref": ref} for name, result in found.items()}
+
+
 def paired(subject: Callable[[], Sample], floor: Callable[[], Sample], rounds: int) -> dict[str, object]:
     subject(), floor()  # warm the page cache and any first-run work (a fresh root's tmpfs mount)
     pairs: list[tuple[Sample, Sample]] = []
@@ -208,7 +262,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=int(os.environ.get("BENCH_ROUNDS", "11")))
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--vs", metavar="REF", default=os.environ.get("BENCH_VS") or None, help="also this tree vs REF")
+    parser.add_argument("--vs-only", action="store_true", help="only the rows against REF")
     args = parser.parse_args()
+    if args.vs_only and not args.vs:
+        parser.error("--vs-only needs --vs REF (or BENCH_VS)")
     if not (USERSPACE / "usr").is_dir():
         print(f"no real userspace at {USERSPACE}: run scripts/setup.sh", file=sys.stderr)
         return 2
@@ -219,13 +277,18 @@ def main() -> int:
         tempfile.TemporaryDirectory(prefix="bench-startup-", dir=os.environ.get("TMPDIR", "/dev/shm")) as tmp,
         tempfile.TemporaryDirectory(prefix="bench-userspace-", dir=REPO / ".cache") as sources,
     ):
-        result = rows(args.rounds, Path(tmp), indexed_copy(USERSPACE, VERSION, Path(sources)))
+        userspace = indexed_copy(USERSPACE, VERSION, Path(sources))
+        (Path(tmp) / "floors").mkdir()
+        result = {} if args.vs_only else rows(args.rounds, Path(tmp) / "floors", userspace)
+        if args.vs:
+            result |= rows_vs(args.vs, args.rounds, Path(tmp) / "vs", userspace)
     if args.json:
         print(json.dumps(result))
     else:
         for name, r in result.items():
+            against = f"vs {r['ref']} " if "ref" in r else ""
             print(
-                f"{name:18s} ratio {r['ratio']:.2f} ({r['min']:.2f}-{r['max']:.2f}) target <= {r['target']}; "
+                f"{name:18s} {against}ratio {r['ratio']:.2f} ({r['min']:.2f}-{r['max']:.2f}) target <= {r['target']}; "
                 f"wall {r['wall_s']:.3f} s vs {r['floor_wall_s']:.3f} s; CPU {r['cpu_s']:.3f} s vs "
                 f"{r['floor_cpu_s']:.3f} s"
             )

@@ -74,6 +74,13 @@ def test_parses_the_startup_rows_that_bench_startup_prints() -> None:
     rows = run_all.parse_startup("progress line\n" + json.dumps(result) + "\n", 0)
     assert [r.name for r in rows] == [name for name, _floor in run_all.STARTUP_ROWS.values()]
     assert all(r.value is not None and r.note.startswith("vs ") and "CPU" in r.note for r in rows)
-    assert {r.target for r in rows} == set(startup.TARGETS.values())
+    assert [r.target for r in rows] == [startup.TARGETS[key] for key in run_all.STARTUP_ROWS]
     broken = run_all.parse_startup("no real userspace at ...: run scripts/setup.sh", 2)
     assert all(r.verdict == "n/a" and "setup.sh" in r.note for r in broken)
+    # BENCH_VS=REF: two more rows, this tree against REF's, named by REF
+    against = run_all.parse_startup(
+        json.dumps({**result, "first_init_vs": {**result["first_init_vs"], "ref": "86ec4a0"}}), 0, "86ec4a0"
+    )
+    assert [r.name for r in against[-2:]] == ["first init --no-wait vs 86ec4a0", "unchanged restart vs 86ec4a0"]
+    assert [r.target for r in against[-2:]] == [startup.TARGETS["first_init_vs"], startup.TARGETS["restart_vs"]]
+    assert all(r.value is not None and "86ec4a0" in r.note for r in against[-2:])

@@ -71,7 +71,12 @@ LOCAL_IMPORTS = {
     "inspect/hoststate.py": {"_fabric", "inspect_host", "_pod_context"},  # fabric, verdict, pod context: operator
     "inspect/modfiles.py": {"read_module_file"},  # the module reader: not for status without module files
     "kube/endpoint.py": {"kubeconfig_endpoint"},  # yaml: never for the service account of init's report
-    "kube/nodereport.py": {"_client", "namespace_of", "with_pod"},  # the client, requests: in a cluster
+    "kube/nodereport.py": {
+        "_client",
+        "namespace_of",
+        "with_pod",
+        "_report_calls",
+    },  # in a cluster: client, datetime
     "lifecycle/init.py": {
         "_check_alive",
         "_init_stages",
