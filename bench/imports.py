@@ -20,11 +20,18 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from startup import HOST, PEERMEM_PROC, REPO, USERSPACE, VERSION, bench_interpreter, fixture_host_copy, host_env
+from startup import (
+    HOST,
+    PEERMEM_PROC,
+    USERSPACE,
+    bench_interpreter,
+    fixture_host_copy,
+    host_env,
+    image_userspace,
+)
 
 # driver-manager's console script, as pip writes it (the image's /opt/nvidia-driver/bin/driver-manager)
 MANAGER_SCRIPT = (
@@ -145,8 +152,6 @@ def table(found: dict[str, dict[str, object]]) -> str:
 
 
 def main() -> int:
-    from publish import indexed_copy  # bench/publish.py, as bench/startup.py imports it
-
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=int(os.environ.get("BENCH_ROUNDS", "7")))
     parser.add_argument("--json", action="store_true")
@@ -155,13 +160,9 @@ def main() -> int:
     if not (USERSPACE / "usr").is_dir() or not HOST.is_dir():
         print(f"no real userspace at {USERSPACE}: run scripts/setup.sh", file=sys.stderr)
         return 2
-    (REPO / ".cache").mkdir(exist_ok=True)
-    with (
-        tempfile.TemporaryDirectory(prefix="bench-imports-", dir=os.environ.get("TMPDIR", "/dev/shm")) as tmp,
-        tempfile.TemporaryDirectory(prefix="bench-userspace-", dir=REPO / ".cache") as sources,
-    ):
-        found = measure(args.rounds, Path(tmp), indexed_copy(USERSPACE, VERSION, Path(sources)))
-        shutil.rmtree(Path(tmp) / "run", ignore_errors=True)
+    with image_userspace("bench-imports-") as (tmp, userspace):
+        found = measure(args.rounds, tmp, userspace)
+        shutil.rmtree(tmp / "run", ignore_errors=True)
     if args.modules:
         print("\n".join(found[args.modules]["names"]))  # type: ignore[arg-type]
     elif args.json:

@@ -33,6 +33,7 @@ copy and userspace, each its own RUN_DIR).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -43,7 +44,7 @@ import sys
 import sysconfig
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -254,11 +255,24 @@ def paired(subject: Callable[[], Sample], floor: Callable[[], Sample], rounds: i
     }
 
 
-def main() -> int:
+@contextlib.contextmanager
+def image_userspace(prefix: str) -> Iterator[tuple[Path, Path]]:
+    """(a scratch directory, the userspace as the image has it): the 535 tree with the digest index its
+    build writes (a hard-linked copy beside the artefact, bench/publish.py's indexed_copy; the artefact
+    itself is never written). Both are removed on exit."""
     # bench/publish.py, found through this script's directory on sys.path; imported here, not at the top,
     # so that tests/helpers/bench.py can load this module from its file for its parsers' tests.
     from publish import indexed_copy
 
+    (REPO / ".cache").mkdir(exist_ok=True)
+    with (
+        tempfile.TemporaryDirectory(prefix=prefix, dir=os.environ.get("TMPDIR", "/dev/shm")) as tmp,
+        tempfile.TemporaryDirectory(prefix="bench-userspace-", dir=REPO / ".cache") as sources,
+    ):
+        yield Path(tmp), indexed_copy(USERSPACE, VERSION, Path(sources))
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=int(os.environ.get("BENCH_ROUNDS", "11")))
     parser.add_argument("--json", action="store_true")
@@ -270,18 +284,11 @@ def main() -> int:
     if not (USERSPACE / "usr").is_dir():
         print(f"no real userspace at {USERSPACE}: run scripts/setup.sh", file=sys.stderr)
         return 2
-    # The userspace as the image has it: the 535 tree with the digest index its build writes (a hard-linked
-    # copy beside the artefact, bench/publish.py's indexed_copy; the artefact itself is never written).
-    (REPO / ".cache").mkdir(exist_ok=True)
-    with (
-        tempfile.TemporaryDirectory(prefix="bench-startup-", dir=os.environ.get("TMPDIR", "/dev/shm")) as tmp,
-        tempfile.TemporaryDirectory(prefix="bench-userspace-", dir=REPO / ".cache") as sources,
-    ):
-        userspace = indexed_copy(USERSPACE, VERSION, Path(sources))
-        (Path(tmp) / "floors").mkdir()
-        result = {} if args.vs_only else rows(args.rounds, Path(tmp) / "floors", userspace)
+    with image_userspace("bench-startup-") as (tmp, userspace):
+        (tmp / "floors").mkdir()
+        result = {} if args.vs_only else rows(args.rounds, tmp / "floors", userspace)
         if args.vs:
-            result |= rows_vs(args.vs, args.rounds, Path(tmp) / "vs", userspace)
+            result |= rows_vs(args.vs, args.rounds, tmp / "vs", userspace)
     if args.json:
         print(json.dumps(result))
     else:
