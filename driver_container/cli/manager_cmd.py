@@ -24,7 +24,7 @@ from driver_container.kube.endpoint import operator_namespace
 from driver_container.manager import manager, remove
 from driver_container.manager.manager import ManagerOptions
 from driver_container.runtime.runner import Runner
-from driver_container.settings import Cluster, Settings, variables
+from driver_container.settings import Settings, variables
 from driver_container.settings.resolve import ManagerKnobs, logging_of, manager_knobs, paths_of
 
 app = typer.Typer(
@@ -62,17 +62,18 @@ def configure(
     logs.configure(json_format=chosen.json, verbose=chosen.verbose)
 
 
-def _options(knobs: ManagerKnobs, cluster: Cluster) -> ManagerOptions:
-    if knobs.node_name is None:
+def _options(knobs: ManagerKnobs, settings: Settings) -> ManagerOptions:
+    node_name = settings.cluster.node_name
+    if node_name is None:
         raise UsageError(
             "NODE_NAME is not set",
             name="NODE_NAME",
             fix="set NODE_NAME from the downward API (fieldRef spec.nodeName)",
         )
     return ManagerOptions(
-        node_name=knobs.node_name,
-        operator_namespace=operator_namespace(cluster),
-        driver_config_digest=knobs.driver_config_digest,
+        node_name=node_name,
+        operator_namespace=operator_namespace(settings.cluster),
+        driver_config_digest=settings.driver_config_digest,
         force_reinstall=knobs.force_reinstall,
         host_driver_delay=knobs.host_driver_delay,
         pod_wait_timeout=knobs.pod_wait_timeout,
@@ -89,7 +90,7 @@ def _warn_about_unused(knobs: ManagerKnobs, settings: Settings) -> None:
     # The stock manager waits (without a bound) for MOFED when GPU_DIRECT_RDMA_ENABLED and a Mellanox device
     # is present (k8s-driver-manager v0.12.0 waitForMofedDriver). Talos has no MOFED and nvidia_peermem
     # cannot load there, so that wait would never end: it is left out, with a warning.
-    if knobs.gpu_direct_rdma:
+    if settings.gpu_direct_rdma:
         log.warning(
             "GPU_DIRECT_RDMA_ENABLED=true: not waiting for MOFED (Talos has none and nvidia_peermem cannot load "
             "there); GPUDirect RDMA on Talos uses DMA-BUF"
@@ -104,7 +105,7 @@ def uninstall_driver() -> None:
 
     knobs = manager_knobs()
     settings = Settings.from_env()
-    options = _options(knobs, settings.cluster)
+    options = _options(knobs, settings)
     clients: list[KubeClient] = []
 
     def api_factory() -> KubeClient:

@@ -42,16 +42,14 @@ class Startup(NamedRecord):
 
 
 class ManagerKnobs(NamedRecord):
-    """``driver-manager``'s own variables (its options are built from these: cli/manager_cmd.py)."""
+    """``driver-manager``'s own variables, besides the ``Settings`` it shares with every command (its options
+    are built from both: cli/manager_cmd.py)."""
 
-    node_name: str | None
-    driver_config_digest: str | None
     force_reinstall: bool
     host_driver_delay: float
     pod_wait_timeout: float
     custom_operand_label: str | None
     set_but_ignored: tuple[str, ...]  # stock drain/eviction variables that are set: no effect on Talos
-    gpu_direct_rdma: bool
 
 
 def _env(env: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -105,12 +103,9 @@ def resolve(env: Mapping[str, str] | None = None, overrides: Mapping[str, Overri
 def manager_knobs(env: Mapping[str, str] | None = None) -> ManagerKnobs:
     e = _env(env)
     return ManagerKnobs(
-        node_name=v.text(e, "NODE_NAME"),
-        driver_config_digest=v.text(e, "DRIVER_CONFIG_DIGEST"),
         force_reinstall=v.flag(e, "FORCE_REINSTALL"),
         host_driver_delay=v.seconds(e, "HOST_DRIVER_DELAY"),
         pod_wait_timeout=v.seconds(e, "OPERAND_WAIT_TIMEOUT"),
         custom_operand_label=v.text(e, "NODE_LABEL_FOR_GPU_POD_EVICTION"),
         set_but_ignored=tuple(name for name in v.names("manager") if v.BY_NAME[name].kind == "set" and e.get(name)),
-        gpu_direct_rdma=v.flag(e, "GPU_DIRECT_RDMA_ENABLED"),
     )

@@ -162,8 +162,7 @@ def test_an_invalid_value_is_a_usage_error_naming_the_variable(env: dict[str, st
 
 
 def test_manager_knobs() -> None:
-    knobs = manager_knobs(
-        {"NODE_NAME": " n1 ", "FORCE_REINSTALL": "true", "HOST_DRIVER_DELAY": "1.5", "DRAIN_USE_FORCE": "x"}
-    )
-    assert (knobs.node_name, knobs.force_reinstall, knobs.host_driver_delay) == ("n1", True, 1.5)
-    assert knobs.set_but_ignored == ("DRAIN_USE_FORCE",) and manager_knobs({}).node_name is None
+    env = {"NODE_NAME": " n1 ", "FORCE_REINSTALL": "true", "HOST_DRIVER_DELAY": "1.5", "DRAIN_USE_FORCE": "x"}
+    knobs, node_name = manager_knobs(env), Settings.from_env(env).cluster.node_name
+    assert (node_name, knobs.force_reinstall, knobs.host_driver_delay) == ("n1", True, 1.5)
+    assert knobs.set_but_ignored == ("DRAIN_USE_FORCE",) and Settings.from_env({}).cluster.node_name is None
